@@ -1,0 +1,162 @@
+"""A patch: one engine symbol set, the versions it applies to, and why.
+
+Modelled on OpenTelemetry's instrumentations: each patch declares the engine
+version range it was verified against, wraps symbols with wrapt (so the
+original is always called through and can be restored), and is applied from
+a post-import hook so loading the plugin imports nothing heavy.
+
+Never break serving: a patch whose version does not match, or whose target
+is missing or changed, logs one warning naming the feature and the engine
+version, and leaves the module exactly as it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable
+
+import wrapt
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from rlprof_plugins._log import logger, warn_once
+
+Wrapper = Callable[[Callable[..., Any], Any, tuple, dict], Any]
+
+
+def _resolve(module: ModuleType, target: str) -> tuple[Any, str]:
+    parent: Any = module
+    *path, attribute = target.split(".")
+    for name in path:
+        parent = getattr(parent, name)
+    return parent, attribute
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Declaration of one patch; see ``docs/patches.md`` for the table."""
+
+    name: str
+    engine: str  # "vllm" or "sglang"
+    versions: str  # PEP 440 specifier set the patch was verified against
+    module: str  # the module whose import triggers the patch
+    feature: str  # the user-visible feature it serves
+    why: str
+    upstream: str  # what upstream change would make this patch unnecessary
+    wrap: dict[str, Wrapper] = field(default_factory=dict)  # "Class.method" -> wrapper
+    add: dict[str, Any] = field(default_factory=dict)  # "Class.attr" -> new attribute
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.wrap) + tuple(self.add)
+
+    def supports(self, version: str) -> bool:
+        try:
+            return Version(version) in SpecifierSet(self.versions)
+        except InvalidVersion:
+            return False
+
+    # ---- apply / revert -------------------------------------------------
+    def apply(self, module: ModuleType) -> None:
+        """Wrap and add every target, or nothing: a failure undoes the rest."""
+        if _applied.get(self.name) is module:
+            return  # re-entrant: plugins load more than once per process
+        done: list[tuple[Any, str, Any, bool]] = []
+        try:
+            for target, wrapper in self.wrap.items():
+                parent, attribute = _resolve(module, target)
+                getattr(parent, attribute)  # a missing target fails here, before any change
+                # An inherited method is wrapped on ``parent`` itself; revert
+                # then deletes the wrapper instead of restoring an original.
+                original = vars(parent).get(attribute, _INHERITED)
+                if getattr(original, "_self_rlprof_patch", None):
+                    raise RuntimeError(f"{target} is already wrapped by rlprof")
+                wrapt.wrap_function_wrapper(parent, attribute, wrapper)
+                # wrapt proxies forward attributes to the wrapped function
+                # unless they start with _self_.
+                vars(parent)[attribute]._self_rlprof_patch = self.name
+                done.append((parent, attribute, original, True))
+            for target, value in self.add.items():
+                parent, attribute = _resolve(module, target)
+                if hasattr(parent, attribute):
+                    raise RuntimeError(f"{target} already exists; the engine changed")
+                setattr(parent, attribute, value)
+                done.append((parent, attribute, None, False))
+        except Exception:
+            _undo(done)
+            raise
+        _applied[self.name] = module
+        _undo_log[self.name] = done
+
+    def revert(self) -> None:
+        """Restore every target; a no-op when the patch is not applied."""
+        done = _undo_log.pop(self.name, None)
+        _applied.pop(self.name, None)
+        if done:
+            _undo(done)
+
+    @property
+    def applied(self) -> bool:
+        return self.name in _applied
+
+
+_INHERITED = object()
+
+
+def _undo(done: list[tuple[Any, str, Any, bool]]) -> None:
+    for parent, attribute, original, wrapped in reversed(done):
+        if wrapped and original is not _INHERITED:
+            setattr(parent, attribute, original)
+        else:
+            delattr(parent, attribute)
+
+
+_applied: dict[str, ModuleType] = {}
+_undo_log: dict[str, list[tuple[Any, str, Any, bool]]] = {}
+
+
+def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool:
+    """Apply ``patch`` if the engine version is supported; never raise.
+
+    Returns whether the patch is in place. Each refusal is logged once.
+    """
+    shown = version or "unknown"
+    if version is None or not patch.supports(version):
+        warn_once(
+            f"version:{patch.name}",
+            "rlprof: %s is off: %s %s is outside the range %s verified for patch %s; "
+            "the engine runs without it",
+            patch.feature, patch.engine, shown, patch.versions, patch.name,
+        )
+        return False
+    try:
+        patch.apply(module)
+    except Exception as e:
+        warn_once(
+            f"apply:{patch.name}",
+            "rlprof: %s is off on %s %s: patch %s could not apply (%s: %s); "
+            "the engine runs without it",
+            patch.feature, patch.engine, shown, patch.name, type(e).__name__, e,
+        )
+        return False
+    logger.debug("rlprof: applied %s on %s %s", patch.name, patch.engine, shown)
+    return True
+
+
+def install_on_import(patch: Patch, version_of: Callable[[], str | None]) -> None:
+    """Apply ``patch`` when its module is imported (at once if it already is)."""
+
+    def hook(module: ModuleType) -> None:
+        try:
+            apply_guarded(patch, module, version_of())
+        except Exception as e:  # belt and braces: a hook must never raise
+            warn_once(f"hook:{patch.name}", "rlprof: %s is off: %s", patch.feature, e)
+
+    wrapt.register_post_import_hook(hook, patch.module)
+
+
+def import_target(patch: Patch) -> ModuleType:
+    """Import a patch's module (for tests and ``rlprof doctor``)."""
+    return importlib.import_module(patch.module)

@@ -1,0 +1,105 @@
+"""vLLM HTTP routes: ``/start_profile`` with a JSON body, clear 400/409 answers.
+
+vLLM's routes ignore unknown body fields, answer a double stop with HTTP 500
+and return no information. When rlprof runs the sessions we register our own
+routes at the same paths instead of vLLM's (only when a profiler is
+configured, as vLLM does), plus ``GET /profile_status``.
+"""
+
+# No "from __future__ import annotations": FastAPI must see the real Request type.
+
+import json
+import logging
+
+from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
+from rlprof_plugins.requests import parse_start_body
+
+from .base import Patch
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+
+logger = logging.getLogger("rlprof")
+
+# vLLM 0.32's StartProfileRequest fields, still accepted.
+NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations")
+
+
+def _error_response(exc: Exception):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=exc.status, content=exc.to_json())  # type: ignore[attr-defined]
+
+
+def build_router(profiler_config):
+    from fastapi import APIRouter, Request
+    from fastapi.responses import JSONResponse
+
+    router = APIRouter()
+    defaults = options_of(profiler_config)
+
+    @router.post("/start_profile")
+    async def start_profile(raw_request: Request):
+        try:
+            raw = await raw_request.body()
+            try:
+                body = json.loads(raw) if raw.strip() else {}
+            except ValueError as e:
+                raise RequestError("body", f"is not valid JSON: {e}") from None
+            request, native = parse_start_body(body, defaults, NATIVE_START_FIELDS)
+            kwargs = {k: v for k, v in native.items() if k != "profile_prefix"}
+            if "global_step" in body:
+                kwargs["global_step"] = request.global_step
+            if "step_start" in body:
+                kwargs["step_start"] = request.step_start
+            if "step_end" in body:
+                kwargs["step_end"] = request.step_end
+            result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
+        except (RequestError, ConflictError, UnavailableError) as e:
+            return _error_response(e)
+        logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
+        return JSONResponse({"status": "started", **result})
+
+    @router.post("/stop_profile")
+    async def stop_profile(raw_request: Request):
+        try:
+            result = await raw_request.app.state.engine_client.stop_profile()
+        except (ConflictError, UnavailableError) as e:
+            return _error_response(e)
+        status = "already_finished" if result.get("already_finished") else "stopped"
+        return JSONResponse({"status": status, **result})
+
+    @router.get("/profile_status")
+    async def profile_status(raw_request: Request):
+        try:
+            result = await raw_request.app.state.engine_client.profile_status()
+        except UnavailableError as e:
+            return _error_response(e)
+        return JSONResponse(result)
+
+    return router
+
+
+def _wrap_attach_router(wrapped, instance, args, kwargs):
+    app = args[0] if args else kwargs["app"]
+    cfg = getattr(app.state.args, "profiler_config", None)
+    if not plugin_handles(cfg):
+        return wrapped(*args, **kwargs)
+    logger.warning(
+        "Profiler with mode 'torch' is enabled in the API server (rlprof routes). "
+        "This should ONLY be used for local development!"
+    )
+    app.include_router(build_router(cfg))
+    return None
+
+
+ROUTER_PATCH = Patch(
+    name="vllm.api_router.profile",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.entrypoints.serve.profile.api_router",
+    feature="rlprof HTTP profiling routes",
+    why="native routes ignore global_step, answer a double stop with 500, and have no status route",
+    upstream="profile routes that forward a request body and map session errors to 4xx",
+    wrap={"attach_router": _wrap_attach_router},
+)
+
+PATCHES = (ROUTER_PATCH,)

@@ -1,0 +1,195 @@
+"""vLLM front ends: ``AsyncLLM`` and ``LLM`` start/stop with a global step.
+
+``start_profile`` gains ``global_step``, ``step_start`` and ``step_end``
+keywords (vLLM's ``profile_prefix``, ``delay_iterations`` and
+``max_iterations`` keep working). The request is validated here, before any
+engine process is involved, then sent to every worker. AsyncLLM also records
+the API-server process (vLLM's "frontend" trace) into the same folder,
+stopping it when the workers' window closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+from rlprof_plugins.control import combine
+from rlprof_plugins.errors import RequestError, UnavailableError
+from rlprof_plugins.frontend import FrontendRecorder
+from rlprof_plugins.layout import session_dir
+from rlprof_plugins.requests import START_FIELDS, StartRequest, build_start_request
+
+from .base import Patch
+from .vllm_engine_core import UTILITY
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+
+FEATURE = "rlprof step windows and global-step folders"
+RECORDER_ATTR = "_rlprof_frontend"
+_UNSET = object()
+
+
+def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None,
+             global_step=None, step_start=None, step_end=_UNSET) -> StartRequest:
+    from vllm.config.profiler import validate_profile_prefix
+
+    try:
+        validate_profile_prefix(profile_prefix)
+    except ValueError as e:
+        raise RequestError("profile_prefix", str(e)) from None
+    for name, value in (("delay_iterations", delay_iterations), ("max_iterations", max_iterations)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise RequestError(name, f"must be an integer >= 0, got {value!r}")
+    if (delay_iterations is not None or max_iterations is not None) and (
+        step_start is not None or step_end is not _UNSET
+    ):
+        raise RequestError("step_start", "cannot be combined with delay_iterations/max_iterations")
+    defaults = options_of(cfg)
+    if delay_iterations is not None or max_iterations is not None:
+        step_start = defaults.step_start if delay_iterations is None else delay_iterations
+        step_end = step_start + max_iterations if max_iterations else None
+    request = build_start_request(
+        defaults,
+        global_step=global_step,
+        step_start=step_start,
+        step_end=None if step_end is _UNSET else step_end,
+        step_end_given=step_end is not _UNSET,
+        profile_prefix=profile_prefix,
+    )
+    session_dir(cfg.torch_profiler_dir, request.global_step)  # containment check before any write
+    return request
+
+
+def _uses_rlprof_fields(kwargs: dict) -> bool:
+    return any(k in kwargs for k in START_FIELDS)
+
+
+# ---- AsyncLLM ------------------------------------------------------------
+def _recorder(llm: Any) -> FrontendRecorder | None:
+    cfg = llm.vllm_config.profiler_config
+    # vLLM profiles the front end only with one API server (its own guard).
+    if not cfg.should_profile_frontend or not getattr(llm, "_profile_session_guard_enabled", True):
+        return None
+    recorder = llm.__dict__.get(RECORDER_ATTR)
+    if recorder is None:
+        from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+
+        settings = TorchSettings(
+            activities=("CPU",),
+            record_shapes=cfg.torch_profiler_record_shapes,
+            with_stack=cfg.torch_profiler_with_stack,
+            with_memory=cfg.torch_profiler_with_memory,
+            with_flops=cfg.torch_profiler_with_flops,
+            use_gzip=cfg.torch_profiler_use_gzip,
+        )
+        base_name = f"{socket.gethostname()}_{os.getpid()}.async_llm"
+        recorder = FrontendRecorder(
+            backend_factory=lambda: TorchProfilerBackend(settings),
+            worker_name=lambda prefix: f"{prefix}_{base_name}" if prefix else base_name,
+        )
+        llm.__dict__[RECORDER_ATTR] = recorder
+    return recorder
+
+
+async def _async_start(llm: Any, *args, **kwargs) -> dict:
+    cfg = llm.vllm_config.profiler_config
+    request = _request(cfg, *args, **kwargs)
+    replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
+    result = combine(replies)
+    recorder = _recorder(llm)
+    if recorder is not None:
+        directory = session_dir(cfg.torch_profiler_dir, request.global_step)
+
+        async def workers_active() -> bool:
+            status = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
+            return status["state"] in ("waiting", "recording")
+
+        await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None)
+    return result
+
+
+async def _async_stop(llm: Any) -> dict:
+    recorder = llm.__dict__.get(RECORDER_ATTR)
+    frontend_files = await recorder.stop() if recorder is not None else []
+    result = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"}))
+    result["files"] = result.get("files", []) + frontend_files
+    return result
+
+
+async def _async_status(llm: Any) -> dict:
+    return combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
+
+
+def _wrap_async_start(wrapped, instance, args, kwargs):
+    if not plugin_handles(instance.vllm_config.profiler_config):
+        if _uses_rlprof_fields(kwargs):
+            raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
+        return wrapped(*args, **kwargs)
+    return _async_start(instance, *args, **kwargs)
+
+
+def _wrap_async_stop(wrapped, instance, args, kwargs):
+    if not plugin_handles(instance.vllm_config.profiler_config):
+        return wrapped(*args, **kwargs)
+    return _async_stop(instance)
+
+
+async def profile_status(self) -> dict:
+    """rlprof: the state of the current profiling session on every rank."""
+    return await _async_status(self)
+
+
+# ---- LLM (synchronous, in-process) ----------------------------------------
+def _call_sync(llm: Any, command: dict) -> list:
+    client = llm.llm_engine.engine_core
+    if hasattr(client, "call_utility"):
+        return client.call_utility(UTILITY, command)
+    return client.engine_core.rlprof_control(command)  # InprocClient: EngineCore in this process
+
+
+def _wrap_llm_start(wrapped, instance, args, kwargs):
+    cfg = instance.llm_engine.vllm_config.profiler_config
+    if not plugin_handles(cfg):
+        if _uses_rlprof_fields(kwargs):
+            raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
+        return wrapped(*args, **kwargs)
+    return combine(_call_sync(instance, _request(cfg, *args, **kwargs).to_command()))
+
+
+def _wrap_llm_stop(wrapped, instance, args, kwargs):
+    if not plugin_handles(instance.llm_engine.vllm_config.profiler_config):
+        return wrapped(*args, **kwargs)
+    return combine(_call_sync(instance, {"op": "stop"}))
+
+
+def llm_profile_status(self) -> dict:
+    """rlprof: the state of the current profiling session on every rank."""
+    return combine(_call_sync(self, {"op": "status"}))
+
+
+ASYNC_LLM_PATCH = Patch(
+    name="vllm.async_llm.profile",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.v1.engine.async_llm",
+    feature=FEATURE,
+    why="AsyncLLM.start_profile takes no global step and cannot report session state",
+    upstream="start_profile(request) with a global step and a status method",
+    wrap={"AsyncLLM.start_profile": _wrap_async_start, "AsyncLLM.stop_profile": _wrap_async_stop},
+    add={"AsyncLLM.profile_status": profile_status},
+)
+
+LLM_PATCH = Patch(
+    name="vllm.llm.profile",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.entrypoints.llm",
+    feature=FEATURE,
+    why="LLM.start_profile takes no global step and cannot report session state",
+    upstream="the same as for AsyncLLM",
+    wrap={"LLM.start_profile": _wrap_llm_start, "LLM.stop_profile": _wrap_llm_stop},
+    add={"LLM.profile_status": llm_profile_status},
+)
+
+PATCHES = (ASYNC_LLM_PATCH, LLM_PATCH)

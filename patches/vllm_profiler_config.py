@@ -1,0 +1,185 @@
+"""vLLM: make rlprof's keys valid in ``--profiler-config`` and in-process dicts.
+
+vLLM 0.16+ builds ``ProfilerConfig`` as a pydantic dataclass that forbids
+unknown keys, and ``LLM(profiler_config={...})`` silently drops keys it does
+not know. We split our keys out before vLLM validates the rest, validate
+them ourselves (naming the key, suggesting a fix for typos), and remember
+the result for that ``ProfilerConfig`` instance. Not as an instance
+attribute: vLLM's ``config.utils.replace`` rejects unknown ``__dict__``
+entries. The parsing process keeps a table keyed by the instance; engine
+processes it spawns inherit the same options through ``RLPROF_OPTIONS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+from rlprof_plugins._log import warn_once
+from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
+
+from .base import Patch
+
+ENV_OPTIONS = "RLPROF_OPTIONS"
+# id(config) -> (config, options): the config is held so its id is never reused.
+_options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
+VERSIONS = ">=0.32.0,<0.33"
+FEATURE = "rlprof profiler-config keys"
+
+
+def native_keys(config_cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(config_cls)]
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path and len(path.split("://")[0]) > 1
+
+
+def plugin_handles(cfg: Any) -> bool:
+    """Whether rlprof runs the sessions of this profiler config.
+
+    Only the torch profiler writing to a local directory, without vLLM's own
+    torch.profiler schedule (wait/warmup iterations), is taken over; any
+    other configuration keeps vLLM's native path untouched.
+    """
+    if cfg is None or getattr(cfg, "profiler", None) != "torch":
+        return False
+    if _is_uri(getattr(cfg, "torch_profiler_dir", "") or ""):
+        return False
+    return not (getattr(cfg, "wait_iterations", 0) or getattr(cfg, "warmup_iterations", 0))
+
+
+def options_of(cfg: Any) -> ProfileOptions:
+    """Effective server defaults for sessions of ``cfg``.
+
+    Without our keys, vLLM's native ``delay_iterations``/``max_iterations``
+    map onto the same window (recording skips exactly ``delay`` iterations;
+    native vLLM skips one fewer).
+    """
+    entry = _options_by_config.get(id(cfg))
+    if entry is not None and entry[0] is cfg:
+        explicit = entry[1]
+    elif not _options_by_config and ENV_OPTIONS in os.environ:
+        # An engine process: the front end that parsed the config set this.
+        explicit = json.loads(os.environ[ENV_OPTIONS])
+    else:
+        explicit = None
+    if explicit:
+        return ProfileOptions.from_dict(explicit)
+    delay = getattr(cfg, "delay_iterations", 0) or 0
+    limit = getattr(cfg, "max_iterations", 0) or 0
+    return ProfileOptions(step_start=delay, step_end=delay + limit if limit else None)
+
+
+def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
+    if not ours:
+        return
+    key = next(iter(ours))
+    if cfg.profiler != "torch":
+        raise OptionsError(key, f"needs \"profiler\": \"torch\" (got {cfg.profiler!r})")
+    if _is_uri(cfg.torch_profiler_dir):
+        raise OptionsError(key, "needs a local torch_profiler_dir, not a URI")
+    for native in ("delay_iterations", "max_iterations", "wait_iterations", "warmup_iterations"):
+        if getattr(cfg, native, 0):
+            raise OptionsError(key, f"cannot be combined with {native}; use step_start/step_end alone")
+
+
+def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
+    options = parse_options(ours)
+    _check_compatible(cfg, ours)
+    explicit = options.to_dict() if ours else {}
+    _options_by_config[id(cfg)] = (cfg, explicit)
+    os.environ[ENV_OPTIONS] = json.dumps(explicit)
+    return cfg
+
+
+def build_profiler_config(data: Mapping[str, Any]) -> Any:
+    """A ``ProfilerConfig`` from a dict holding native and rlprof keys."""
+    from vllm.config import ProfilerConfig
+
+    native, ours = split_options(data, native_keys(ProfilerConfig))
+    return attach(ProfilerConfig(**native), ours)
+
+
+# ---- CLI: --profiler-config JSON and the dotted --profiler-config.KEY form --
+def _typed(native_type):
+    def parse_profiler_config(value: str):
+        from vllm.config import ProfilerConfig
+
+        try:
+            data = json.loads(value)
+        except (TypeError, ValueError):
+            return native_type(value)
+        if not isinstance(data, dict):
+            return native_type(value)
+        try:
+            native, ours = split_options(data, native_keys(ProfilerConfig))
+            cfg = native_type(json.dumps(native))
+            return attach(cfg, ours)
+        except OptionsError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
+
+    parse_profiler_config._rlprof_native = native_type  # type: ignore[attr-defined]
+    return parse_profiler_config
+
+
+def _wrap_add_cli_args(wrapped, instance, args, kwargs):
+    parser = wrapped(*args, **kwargs)
+    try:
+        for action in parser._actions:
+            if action.dest == "profiler_config" and not hasattr(action.type, "_rlprof_native"):
+                action.type = _typed(action.type)
+    except Exception as e:  # the parser must still work without our keys
+        warn_once("cli", "rlprof: %s are off: could not extend --profiler-config: %s", FEATURE, e)
+    return parser
+
+
+def _wrap_create_engine_config(wrapped, instance, args, kwargs):
+    # AsyncEngineArgs(profiler_config={...}) (verl's in-process path) keeps the
+    # dict until here; convert it so our keys are validated, not rejected.
+    if isinstance(getattr(instance, "profiler_config", None), dict):
+        instance.profiler_config = build_profiler_config(instance.profiler_config)
+    return wrapped(*args, **kwargs)
+
+
+def _wrap_llm_init(wrapped, instance, args, kwargs):
+    value = kwargs.get("profiler_config")
+    if isinstance(value, dict):
+        kwargs = dict(kwargs, profiler_config=build_profiler_config(value))
+    return wrapped(*args, **kwargs)
+
+
+ARG_PATCH = Patch(
+    name="vllm.profiler_config.engine_args",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.engine.arg_utils",
+    feature=FEATURE,
+    why=(
+        "ProfilerConfig forbids unknown keys; wrap the --profiler-config parser "
+        "and the dict path of AsyncEngineArgs to accept and validate "
+        + ", ".join(OUR_KEYS)
+    ),
+    upstream="a ProfilerConfig extension point for plugin keys",
+    wrap={
+        "EngineArgs.add_cli_args": _wrap_add_cli_args,
+        "EngineArgs.create_engine_config": _wrap_create_engine_config,
+    },
+)
+
+LLM_CONFIG_PATCH = Patch(
+    name="vllm.profiler_config.llm",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.entrypoints.llm",
+    feature=FEATURE,
+    why="LLM(profiler_config={...}) drops keys ProfilerConfig does not declare",
+    upstream="the same extension point",
+    wrap={"LLM.__init__": _wrap_llm_init},
+)
+
+PATCHES = (ARG_PATCH, LLM_CONFIG_PATCH)

@@ -1,0 +1,156 @@
+"""vLLM worker: sessions with step windows and global-step folders.
+
+Native ``Worker.profile`` builds one profiler on the first start and
+``WorkerProfiler.step()`` counts windows with an off-by-one. We give each
+worker an rlprof ``ProfilerController`` (fresh backend per session, exact
+half-open windows, auto-export at ``step_end``) and tell it when each engine
+iteration begins and ends. An iteration is one ``execute_model`` call plus
+the ``sample_tokens`` call that completes it when sampling is deferred.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins.requests import build_start_request
+from rlprof_plugins.session import ProfilerController
+
+from .base import Patch
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+
+CONTROLLER_ATTR = "_rlprof_controller"
+PENDING_ATTR = "_rlprof_iteration_open"
+FEATURE = "rlprof step windows and global-step folders"
+
+_PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}
+
+
+def _settings(cfg: Any) -> TorchSettings:
+    from vllm.platforms import current_platform
+
+    activities = tuple(cfg.torch_profiler_activities or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
+    cpu_only = activities == ("CPU",)
+    try:
+        import vllm.version
+
+        metadata = {"vllm_version": json.dumps(vllm.version.__version__)}
+    except Exception:
+        metadata = {}
+    return TorchSettings(
+        activities=activities,
+        record_shapes=cfg.torch_profiler_record_shapes,
+        with_stack=cfg.torch_profiler_with_stack,
+        with_memory=cfg.torch_profiler_with_memory,
+        with_flops=cfg.torch_profiler_with_flops,
+        use_gzip=cfg.torch_profiler_use_gzip,
+        write_table=cpu_only or cfg.torch_profiler_dump_cuda_time_total,
+        table_sort_key="self_cpu_time_total" if cpu_only else "self_device_time_total",
+        extra_metadata=metadata,
+    )
+
+
+def controller_for(worker: Any) -> ProfilerController:
+    ctl = worker.__dict__.get(CONTROLLER_ATTR)
+    if ctl is None:
+        from vllm.distributed.utils import get_worker_rank_suffix
+
+        cfg = worker.profiler_config
+        suffix = get_worker_rank_suffix(global_rank=worker.rank)
+        settings = _settings(cfg)
+        ctl = ProfilerController(
+            root_dir=cfg.torch_profiler_dir,
+            worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
+            backend_factory=lambda: TorchProfilerBackend(settings),
+        )
+        worker.__dict__[CONTROLLER_ATTR] = ctl
+    return ctl
+
+
+def worker_control(obj: Any, command: dict) -> dict:
+    """Run one rlprof command on a worker; sent through ``collective_rpc``.
+
+    ``obj`` is vLLM's ``WorkerWrapperBase`` (or the worker itself).
+    """
+    worker = getattr(obj, "worker", obj)
+    if not WORKER_PATCH.applied:
+        return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
+    if not plugin_handles(getattr(worker, "profiler_config", None)):
+        return unavailable_reply("the profiler config is not handled by rlprof")
+    return controller_for(worker).handle(command)
+
+
+# ---- wrappers ----------------------------------------------------------
+def _execute_model(wrapped, instance, args, kwargs):
+    ctl = instance.__dict__.get(CONTROLLER_ATTR)
+    if ctl is None or not ctl.active:
+        return wrapped(*args, **kwargs)
+    if instance.__dict__.pop(PENDING_ATTR, False):
+        ctl.end_iteration()  # the previous iteration never reached sample_tokens
+    ctl.begin_iteration()
+    try:
+        output = wrapped(*args, **kwargs)
+    except BaseException:
+        ctl.end_iteration()
+        raise
+    if output is None:
+        instance.__dict__[PENDING_ATTR] = True  # sampling is deferred to sample_tokens
+    else:
+        ctl.end_iteration()
+    return output
+
+
+def _sample_tokens(wrapped, instance, args, kwargs):
+    if not instance.__dict__.pop(PENDING_ATTR, False):
+        return wrapped(*args, **kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        ctl = instance.__dict__.get(CONTROLLER_ATTR)
+        if ctl is not None:
+            ctl.end_iteration()
+
+
+def _profile(wrapped, instance, args, kwargs):
+    """Route vLLM's own profile RPC to the controller, so every caller of the
+    native chain (e.g. ``EngineCore.profile``) gets the same sessions."""
+    if not plugin_handles(getattr(instance, "profiler_config", None)):
+        return wrapped(*args, **kwargs)
+
+    def bind(is_start=True, profile_prefix=None, *, delay_iterations=None, max_iterations=None):
+        return is_start, profile_prefix, delay_iterations, max_iterations
+
+    is_start, prefix, delay, limit = bind(*args, **kwargs)
+    ctl = controller_for(instance)
+    if not is_start:
+        ctl.handle({"op": "stop"})
+        return None
+    defaults = options_of(instance.profiler_config)
+    start = defaults.step_start if delay is None else delay
+    end = defaults.step_end if limit is None else (start + limit if limit else None)
+    request = build_start_request(defaults, step_start=start, step_end=end, step_end_given=True, profile_prefix=prefix)
+    ctl.handle(request.to_command())
+    return None
+
+
+WORKER_PATCH = Patch(
+    name="vllm.worker.profile",
+    engine="vllm",
+    versions=VERSIONS,
+    module="vllm.v1.worker.gpu_worker",
+    feature=FEATURE,
+    why=(
+        "native Worker.profile builds its profiler once and counts windows off by one; "
+        "count iterations at execute_model/sample_tokens and run rlprof sessions"
+    ),
+    upstream="a per-session profiler factory and an iteration hook in Worker",
+    wrap={
+        "Worker.execute_model": _execute_model,
+        "Worker.sample_tokens": _sample_tokens,
+        "Worker.profile": _profile,
+    },
+)
+
+PATCHES = (WORKER_PATCH,)

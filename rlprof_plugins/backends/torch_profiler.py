@@ -1,0 +1,96 @@
+"""The torch.profiler backend (CPU, CUDA, XPU activities).
+
+Writes the same files as vLLM's native ``TorchProfilerWrapper`` (a Chrome
+trace named like ``tensorboard_trace_handler`` does, and the
+``profiler_out.txt`` operator table), but each through a temporary name and
+an atomic rename, so no half-written trace ever appears under a final name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..layout import atomic_target, publish, trace_file_name, write_text_atomic
+
+
+@dataclass(frozen=True)
+class TorchSettings:
+    """What to record; filled from the engine's native profiler keys."""
+
+    activities: tuple[str, ...] = ("CPU",)
+    record_shapes: bool = False
+    with_stack: bool = False
+    with_memory: bool = False
+    with_flops: bool = False
+    use_gzip: bool = True
+    # Native vLLM writes an operator table beside each trace; keep parity.
+    write_table: bool = True
+    table_sort_key: str = "self_cpu_time_total"
+    extra_metadata: dict = field(default_factory=dict)
+
+
+class TorchProfilerBackend:
+    def __init__(self, settings: TorchSettings) -> None:
+        import torch
+
+        self._torch = torch
+        self.settings = settings
+        kinds = {
+            "CPU": torch.profiler.ProfilerActivity.CPU,
+            "CUDA": torch.profiler.ProfilerActivity.CUDA,
+            "XPU": torch.profiler.ProfilerActivity.XPU,
+            "PrivateUse1": torch.profiler.ProfilerActivity.PrivateUse1,
+        }
+        self._activities = [kinds[a] for a in settings.activities]
+        self._prof = None
+
+    def start(self) -> None:
+        s = self.settings
+        self._prof = self._torch.profiler.profile(
+            activities=self._activities,
+            record_shapes=s.record_shapes,
+            profile_memory=s.with_memory,
+            with_stack=s.with_stack,
+            with_flops=s.with_flops,
+        )
+        self._prof.start()
+        for key, value in s.extra_metadata.items():
+            self._prof.add_metadata_json(key, value)
+
+    def stop(self) -> None:
+        assert self._prof is not None, "stop() before start()"
+        self._prof.stop()
+
+    def annotation(self, name: str):
+        return self._torch.profiler.record_function(name)
+
+    def export(self, directory: Path, worker_name: str) -> list[Path]:
+        assert self._prof is not None, "export() before start()"
+        s = self.settings
+        final = directory / trace_file_name(worker_name, time.time_ns(), s.use_gzip)
+        raw = atomic_target(final)
+        try:
+            self._prof.export_chrome_trace(str(raw))
+            if s.use_gzip:
+                packed = atomic_target(final)
+                try:
+                    with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
+                    publish(packed, final)
+                finally:
+                    packed.unlink(missing_ok=True)
+            else:
+                publish(raw, final)
+        finally:
+            raw.unlink(missing_ok=True)
+        written = [final]
+        if s.write_table:
+            table = self._prof.key_averages().table(sort_by=s.table_sort_key, row_limit=100)
+            out = directory / f"{worker_name}.profiler_out.txt"
+            write_text_atomic(out, table)
+            written.append(out)
+        return written

@@ -1,0 +1,65 @@
+"""The command protocol between an engine's front end and its workers.
+
+A front end (HTTP route, ``AsyncLLM.start_profile``) sends one command dict
+to every worker and gets one reply dict per worker back (see
+``session.ProfilerController.handle``). This module turns those replies into
+one outcome for the caller, raising the error a user should see: 400 for an
+invalid request, 409 for a state conflict, 503 when a worker lacks the
+plugin. Pure data, no engine imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .errors import ConflictError, RequestError, UnavailableError
+
+UNAVAILABLE = "unavailable"
+
+
+def unavailable_reply(reason: str) -> dict[str, Any]:
+    """What a worker without the plugin's hooks answers."""
+    return {"ok": False, UNAVAILABLE: reason}
+
+
+def _aggregate_state(states: Sequence[str]) -> str:
+    for state in ("failed", "recording", "waiting"):
+        if state in states:
+            return state
+    return "done" if states else "idle"
+
+
+def combine(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One status for all ranks of a session; raises on any failed reply."""
+    replies = [r if isinstance(r, dict) else {"ok": False, "error": repr(r)} for r in replies]
+    for r in replies:
+        if UNAVAILABLE in r:
+            raise UnavailableError("step-aware profiling", r[UNAVAILABLE])
+    for r in replies:
+        if "invalid" in r:
+            raise RequestError(r["invalid"]["field"], r["invalid"]["message"])
+    sessions = [r.get("session") for r in replies if r.get("session")]
+    for r in replies:
+        if "conflict" in r:
+            raise ConflictError(r["conflict"], _summary(sessions, replies))
+    for r in replies:
+        if not r.get("ok") and "error" in r:
+            raise RuntimeError(f"rlprof worker error: {r['error']}")
+    return _summary(sessions, replies)
+
+
+def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    if not sessions:
+        return {"state": "idle", "ranks": []}
+    first = sessions[0]
+    return {
+        "global_step": first.get("global_step"),
+        "state": _aggregate_state([s["state"] for s in sessions]),
+        "directory": first.get("directory"),
+        "step_start": first.get("step_start"),
+        "step_end": first.get("step_end"),
+        "already_finished": any(r.get("already_finished") for r in replies),
+        "ranks": sessions,
+        "files": [f for s in sessions for f in s.get("files", [])],
+        "errors": [s["error"] for s in sessions if s.get("error")],
+    }

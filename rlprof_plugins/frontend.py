@@ -1,0 +1,75 @@
+"""Recording the API-server ("frontend") process next to the workers.
+
+vLLM records its front end with a CPU profiler for the whole session. Ours
+writes into the same folder as the workers' traces, and when the session has
+a window it stops by itself once the workers report the window closed (the
+front end does not see engine iterations, so it asks ``poll``). Start, stop
+and export run in a thread, never on the server's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from .backends import Backend
+
+logger = logging.getLogger("rlprof")
+
+POLL_INTERVAL_S = 0.25
+
+
+class FrontendRecorder:
+    def __init__(self, *, backend_factory: Callable[[], Backend], worker_name: Callable[[str | None], str]) -> None:
+        self._backend_factory = backend_factory
+        self._worker_name = worker_name
+        self._backend: Backend | None = None
+        self._directory: Path | None = None
+        self._name = ""
+        self._task: asyncio.Task | None = None
+
+    @property
+    def recording(self) -> bool:
+        return self._backend is not None
+
+    async def start(self, directory: Path, prefix: str | None, poll: Callable[[], Awaitable[bool]] | None) -> None:
+        if self._backend is not None:
+            await self.stop()
+        backend = self._backend_factory()
+        try:
+            await asyncio.to_thread(backend.start)
+        except Exception as e:
+            logger.warning("rlprof: frontend profiler did not start: %s", e)
+            return
+        self._backend, self._directory, self._name = backend, directory, self._worker_name(prefix)
+        if poll is not None:
+            self._task = asyncio.create_task(self._stop_when_done(poll))
+
+    async def _stop_when_done(self, poll: Callable[[], Awaitable[bool]]) -> None:
+        try:
+            while await poll():
+                await asyncio.sleep(POLL_INTERVAL_S)
+        except asyncio.CancelledError:
+            return
+        except Exception as e:
+            logger.warning("rlprof: frontend could not poll the workers (%s); stopping its trace", e)
+        await self.stop()
+
+    async def stop(self) -> list[str]:
+        """Stop and export; returns the files written (none if not recording)."""
+        backend, self._backend = self._backend, None
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        if backend is None or self._directory is None:
+            return []
+        try:
+            await asyncio.to_thread(backend.stop)
+            await asyncio.to_thread(self._directory.mkdir, parents=True, exist_ok=True)
+            paths = await asyncio.to_thread(backend.export, self._directory, self._name)
+        except Exception as e:
+            logger.warning("rlprof: frontend trace export failed: %s", e)
+            return []
+        return [str(p) for p in paths]

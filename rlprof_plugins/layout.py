@@ -1,0 +1,67 @@
+"""Where a session's files go, and how they are written.
+
+One rule is enforced here for every writer: nothing lands outside the
+configured output directory. Files are written to a temporary name in the
+target folder and renamed into place, so a reader never sees a half-written
+trace under its final name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import RequestError
+
+STEP_DIR_PREFIX = "global_step_"
+TRACE_SUFFIX = ".pt.trace.json"
+
+
+def session_dir(root: str | os.PathLike, global_step: int | None) -> Path:
+    """The folder a session writes to: ``root`` or ``root/global_step_<N>``.
+
+    Without a global step the layout is the engine's native one (files
+    directly in ``root``), so users who do not ask see no change.
+    """
+    base = Path(root).resolve()
+    if global_step is None:
+        return base
+    if isinstance(global_step, bool) or not isinstance(global_step, int) or global_step < 0:
+        raise RequestError("global_step", f"must be an integer >= 0, got {global_step!r}")
+    return contained(base, f"{STEP_DIR_PREFIX}{global_step}", field="global_step")
+
+
+def contained(base: Path, name: str, *, field: str) -> Path:
+    """``base/name``, refusing any name that would resolve outside ``base``."""
+    target = (base / name).resolve()
+    if target == base or base not in target.parents:
+        raise RequestError(field, f"would place files outside the output directory: {name!r}")
+    return target
+
+
+def trace_file_name(worker_name: str, timestamp_ns: int, use_gzip: bool) -> str:
+    """Same shape as torch's ``tensorboard_trace_handler``, as vLLM writes it."""
+    return f"{worker_name}.{timestamp_ns}{TRACE_SUFFIX}{'.gz' if use_gzip else ''}"
+
+
+def atomic_target(final: Path) -> Path:
+    """A fresh temporary path beside ``final`` (same filesystem, so rename is atomic)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move a finished temporary file to its final name."""
+    os.replace(tmp, final)
+
+
+def write_text_atomic(final: Path, text: str) -> None:
+    tmp = atomic_target(final)
+    try:
+        tmp.write_text(text)
+        publish(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,106 @@
+"""The plugin's configuration keys, shared by every engine.
+
+Users write our keys in the same JSON as the engine's native profiler keys
+(``--profiler-config '{"profiler":"torch","step_start":2}'``). This module
+knows only our keys: it splits them out of a mapping, validates them and
+names the key at fault. Which native keys exist is the caller's (the engine
+patch's) knowledge, passed in as ``native_keys``.
+
+Keys planned by later features (``by_stage``, ``merge``, ``backend``, NPU
+settings) are deliberately absent until they do something: an accepted key
+that does nothing would be a silent lie.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Mapping
+
+from .errors import OptionsError
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Server-wide defaults for every profiling session.
+
+    ``step_start``/``step_end`` count engine iterations (one model execution
+    on a worker) from each start request; the window is half-open, so exactly
+    ``step_end - step_start`` iterations are recorded. ``step_end=None``
+    records until a stop request.
+    """
+
+    step_start: int = 0
+    step_end: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ProfileOptions":
+        return parse_options(data or {})
+
+
+OUR_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ProfileOptions))
+
+
+def _check_int(key: str, value: Any, *, allow_none: bool) -> int | None:
+    if value is None and allow_none:
+        return None
+    # bool is an int subclass; true/false for a step count is a typo.
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an integer >= 0 or null" if allow_none else "an integer >= 0"
+        raise OptionsError(key, f"must be {kind}, got {value!r}")
+    if value < 0:
+        raise OptionsError(key, f"must be >= 0, got {value}")
+    return value
+
+
+def check_window(step_start: int, step_end: int | None, error=OptionsError) -> None:
+    """Reject empty or inverted windows; ``error`` lets request parsing reuse it."""
+    if step_end is not None and step_end <= step_start:
+        raise error(
+            "step_end",
+            f"must be greater than step_start ({step_start}), got {step_end}: "
+            "the window [step_start, step_end) would record no iteration",
+        )
+
+
+def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
+    """Validate our keys from ``data`` (which must hold only our keys)."""
+    unknown = [k for k in data if k not in OUR_KEYS]
+    if unknown:
+        raise OptionsError(unknown[0], "not an rlprof option")
+    step_start = _check_int("step_start", data.get("step_start", 0), allow_none=False)
+    step_end = _check_int("step_end", data.get("step_end"), allow_none=True)
+    assert step_start is not None
+    check_window(step_start, step_end)
+    return ProfileOptions(step_start=step_start, step_end=step_end)
+
+
+def split_options(
+    data: Mapping[str, Any], native_keys: Iterable[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``data`` into (native keys, our keys).
+
+    A key that is neither is rejected here, with a suggestion, so a typo such
+    as ``step_strat`` fails at start-up instead of being ignored.
+    """
+    native = set(native_keys)
+    ours: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in OUR_KEYS:
+            ours[key] = value
+        elif key in native:
+            rest[key] = value
+        else:
+            candidates = sorted(native | set(OUR_KEYS))
+            close = difflib.get_close_matches(key, candidates, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise OptionsError(
+                key,
+                f"unknown key{hint}; rlprof keys: {', '.join(OUR_KEYS)}; "
+                "the engine's own keys are listed in its profiler documentation",
+            )
+    return rest, ours

@@ -1,0 +1,1 @@
+"""Thin per-engine entry points: each registers its engine's patches."""

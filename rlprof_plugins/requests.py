@@ -1,0 +1,101 @@
+"""Parse one start request (HTTP body or in-process keyword arguments).
+
+A start request may carry ``global_step`` (which folder the session writes
+to) and per-request overrides of the window keys. Server defaults come from
+``ProfileOptions``; this module merges them and validates the result, raising
+``RequestError`` naming the field so the HTTP layer answers 400 before
+anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import RequestError
+from .options import ProfileOptions, check_window
+
+# Fields our start request understands, next to the engine's native ones.
+START_FIELDS = ("global_step", "step_start", "step_end")
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Everything a worker needs to run one session."""
+
+    global_step: int | None
+    step_start: int
+    step_end: int | None
+    profile_prefix: str | None = None
+
+    def to_command(self) -> dict[str, Any]:
+        return {
+            "op": "start",
+            "global_step": self.global_step,
+            "step_start": self.step_start,
+            "step_end": self.step_end,
+            "profile_prefix": self.profile_prefix,
+        }
+
+
+def _int_field(name: str, value: Any, *, allow_none: bool) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError(name, f"must be an integer >= 0, got {value!r}")
+    if value < 0:
+        raise RequestError(name, f"must be >= 0, got {value}")
+    return value
+
+
+def build_start_request(
+    defaults: ProfileOptions,
+    *,
+    global_step: Any = None,
+    step_start: Any = None,
+    step_end: Any = None,
+    step_end_given: bool = False,
+    profile_prefix: str | None = None,
+) -> StartRequest:
+    """Merge request overrides over server defaults and validate.
+
+    ``step_end_given`` distinguishes an explicit ``"step_end": null`` (record
+    until stop) from an absent field (keep the server default).
+    """
+    gs = _int_field("global_step", global_step, allow_none=True)
+    start = defaults.step_start if step_start is None else _int_field("step_start", step_start, allow_none=False)
+    if step_end_given or step_end is not None:
+        end = _int_field("step_end", step_end, allow_none=True)
+    else:
+        end = defaults.step_end
+    assert start is not None
+    check_window(start, end, error=RequestError)
+    return StartRequest(global_step=gs, step_start=start, step_end=end, profile_prefix=profile_prefix)
+
+
+def parse_start_body(
+    body: Mapping[str, Any], defaults: ProfileOptions, native_fields: tuple[str, ...]
+) -> tuple[StartRequest, dict[str, Any]]:
+    """Validate an HTTP start body: returns our request and the native fields.
+
+    Unknown fields are rejected (a misspelt ``global_stpe`` would otherwise
+    silently write to the wrong folder).
+    """
+    if not isinstance(body, Mapping):
+        raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
+    for key in body:
+        if key not in START_FIELDS and key not in native_fields:
+            raise RequestError(key, f"unknown field; accepted: {', '.join(START_FIELDS + native_fields)}")
+    native = {k: body[k] for k in native_fields if k in body and body[k] is not None}
+    prefix = native.get("profile_prefix")
+    if prefix is not None and not isinstance(prefix, str):
+        raise RequestError("profile_prefix", f"must be a string, got {prefix!r}")
+    request = build_start_request(
+        defaults,
+        global_step=body.get("global_step"),
+        step_start=body.get("step_start"),
+        step_end=body.get("step_end"),
+        step_end_given="step_end" in body,
+        profile_prefix=prefix,
+    )
+    return request, native
