@@ -109,16 +109,31 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
     return result
 
 
-async def _async_stop(llm: Any) -> dict:
+def _with_frontend(llm: Any, result: dict) -> dict:
+    """Fold the API-server trace into the workers' status: a session is done
+    only when its frontend trace is written too."""
     recorder = llm.__dict__.get(RECORDER_ATTR)
-    frontend_files = await recorder.stop() if recorder is not None else []
-    result = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"}))
-    result["files"] = result.get("files", []) + frontend_files
+    if recorder is None or recorder.state == "idle":
+        return result
+    result["frontend"] = recorder.summary()
+    result["files"] = result.get("files", []) + recorder.files
+    if result["state"] == "done" and recorder.state in ("recording", "exporting"):
+        result["state"] = "exporting"
+    if recorder.error:
+        result.setdefault("errors", []).append(f"frontend: {recorder.error}")
     return result
 
 
+async def _async_stop(llm: Any) -> dict:
+    recorder = llm.__dict__.get(RECORDER_ATTR)
+    if recorder is not None:
+        await recorder.stop()
+    result = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"}))
+    return _with_frontend(llm, result)
+
+
 async def _async_status(llm: Any) -> dict:
-    return combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
+    return _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"})))
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):

@@ -4,8 +4,11 @@ Native ``Worker.profile`` builds one profiler on the first start and
 ``WorkerProfiler.step()`` counts windows with an off-by-one. We give each
 worker an rlprof ``ProfilerController`` (fresh backend per session, exact
 half-open windows, auto-export at ``step_end``) and tell it when each engine
-iteration begins and ends. An iteration is one ``execute_model`` call plus
-the ``sample_tokens`` call that completes it when sampling is deferred.
+iteration begins and ends. An iteration is one ``execute_model`` call that
+runs a forward pass (it schedules at least one token; vLLM also calls it
+with an empty batch, e.g. to flush finished requests, and those are not
+counted) plus the ``sample_tokens`` call that completes it when sampling is
+deferred.
 """
 
 from __future__ import annotations
@@ -83,9 +86,14 @@ def worker_control(obj: Any, command: dict) -> dict:
 
 
 # ---- wrappers ----------------------------------------------------------
+def _scheduled_tokens(args, kwargs) -> int:
+    scheduler_output = args[0] if args else kwargs.get("scheduler_output")
+    return getattr(scheduler_output, "total_num_scheduled_tokens", 1)
+
+
 def _execute_model(wrapped, instance, args, kwargs):
     ctl = instance.__dict__.get(CONTROLLER_ATTR)
-    if ctl is None or not ctl.active:
+    if ctl is None or not ctl.active or _scheduled_tokens(args, kwargs) <= 0:
         return wrapped(*args, **kwargs)
     if instance.__dict__.pop(PENDING_ATTR, False):
         ctl.end_iteration()  # the previous iteration never reached sample_tokens

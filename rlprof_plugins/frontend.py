@@ -29,20 +29,26 @@ class FrontendRecorder:
         self._directory: Path | None = None
         self._name = ""
         self._task: asyncio.Task | None = None
+        # The last session's outcome, reported next to the workers' status.
+        self.state = "idle"  # idle, recording, exporting, done, failed
+        self.files: list[str] = []
+        self.error: str | None = None
 
-    @property
-    def recording(self) -> bool:
-        return self._backend is not None
+    def summary(self) -> dict:
+        return {"state": self.state, "files": list(self.files), "error": self.error}
 
     async def start(self, directory: Path, prefix: str | None, poll: Callable[[], Awaitable[bool]] | None) -> None:
         if self._backend is not None:
             await self.stop()
         backend = self._backend_factory()
+        self.files, self.error = [], None
         try:
             await asyncio.to_thread(backend.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)
+            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
             return
+        self.state = "recording"
         self._backend, self._directory, self._name = backend, directory, self._worker_name(prefix)
         if poll is not None:
             self._task = asyncio.create_task(self._stop_when_done(poll))
@@ -65,11 +71,14 @@ class FrontendRecorder:
             task.cancel()
         if backend is None or self._directory is None:
             return []
+        self.state = "exporting"
         try:
             await asyncio.to_thread(backend.stop)
             await asyncio.to_thread(self._directory.mkdir, parents=True, exist_ok=True)
             paths = await asyncio.to_thread(backend.export, self._directory, self._name)
         except Exception as e:
             logger.warning("rlprof: frontend trace export failed: %s", e)
+            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
             return []
-        return [str(p) for p in paths]
+        self.state, self.files = "done", [str(p) for p in paths]
+        return list(self.files)

@@ -1,0 +1,75 @@
+"""In-process use of vLLM with the plugin, as verl does it; run by a test.
+
+Prints one JSON line per step: ``RESULT {...}``. A script (not pytest's own
+process) because vLLM's engine processes re-import ``__main__``.
+"""
+
+import asyncio
+import json
+import sys
+
+TINY = sys.argv[2]
+SMALL = dict(max_model_len=256, max_num_seqs=4, max_num_batched_tokens=256, dtype="float32", enforce_eager=True)
+
+
+def emit(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+
+
+def run_llm(trace_dir: str) -> None:
+    from vllm import LLM, SamplingParams
+
+    from rlprof_plugins.errors import ConflictError, RequestError
+
+    llm = LLM(model=TINY, **SMALL, profiler_config={
+        "profiler": "torch", "torch_profiler_dir": trace_dir, "torch_profiler_with_stack": False,
+        "step_start": 1, "step_end": 3})
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    for step in (0, 1, 2):
+        started = llm.start_profile(global_step=step)
+        llm.generate(["the rollout engine"], params)
+        emit(kind="step", step=step, started=started["state"], status=llm.profile_status()["state"],
+             stop=llm.stop_profile()["already_finished"])
+    try:
+        llm.start_profile(global_step=-3)
+    except RequestError as e:
+        emit(kind="error", field=e.field)
+    llm.start_profile(global_step=9, step_start=0, step_end=None)
+    try:
+        llm.start_profile(global_step=10)
+    except ConflictError as e:
+        emit(kind="conflict", message=e.message)
+    llm.generate(["the rollout engine"], params)
+    emit(kind="stop", state=llm.stop_profile()["state"])
+
+
+async def run_async(trace_dir: str) -> None:
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = AsyncEngineArgs(model=TINY, **SMALL, profiler_config={
+        "profiler": "torch", "torch_profiler_dir": trace_dir, "torch_profiler_with_stack": False, "step_end": 2})
+    engine = AsyncLLM.from_engine_args(args)
+    try:
+        for step in (4, 5):
+            await engine.start_profile(global_step=step)
+            async for _ in engine.generate("the rollout engine", SamplingParams(max_tokens=4, ignore_eos=True),
+                                           request_id=f"r{step}"):
+                pass
+            for _ in range(100):
+                status = await engine.profile_status()
+                if status["state"] == "done":
+                    break
+                await asyncio.sleep(0.1)
+            emit(kind="step", step=step, status=status["state"])
+            await engine.stop_profile()
+    finally:
+        engine.shutdown()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "llm":
+        run_llm(sys.argv[3])
+    else:
+        asyncio.run(run_async(sys.argv[3]))

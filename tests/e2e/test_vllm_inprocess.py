@@ -1,0 +1,42 @@
+"""verl-style in-process use: LLM(profiler_config={...}) and AsyncEngineArgs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.traces import iteration_indices, load_trace, rank_traces
+from tests.helpers.vllm_server import TINY_MODEL, cpu_env
+
+SCRIPT = Path(__file__).with_name("inprocess_vllm.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(mode: str, trace_dir: Path) -> list[dict]:
+    proc = subprocess.run([sys.executable, str(SCRIPT), mode, str(TINY_MODEL), str(trace_dir)], capture_output=True,
+                          text=True, env=cpu_env(PYTHONPATH=str(REPO)), timeout=400, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+
+
+def test_llm_with_dict_config(tmp_path):
+    results = run("llm", tmp_path)
+    steps = [r for r in results if r["kind"] == "step"]
+    assert [(r["step"], r["started"], r["status"], r["stop"]) for r in steps] == [
+        (s, "waiting", "done", True) for s in (0, 1, 2)]
+    assert {"kind": "error", "field": "global_step"} in results
+    assert any(r["kind"] == "conflict" for r in results)
+    assert {"kind": "stop", "state": "done"} in results
+    for step in (0, 1, 2):
+        traces = rank_traces(tmp_path / f"global_step_{step}")
+        assert iteration_indices(load_trace(traces["rank0"])) == [1, 2]
+    assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_9")["rank0"])) == list(range(6))
+    assert not (tmp_path / "global_step_10").exists()
+
+
+def test_async_llm_with_engine_args_dict(tmp_path):
+    results = run("async", tmp_path)
+    assert [(r["step"], r["status"]) for r in results if r["kind"] == "step"] == [(4, "done"), (5, "done")]
+    for step in (4, 5):
+        traces = rank_traces(tmp_path / f"global_step_{step}")
+        assert iteration_indices(load_trace(traces["rank0"])) == [0, 1]

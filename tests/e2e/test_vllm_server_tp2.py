@@ -1,0 +1,28 @@
+"""TP=2: every rank writes its trace into each step's folder, step after step."""
+
+from tests.helpers.traces import iteration_indices, load_trace, rank_traces
+
+
+def test_every_rank_every_step_with_window(server_tp2):
+    for step in (0, 1, 2):
+        r = server_tp2.post("/start_profile", {"global_step": step, "step_start": 1, "step_end": 4})
+        assert r.status_code == 200, r.text
+        server_tp2.complete(max_tokens=8)
+        status = server_tp2.wait_state()
+        assert status["state"] == "done" and len(status["ranks"]) == 2
+    for step in (0, 1, 2):
+        traces = rank_traces(server_tp2.trace_dir / f"global_step_{step}")
+        assert sorted(traces) == ["rank0", "rank1"]
+        for rank, path in traces.items():
+            assert iteration_indices(load_trace(path)) == [1, 2, 3], (step, rank)
+
+
+def test_stop_driven_session_on_both_ranks(server_tp2):
+    assert server_tp2.post("/start_profile", {"global_step": 5}).status_code == 200
+    server_tp2.complete(max_tokens=8)
+    r = server_tp2.post("/stop_profile")
+    assert r.status_code == 200 and r.json()["status"] == "stopped"
+    traces = rank_traces(server_tp2.trace_dir / "global_step_5")
+    counts = {rank: iteration_indices(load_trace(p)) for rank, p in traces.items()}
+    assert counts["rank0"] == counts["rank1"] == list(range(8))
+    assert server_tp2.post("/stop_profile").status_code == 409

@@ -1,0 +1,40 @@
+"""Read traces the way a user's viewer would: parse the file, count events."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+ITERATION = re.compile(r"^rlprof::iteration (\d+)$")
+
+
+def load_trace(path: str | Path) -> dict:
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def iteration_indices(trace: dict) -> list[int]:
+    """Indices of the rlprof iteration ranges recorded in a trace, sorted."""
+    found = []
+    for event in trace["traceEvents"]:
+        m = ITERATION.match(str(event.get("name", "")))
+        if m and event.get("ph") == "X":
+            found.append(int(m.group(1)))
+    return sorted(found)
+
+
+def rank_traces(directory: str | Path) -> dict[str, Path]:
+    """Worker traces in a folder, by rank name (``rank0`` ...); frontend excluded."""
+    out = {}
+    for p in sorted(Path(directory).glob("*.pt.trace.json*")):
+        if ".async_llm." in p.name:
+            continue
+        m = re.search(r"(rank\d+)\.\d+\.pt\.trace\.json", p.name)
+        assert m, f"unexpected trace name {p.name}"
+        assert m.group(1) not in out, f"two traces for {m.group(1)} in {directory}"
+        out[m.group(1)] = p
+    return out

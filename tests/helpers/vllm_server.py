@@ -1,0 +1,127 @@
+"""Start and stop a real vLLM OpenAI server on CPU for end-to-end tests.
+
+The recipe (environment, flags) is the verified one from the engine notes:
+tiny model, float32, eager mode, 1 GiB KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_MODEL = Path(os.environ.get("RLPROF_TINY_MODEL", REPO / ".cache" / "tiny-llama"))
+SMALL_FLAGS = [
+    "--max-model-len", "256", "--max-num-seqs", "4", "--max-num-batched-tokens", "256",
+    "--dtype", "float32", "--enforce-eager",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_env(tp: int = 1, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_CPU_OMP_THREADS_BIND="auto" if tp == 1 else "|".join(str(i) for i in range(tp)),
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("RLPROF_OPTIONS", None)
+    env.update(extra)
+    return env
+
+
+def server_command(port: int, profiler_config: dict | None, tp: int = 1, extra: list[str] | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TINY_MODEL),
+           "--host", "127.0.0.1", "--port", str(port), *SMALL_FLAGS]
+    if tp > 1:
+        cmd += ["--tensor-parallel-size", str(tp)]
+    if profiler_config is not None:
+        cmd += ["--profiler-config", json.dumps(profiler_config)]
+    return cmd + list(extra or [])
+
+
+@dataclass
+class VllmServer:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    trace_dir: Path
+
+    def post(self, path: str, body=None, **kw) -> requests.Response:
+        data = None if body is None else (body if isinstance(body, (str, bytes)) else json.dumps(body))
+        return requests.post(self.url + path, data=data, headers={"content-type": "application/json"}, timeout=120, **kw)
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url + path, timeout=60)
+
+    def complete(self, prompt: str = "the rollout engine", max_tokens: int = 8) -> dict:
+        r = self.post("/v1/completions", {"model": str(TINY_MODEL), "prompt": prompt, "max_tokens": max_tokens,
+                                          "temperature": 0, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_state(self, states=("done", "failed"), timeout: float = 60) -> dict:
+        deadline = time.time() + timeout
+        while True:
+            status = self.get("/profile_status").json()
+            if status["state"] in states or time.time() > deadline:
+                return status
+            time.sleep(0.2)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+
+def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 240) -> VllmServer:
+    port = free_port()
+    log_path = tmp / f"server-{port}.log"
+    trace_dir = Path(profiler_config["torch_profiler_dir"]) if profiler_config and "torch_profiler_dir" in profiler_config else tmp
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(server_command(port, profiler_config, tp, extra), stdout=log, stderr=subprocess.STDOUT,
+                                env=cpu_env(tp, **(env or {})), start_new_session=True, cwd=tmp)
+    server = VllmServer(f"http://127.0.0.1:{port}", proc, log_path, trace_dir)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{server.log()[-4000:]}")
+        try:
+            if requests.get(server.url + "/health", timeout=2).status_code == 200:
+                return server
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    server.stop()
+    raise RuntimeError(f"vLLM did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
+
+
+def run_until_exit(tmp: Path, profiler_config_arg: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run the server with raw --profiler-config arguments expecting it to exit (bad config)."""
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TINY_MODEL),
+           "--port", str(free_port()), *SMALL_FLAGS, *profiler_config_arg]
+    return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(), timeout=timeout, cwd=tmp)

@@ -1,0 +1,54 @@
+import pytest
+
+from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
+
+NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_iterations", "max_iterations"]
+
+
+def test_defaults_record_until_stop():
+    assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
+    assert OUR_KEYS == ("step_start", "step_end")
+
+
+def test_split_keeps_native_and_ours_apart():
+    native, ours = split_options({"profiler": "torch", "step_start": 2, "step_end": 6}, NATIVE)
+    assert native == {"profiler": "torch"}
+    assert ours == {"step_start": 2, "step_end": 6}
+
+
+def test_typo_is_rejected_with_suggestion():
+    with pytest.raises(OptionsError) as e:
+        split_options({"profiler": "torch", "step_strat": 2}, NATIVE)
+    assert e.value.key == "step_strat"
+    assert "did you mean 'step_start'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "data, key, fragment",
+    [
+        ({"step_start": -1}, "step_start", ">= 0"),
+        ({"step_start": "2"}, "step_start", "integer"),
+        ({"step_start": True}, "step_start", "integer"),
+        ({"step_start": 1.5}, "step_start", "integer"),
+        ({"step_end": -3}, "step_end", ">= 0"),
+        ({"step_start": 4, "step_end": 4}, "step_end", "greater than step_start"),
+        ({"step_start": 5, "step_end": 2}, "step_end", "greater than step_start"),
+    ],
+)
+def test_invalid_values_name_the_key(data, key, fragment):
+    with pytest.raises(OptionsError) as e:
+        parse_options(data)
+    assert e.value.key == key
+    assert fragment in e.value.message
+
+
+def test_valid_window():
+    assert parse_options({"step_start": 2, "step_end": 6}) == ProfileOptions(2, 6)
+    assert parse_options({"step_end": None}) == ProfileOptions(0, None)
+
+
+def test_keys_of_later_features_are_not_accepted_yet():
+    for later in ("by_stage", "merge", "backend"):
+        with pytest.raises(OptionsError):
+            split_options({later: True}, NATIVE)

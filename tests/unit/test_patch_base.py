@@ -1,0 +1,87 @@
+"""The patch mechanism itself: all-or-nothing apply, exact revert, one warning."""
+
+import logging
+
+import pytest
+
+from tests.unit.patches_under_test import make_module
+from rlprof_plugins.patches.base import Patch, apply_guarded
+
+
+def _double(wrapped, instance, args, kwargs):
+    return 2 * wrapped(*args, **kwargs)
+
+
+def make_patch(name="t.patch", versions=">=1.0,<2", **kw):
+    defaults = dict(
+        name=name, engine="eng", versions=versions, module="m", feature="feature X",
+        why="test", upstream="n/a", wrap={"Engine.run": _double, "helper": _double},
+    )
+    defaults.update(kw)
+    return Patch(**defaults)
+
+
+def test_apply_wraps_and_revert_restores_identity():
+    mod = make_module()
+    original_run, original_helper = mod.Engine.__dict__["run"], mod.helper
+    patch = make_patch()
+    assert apply_guarded(patch, mod, "1.2.0")
+    assert mod.Engine().run() == 2 and mod.helper() == 2
+    patch.revert()
+    assert mod.Engine.__dict__["run"] is original_run and mod.helper is original_helper
+    assert mod.Engine().run() == 1
+
+
+def test_apply_twice_is_a_no_op():
+    mod = make_module()
+    patch = make_patch(name="t.twice")
+    assert apply_guarded(patch, mod, "1.0")
+    assert apply_guarded(patch, mod, "1.0")
+    assert mod.Engine().run() == 2  # wrapped once, not twice
+    patch.revert()
+
+
+def test_inherited_method_is_wrapped_on_the_subclass_and_removed_on_revert():
+    mod = make_module()
+    patch = make_patch(name="t.inherit", wrap={"Child.run": _double})
+    assert apply_guarded(patch, mod, "1.0")
+    assert mod.Child().run() == 2 and mod.Engine().run() == 1
+    patch.revert()
+    assert "run" not in vars(mod.Child) and mod.Child().run() == 1
+
+
+def test_missing_target_changes_nothing_and_warns_once(caplog):
+    mod = make_module()
+    del mod.helper  # the engine changed: one target is gone
+    original_run = mod.Engine.__dict__["run"]
+    patch = make_patch(name="t.missing")
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert not apply_guarded(patch, mod, "1.0")
+        assert not apply_guarded(patch, mod, "1.0")
+    assert mod.Engine.__dict__["run"] is original_run  # the first target was undone
+    warnings = [r for r in caplog.records if "feature X is off" in r.getMessage()]
+    assert len(warnings) == 1 and "eng 1.0" in warnings[0].getMessage()
+
+
+def test_unsupported_version_is_skipped_with_one_warning(caplog):
+    mod = make_module()
+    patch = make_patch(name="t.version")
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert not apply_guarded(patch, mod, "2.5.0")
+        assert not apply_guarded(patch, mod, "2.5.0")
+    assert mod.Engine().run() == 1
+    messages = [r.getMessage() for r in caplog.records if "feature X" in r.getMessage()]
+    assert len(messages) == 1 and "eng 2.5.0 is outside the range >=1.0,<2" in messages[0]
+
+
+def test_local_version_labels_match():
+    assert make_patch().supports("1.4.0+cpu")
+    assert not make_patch().supports("not-a-version")
+
+
+def test_added_attribute_must_not_exist_already():
+    mod = make_module()
+    patch = make_patch(name="t.add", wrap={}, add={"Engine.run": lambda self: 0})
+    with pytest.raises(RuntimeError):
+        patch.apply(mod)
+    assert mod.Engine().run() == 1

@@ -1,0 +1,87 @@
+"""Each vLLM patch against the real vLLM 0.32 modules: apply, revert, refuse."""
+
+import importlib
+import logging
+
+import pytest
+
+from rlprof_plugins.patches import VLLM_PATCHES
+from rlprof_plugins.patches.base import _resolve, apply_guarded
+from rlprof_plugins.patches.vllm_worker import WORKER_PATCH
+from rlprof_plugins.plugins.vllm import vllm_version
+
+
+def test_installed_vllm_is_in_the_declared_range():
+    version = vllm_version()
+    assert version and version.startswith("0.32.0")
+    assert all(p.supports(version) for p in VLLM_PATCHES)
+
+
+@pytest.mark.parametrize("patch", VLLM_PATCHES, ids=lambda p: p.name)
+def test_patch_applies_and_reverts_on_real_module(patch):
+    module = importlib.import_module(patch.module)
+    was_applied = patch.applied
+    patch.revert()
+    pristine = {}
+    for target in patch.targets:
+        parent, attr = _resolve(module, target) if target in patch.wrap else (_resolve(module, target)[0], None)
+        if attr is not None:
+            pristine[target] = vars(parent).get(attr)
+        else:
+            assert not hasattr(parent, target.rsplit(".", 1)[1]), f"{target} exists without the patch"
+    try:
+        assert apply_guarded(patch, module, vllm_version())
+        for target in patch.wrap:
+            parent, attr = _resolve(module, target)
+            assert getattr(vars(parent)[attr], "_self_rlprof_patch", None) == patch.name
+        for target in patch.add:
+            assert hasattr(*_resolve(module, target))
+        patch.revert()
+        for target, original in pristine.items():
+            parent, attr = _resolve(module, target)
+            assert vars(parent).get(attr) is original
+        for target in patch.add:
+            assert not hasattr(*_resolve(module, target))
+    finally:
+        if was_applied:
+            apply_guarded(patch, module, vllm_version())
+
+
+def test_altered_worker_disables_only_its_feature(monkeypatch, caplog):
+    """A release whose Worker has no ``profile`` (the last target): the patch
+    refuses whole, so the earlier targets are left unwrapped too."""
+    from vllm.v1.worker import gpu_worker
+
+    was_applied = WORKER_PATCH.applied
+    WORKER_PATCH.revert()
+    original_execute = vars(gpu_worker.Worker)["execute_model"]
+    monkeypatch.delattr(gpu_worker.Worker, "profile")
+    assert not hasattr(gpu_worker.Worker, "profile")  # WorkerBase has none either
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlprof"):
+            assert not apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
+            assert not apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
+        assert vars(gpu_worker.Worker)["execute_model"] is original_execute
+        assert not WORKER_PATCH.applied
+        warnings = [r.getMessage() for r in caplog.records if r.name == "rlprof"]
+        assert len(warnings) == 1
+        assert "rlprof step windows and global-step folders is off on vllm 0.32.0" in warnings[0]
+    finally:
+        monkeypatch.undo()
+        if was_applied:
+            apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
+
+
+def test_worker_without_hooks_answers_unavailable():
+    from rlprof_plugins.patches.vllm_worker import worker_control
+
+    was_applied = WORKER_PATCH.applied
+    WORKER_PATCH.revert()
+    try:
+        reply = worker_control(object(), {"op": "status"})
+        assert reply["ok"] is False and "not installed" in reply["unavailable"]
+    finally:
+        if was_applied:
+            from vllm.v1.worker import gpu_worker
+
+            apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
