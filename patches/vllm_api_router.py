@@ -23,10 +23,16 @@ logger = logging.getLogger("rlprof")
 NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations")
 
 
+KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError)
+
+
 def _error_response(exc: Exception):
     from fastapi.responses import JSONResponse
 
-    return JSONResponse(status_code=exc.status, content=exc.to_json())  # type: ignore[attr-defined]
+    if isinstance(exc, KNOWN_ERRORS):
+        return JSONResponse(status_code=exc.status, content=exc.to_json())
+    logger.exception("rlprof: profiling route failed")
+    return JSONResponse(status_code=500, content={"error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"}})
 
 
 def build_router(profiler_config):
@@ -53,7 +59,7 @@ def build_router(profiler_config):
             if "step_end" in body:
                 kwargs["step_end"] = request.step_end
             result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
-        except (RequestError, ConflictError, UnavailableError) as e:
+        except Exception as e:
             return _error_response(e)
         logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
         return JSONResponse({"status": "started", **result})
@@ -62,7 +68,7 @@ def build_router(profiler_config):
     async def stop_profile(raw_request: Request):
         try:
             result = await raw_request.app.state.engine_client.stop_profile()
-        except (ConflictError, UnavailableError) as e:
+        except Exception as e:
             return _error_response(e)
         status = "already_finished" if result.get("already_finished") else "stopped"
         return JSONResponse({"status": status, **result})
@@ -71,7 +77,7 @@ def build_router(profiler_config):
     async def profile_status(raw_request: Request):
         try:
             result = await raw_request.app.state.engine_client.profile_status()
-        except UnavailableError as e:
+        except Exception as e:
             return _error_response(e)
         return JSONResponse(result)
 

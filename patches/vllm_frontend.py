@@ -150,6 +150,13 @@ def _wrap_async_stop(wrapped, instance, args, kwargs):
     return _async_stop(instance)
 
 
+def _wrap_async_shutdown(wrapped, instance, args, kwargs):
+    recorder = instance.__dict__.get(RECORDER_ATTR)
+    if recorder is not None:
+        recorder.shutdown()
+    return wrapped(*args, **kwargs)
+
+
 async def profile_status(self) -> dict:
     """rlprof: the state of the current profiling session on every rank."""
     return await _async_status(self)
@@ -191,7 +198,11 @@ ASYNC_LLM_PATCH = Patch(
     feature=FEATURE,
     why="AsyncLLM.start_profile takes no global step and cannot report session state",
     upstream="start_profile(request) with a global step and a status method",
-    wrap={"AsyncLLM.start_profile": _wrap_async_start, "AsyncLLM.stop_profile": _wrap_async_stop},
+    wrap={
+        "AsyncLLM.start_profile": _wrap_async_start,
+        "AsyncLLM.stop_profile": _wrap_async_stop,
+        "AsyncLLM.shutdown": _wrap_async_shutdown,
+    },
     add={"AsyncLLM.profile_status": profile_status},
 )
 

@@ -143,6 +143,16 @@ def _profile(wrapped, instance, args, kwargs):
     return None
 
 
+def _shutdown(wrapped, instance, args, kwargs):
+    ctl = instance.__dict__.get(CONTROLLER_ATTR)
+    if ctl is not None:
+        try:
+            ctl.shutdown()
+        except Exception:  # shutting down must go on regardless
+            pass
+    return wrapped(*args, **kwargs)
+
+
 WORKER_PATCH = Patch(
     name="vllm.worker.profile",
     engine="vllm",
@@ -158,6 +168,7 @@ WORKER_PATCH = Patch(
         "Worker.execute_model": _execute_model,
         "Worker.sample_tokens": _sample_tokens,
         "Worker.profile": _profile,
+        "Worker.shutdown": _shutdown,
     },
 )
 

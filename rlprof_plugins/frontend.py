@@ -63,6 +63,20 @@ class FrontendRecorder:
             logger.warning("rlprof: frontend could not poll the workers (%s); stopping its trace", e)
         await self.stop()
 
+    def shutdown(self) -> None:
+        """Synchronous stop for process shutdown (no event loop needed): a
+        profiler left running at exit crashes torch's teardown."""
+        backend, self._backend = self._backend, None
+        if backend is None or self._directory is None:
+            return
+        try:
+            backend.stop()
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self.files = [str(p) for p in backend.export(self._directory, self._name)]
+            self.state = "done"
+        except Exception as e:
+            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+
     async def stop(self) -> list[str]:
         """Stop and export; returns the files written (none if not recording)."""
         backend, self._backend = self._backend, None

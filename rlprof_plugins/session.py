@@ -54,7 +54,7 @@ class Session:
     recorded: int = 0
     files: list[str] = field(default_factory=list)
     error: str | None = None
-    ended_by: str | None = None  # "stop", "window" or "error"
+    ended_by: str | None = None  # "stop", "window", "error" or "shutdown"
     stop_acknowledged: bool = False
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
@@ -155,6 +155,18 @@ class ProfilerController:
             s.stop_acknowledged = True
             return self._reply(True, already_finished=True)
         return self._reply(False, conflict="no profiling session is running")
+
+    def shutdown(self) -> None:
+        """Finish a running session before the worker goes away.
+
+        A torch profiler still running at interpreter exit crashes torch's
+        teardown; like vLLM's own ``WorkerProfiler.shutdown``, write what was
+        recorded.
+        """
+        with self._lock:
+            s = self._session
+            if s is not None and s.state in ACTIVE_STATES:
+                self._finish(s, ended_by="shutdown")
 
     # ---- engine iterations (hot path) -----------------------------------
     def begin_iteration(self) -> None:

@@ -113,11 +113,13 @@ def test_uncreatable_step_folder_fails_the_session_not_the_caller(tmp_path):
 
 
 def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
+    broken = [True]  # only the first session's export breaks
+
     class BrokenExport(TorchProfilerBackend):
         def export(self, directory, worker_name):
-            real = super().export  # write a temp, then fail mid-way
-            self._prof.export_chrome_trace = lambda path: (Path(path).write_text("{partial"), 1 / 0)
-            return real(directory, worker_name)
+            if broken.pop() if broken else False:  # write a temp, then fail mid-way
+                self._prof.export_chrome_trace = lambda path: (Path(path).write_text("{partial"), 1 / 0)
+            return super().export(directory, worker_name)
 
     ctl = make_controller(tmp_path, lambda: BrokenExport(TorchSettings(write_table=False)))
     start(ctl, global_step=9, step_end=1)
@@ -127,6 +129,8 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
     assert list((tmp_path / "global_step_9").iterdir()) == []
     # the controller keeps working for the next session
     assert start(ctl, global_step=10, step_end=1)["ok"]
+    run_iterations(ctl, 1)
+    assert ctl.handle({"op": "status"})["session"]["state"] == "done"
 
 
 def test_backend_that_cannot_start_fails_the_session(tmp_path):
@@ -139,3 +143,14 @@ def test_backend_that_cannot_start_fails_the_session(tmp_path):
     assert reply["session"]["state"] == "failed"
     assert "profiler busy" in reply["session"]["error"]
     assert not ctl.active
+
+
+def test_shutdown_writes_a_running_session(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=3)
+    run_iterations(ctl, 2)
+    ctl.shutdown()
+    s = ctl.handle({"op": "status"})["session"]
+    assert s["state"] == "done" and s["ended_by"] == "shutdown"
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_3"))) == [0, 1]
+    ctl.shutdown()  # nothing running: a no-op
