@@ -4,12 +4,20 @@ vLLM's routes ignore unknown body fields, answer a double stop with HTTP 500
 and return no information. When rlprof runs the sessions we register our own
 routes at the same paths instead of vLLM's (only when a profiler is
 configured, as vLLM does), plus ``GET /profile_status``.
+
+vLLM's ``--api-key`` guards only ``/v1``-style paths, so anyone who reaches
+the server could start profiles and fill its disk. Our routes require the
+same key (``--api-key`` or ``VLLM_API_KEY``) whenever one is configured,
+unless ``routes_require_api_key`` is false.
 """
 
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
+import hashlib
 import json
 import logging
+import os
+import secrets
 
 from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
 from rlprof_plugins.requests import parse_start_body
@@ -35,12 +43,34 @@ def _error_response(exc: Exception):
     return JSONResponse(status_code=500, content={"error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"}})
 
 
-def build_router(profiler_config):
-    from fastapi import APIRouter, Request
+def api_tokens(args) -> list[str]:
+    """The server's API keys, as vLLM's AuthenticationMiddleware finds them."""
+    return [k for k in (getattr(args, "api_key", None) or [os.environ.get("VLLM_API_KEY")]) if k]
+
+
+def authorized(header: str | None, tokens: list[str]) -> bool:
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    digest = hashlib.sha256(given.encode()).digest()
+    return any(secrets.compare_digest(digest, hashlib.sha256(t.encode()).digest()) for t in tokens)
+
+
+def build_router(profiler_config, tokens: list[str]):
+    from fastapi import APIRouter, Depends, Request
     from fastapi.responses import JSONResponse
 
-    router = APIRouter()
     defaults = options_of(profiler_config)
+    guarded = bool(tokens) and defaults.routes_require_api_key
+
+    class Unauthorized(Exception):
+        pass
+
+    async def check_key(request: Request) -> None:
+        if guarded and not authorized(request.headers.get("Authorization"), tokens):
+            raise Unauthorized()
+
+    router = APIRouter(dependencies=[Depends(check_key)])
 
     @router.post("/start_profile")
     async def start_profile(raw_request: Request):
@@ -58,6 +88,8 @@ def build_router(profiler_config):
                 kwargs["step_start"] = request.step_start
             if "step_end" in body:
                 kwargs["step_end"] = request.step_end
+            if "by_stage" in body:
+                kwargs["by_stage"] = request.by_stage
             result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
         except Exception as e:
             return _error_response(e)
@@ -76,12 +108,15 @@ def build_router(profiler_config):
     @router.get("/profile_status")
     async def profile_status(raw_request: Request):
         try:
-            result = await raw_request.app.state.engine_client.profile_status()
+            step = raw_request.query_params.get("global_step")
+            if step is not None and not step.isdigit():
+                raise RequestError("global_step", f"must be an integer >= 0, got {step!r}")
+            result = await raw_request.app.state.engine_client.profile_status(None if step is None else int(step))
         except Exception as e:
             return _error_response(e)
         return JSONResponse(result)
 
-    return router
+    return router, Unauthorized
 
 
 def _wrap_attach_router(wrapped, instance, args, kwargs):
@@ -89,11 +124,26 @@ def _wrap_attach_router(wrapped, instance, args, kwargs):
     cfg = getattr(app.state.args, "profiler_config", None)
     if not plugin_handles(cfg):
         return wrapped(*args, **kwargs)
+    from fastapi.responses import JSONResponse
+
+    tokens = api_tokens(app.state.args)
+    router, unauthorized = build_router(cfg, tokens)
+    if tokens and not options_of(cfg).routes_require_api_key:
+        logger.warning("rlprof: profiling routes are NOT guarded by the API key (routes_require_api_key=false)")
     logger.warning(
-        "Profiler with mode 'torch' is enabled in the API server (rlprof routes). "
-        "This should ONLY be used for local development!"
+        "Profiler with mode 'torch' is enabled in the API server (rlprof routes%s). "
+        "This should ONLY be used for local development!",
+        ", API key required" if tokens and options_of(cfg).routes_require_api_key else "",
     )
-    app.include_router(build_router(cfg))
+    app.include_router(router)
+    app.add_exception_handler(
+        unauthorized,
+        lambda request, exc: JSONResponse(
+            status_code=401,
+            content={"error": {"type": "unauthorized", "message": "profiling routes need the server's API key "
+                                                                  "(Authorization: Bearer <key>)"}},
+        ),
+    )
     return None
 
 

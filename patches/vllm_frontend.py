@@ -31,7 +31,7 @@ _UNSET = object()
 
 
 def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None,
-             global_step=None, step_start=None, step_end=_UNSET) -> StartRequest:
+             global_step=None, step_start=None, step_end=_UNSET, by_stage=None) -> StartRequest:
     from vllm.config.profiler import validate_profile_prefix
 
     try:
@@ -56,6 +56,7 @@ def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterat
         step_end=None if step_end is _UNSET else step_end,
         step_end_given=step_end is not _UNSET,
         profile_prefix=profile_prefix,
+        by_stage=by_stage,
     )
     session_dir(cfg.torch_profiler_dir, request.global_step)  # containment check before any write
     return request
@@ -77,6 +78,7 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
 
         settings = TorchSettings(
             activities=("CPU",),
+            write_table=options_of(cfg).operator_table,
             record_shapes=cfg.torch_profiler_record_shapes,
             with_stack=cfg.torch_profiler_with_stack,
             with_memory=cfg.torch_profiler_with_memory,
@@ -105,7 +107,17 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
             status = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
             return status["state"] in ("waiting", "recording")
 
-        await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None)
+        info = None
+        if request.global_step is not None:
+            from vllm.version import __version__ as engine_version
+
+            from rlprof_plugins import __version__ as plugin_version
+
+            info = {"session_id": request.session_id, "header": {
+                "engine": "vllm", "engine_version": engine_version, "plugin_version": plugin_version,
+                "expected_ranks": llm.vllm_config.parallel_config.world_size, "global_step": request.global_step}}
+        await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
+                             manifest_info=info)
     return result
 
 
@@ -127,13 +139,17 @@ def _with_frontend(llm: Any, result: dict) -> dict:
 async def _async_stop(llm: Any) -> dict:
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is not None:
-        await recorder.stop()
+        recorder.stop_soon()  # its export must not delay the answer either
     result = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"}))
     return _with_frontend(llm, result)
 
 
-async def _async_status(llm: Any) -> dict:
-    return _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"})))
+async def _async_status(llm: Any, global_step: int | None = None) -> dict:
+    command = {"op": "status", "global_step": global_step}
+    result = combine(await llm.engine_core.call_utility_async(UTILITY, command))
+    if global_step is not None and result.get("global_step") != global_step:
+        return result  # an older step: the frontend recorder follows the newest
+    return _with_frontend(llm, result)
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):
@@ -157,9 +173,9 @@ def _wrap_async_shutdown(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
-async def profile_status(self) -> dict:
-    """rlprof: the state of the current profiling session on every rank."""
-    return await _async_status(self)
+async def profile_status(self, global_step: int | None = None) -> dict:
+    """rlprof: the state of the current (or the given step's) session on every rank."""
+    return await _async_status(self, global_step)
 
 
 # ---- LLM (synchronous, in-process) ----------------------------------------
@@ -185,9 +201,9 @@ def _wrap_llm_stop(wrapped, instance, args, kwargs):
     return combine(_call_sync(instance, {"op": "stop"}))
 
 
-def llm_profile_status(self) -> dict:
-    """rlprof: the state of the current profiling session on every rank."""
-    return combine(_call_sync(self, {"op": "status"}))
+def llm_profile_status(self, global_step: int | None = None) -> dict:
+    """rlprof: the state of the current (or the given step's) session on every rank."""
+    return combine(_call_sync(self, {"op": "status", "global_step": global_step}))
 
 
 ASYNC_LLM_PATCH = Patch(

@@ -16,10 +16,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import dataclasses
+
+from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.requests import build_start_request
 from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.stages import IterationInfo
 
 from .base import Patch
 from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
@@ -31,17 +35,22 @@ FEATURE = "rlprof step windows and global-step folders"
 _PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}
 
 
+def _vllm_version() -> str | None:
+    try:
+        import vllm.version
+
+        return vllm.version.__version__
+    except Exception:
+        return None
+
+
 def _settings(cfg: Any) -> TorchSettings:
     from vllm.platforms import current_platform
 
     activities = tuple(cfg.torch_profiler_activities or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
     cpu_only = activities == ("CPU",)
-    try:
-        import vllm.version
-
-        metadata = {"vllm_version": json.dumps(vllm.version.__version__)}
-    except Exception:
-        metadata = {}
+    version = _vllm_version()
+    metadata = {"vllm_version": json.dumps(version)} if version else {}
     return TorchSettings(
         activities=activities,
         record_shapes=cfg.torch_profiler_record_shapes,
@@ -49,7 +58,6 @@ def _settings(cfg: Any) -> TorchSettings:
         with_memory=cfg.torch_profiler_with_memory,
         with_flops=cfg.torch_profiler_with_flops,
         use_gzip=cfg.torch_profiler_use_gzip,
-        write_table=cpu_only or cfg.torch_profiler_dump_cuda_time_total,
         table_sort_key="self_cpu_time_total" if cpu_only else "self_device_time_total",
         extra_metadata=metadata,
     )
@@ -66,7 +74,15 @@ def controller_for(worker: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
             worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
-            backend_factory=lambda: TorchProfilerBackend(settings),
+            rank_name=suffix,
+            backend_factory=lambda table: TorchProfilerBackend(dataclasses.replace(settings, write_table=table)),
+            manifest_header={
+                "engine": "vllm",
+                "engine_version": _vllm_version(),
+                "plugin_version": PLUGIN_VERSION,
+                "expected_ranks": worker.vllm_config.parallel_config.world_size,
+                "trace_dir": cfg.torch_profiler_dir,
+            },
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
     return ctl
@@ -86,18 +102,38 @@ def worker_control(obj: Any, command: dict) -> dict:
 
 
 # ---- wrappers ----------------------------------------------------------
-def _scheduled_tokens(args, kwargs) -> int:
-    scheduler_output = args[0] if args else kwargs.get("scheduler_output")
-    return getattr(scheduler_output, "total_num_scheduled_tokens", 1)
+def _scheduler_output(args, kwargs) -> Any:
+    return args[0] if args else kwargs.get("scheduler_output")
+
+
+def iteration_info(scheduler_output: Any) -> IterationInfo | None:
+    """Prompt vs generation tokens of one iteration, as vLLM's own trace
+    annotation counts them (``compute_iteration_details``: a request is in
+    its context phase until it has produced a token, so chunked-prefill
+    chunks count as prompt tokens)."""
+    try:
+        from vllm.v1.utils import compute_iteration_details
+
+        d = compute_iteration_details(scheduler_output)
+        return IterationInfo(
+            prefill_tokens=d.num_ctx_tokens,
+            decode_tokens=d.num_generation_tokens,
+            batch_size=d.num_ctx_requests + d.num_generation_requests,
+        )
+    except Exception:
+        return None
 
 
 def _execute_model(wrapped, instance, args, kwargs):
     ctl = instance.__dict__.get(CONTROLLER_ATTR)
-    if ctl is None or not ctl.active or _scheduled_tokens(args, kwargs) <= 0:
+    if ctl is None or not ctl.active:
+        return wrapped(*args, **kwargs)
+    scheduler_output = _scheduler_output(args, kwargs)
+    if getattr(scheduler_output, "total_num_scheduled_tokens", 1) <= 0:
         return wrapped(*args, **kwargs)
     if instance.__dict__.pop(PENDING_ATTR, False):
         ctl.end_iteration()  # the previous iteration never reached sample_tokens
-    ctl.begin_iteration()
+    ctl.begin_iteration(iteration_info(scheduler_output))
     try:
         output = wrapped(*args, **kwargs)
     except BaseException:

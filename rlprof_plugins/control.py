@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .errors import ConflictError, RequestError, UnavailableError
+from .manifest import aggregate_state
 
 UNAVAILABLE = "unavailable"
 
@@ -20,13 +21,6 @@ UNAVAILABLE = "unavailable"
 def unavailable_reply(reason: str) -> dict[str, Any]:
     """What a worker without the plugin's hooks answers."""
     return {"ok": False, UNAVAILABLE: reason}
-
-
-def _aggregate_state(states: Sequence[str]) -> str:
-    for state in ("failed", "recording", "waiting"):
-        if state in states:
-            return state
-    return "done" if states else "idle"
 
 
 def combine(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -53,11 +47,13 @@ def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) 
         return {"state": "idle", "ranks": []}
     first = sessions[0]
     return {
+        "session_id": first.get("session_id"),
         "global_step": first.get("global_step"),
-        "state": _aggregate_state([s["state"] for s in sessions]),
+        "state": aggregate_state([s["state"] for s in sessions]),
         "directory": first.get("directory"),
         "step_start": first.get("step_start"),
         "step_end": first.get("step_end"),
+        "by_stage": first.get("by_stage"),
         "already_finished": any(r.get("already_finished") for r in replies),
         "ranks": sessions,
         "files": [f for s in sessions for f in s.get("files", [])],

@@ -14,7 +14,8 @@ import logging
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from .backends import Backend
+from . import manifest
+from .backends import Backend, ExportedFile
 
 logger = logging.getLogger("rlprof")
 
@@ -33,23 +34,52 @@ class FrontendRecorder:
         self.state = "idle"  # idle, recording, exporting, done, failed
         self.files: list[str] = []
         self.error: str | None = None
+        self._manifest: dict | None = None  # session_id + header, for step sessions
+        self._pending: asyncio.Future | None = None  # a background stop, kept referenced
+
+    def _set(self, state: str, written: list[ExportedFile] | None = None, error: str | None = None) -> None:
+        """Record a state change, and mirror it into the step's manifest."""
+        self.state, self.error = state, error
+        if written is not None:
+            self.files = [str(f.path) for f in written]
+        if self._manifest is None or self._directory is None:
+            return
+        section = {
+            "role": "frontend",
+            "state": state,
+            "error": error,
+            "files": [f.describe(self._directory, "frontend", "frontend") for f in written or []],
+        }
+        try:
+            manifest.update(self._directory, session_id=self._manifest["session_id"], writer="frontend",
+                            section=section, header=self._manifest["header"])
+        except Exception as e:
+            logger.warning("rlprof: could not update %s/manifest.json: %s", self._directory, e)
 
     def summary(self) -> dict:
         return {"state": self.state, "files": list(self.files), "error": self.error}
 
-    async def start(self, directory: Path, prefix: str | None, poll: Callable[[], Awaitable[bool]] | None) -> None:
+    async def start(
+        self,
+        directory: Path,
+        prefix: str | None,
+        poll: Callable[[], Awaitable[bool]] | None,
+        manifest_info: dict | None = None,
+    ) -> None:
+        """``manifest_info`` (``session_id``, ``header``) for global-step sessions."""
         if self._backend is not None:
             await self.stop()
         backend = self._backend_factory()
-        self.files, self.error = [], None
+        self.files = []
+        self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
         try:
             await asyncio.to_thread(backend.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)
-            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+            await asyncio.to_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return
-        self.state = "recording"
-        self._backend, self._directory, self._name = backend, directory, self._worker_name(prefix)
+        self._backend = backend
+        await asyncio.to_thread(self._set, "recording")
         if poll is not None:
             self._task = asyncio.create_task(self._stop_when_done(poll))
 
@@ -72,10 +102,14 @@ class FrontendRecorder:
         try:
             backend.stop()
             self._directory.mkdir(parents=True, exist_ok=True)
-            self.files = [str(p) for p in backend.export(self._directory, self._name)]
-            self.state = "done"
+            self._set("done", backend.export(self._directory, self._name))
         except Exception as e:
-            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+            self._set("failed", None, f"{type(e).__name__}: {e}")
+
+    def stop_soon(self) -> None:
+        """Stop and export in the background; ``state`` says when it is done."""
+        if self._backend is not None:
+            self._pending = asyncio.ensure_future(self.stop())
 
     async def stop(self) -> list[str]:
         """Stop and export; returns the files written (none if not recording)."""
@@ -89,10 +123,10 @@ class FrontendRecorder:
         try:
             await asyncio.to_thread(backend.stop)
             await asyncio.to_thread(self._directory.mkdir, parents=True, exist_ok=True)
-            paths = await asyncio.to_thread(backend.export, self._directory, self._name)
+            written = await asyncio.to_thread(backend.export, self._directory, self._name)
         except Exception as e:
             logger.warning("rlprof: frontend trace export failed: %s", e)
-            self.state, self.error = "failed", f"{type(e).__name__}: {e}"
+            await asyncio.to_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return []
-        self.state, self.files = "done", [str(p) for p in paths]
+        await asyncio.to_thread(self._set, "done", written)
         return list(self.files)

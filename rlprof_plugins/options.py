@@ -6,9 +6,9 @@ knows only our keys: it splits them out of a mapping, validates them and
 names the key at fault. Which native keys exist is the caller's (the engine
 patch's) knowledge, passed in as ``native_keys``.
 
-Keys planned by later features (``by_stage``, ``merge``, ``backend``, NPU
-settings) are deliberately absent until they do something: an accepted key
-that does nothing would be a silent lie.
+Keys planned by later features (``merge``, ``backend``, NPU settings) are
+deliberately absent until they do something: an accepted key that does
+nothing would be a silent lie.
 """
 
 from __future__ import annotations
@@ -28,10 +28,21 @@ class ProfileOptions:
     on a worker) from each start request; the window is half-open, so exactly
     ``step_end - step_start`` iterations are recorded. ``step_end=None``
     records until a stop request.
+
+    ``by_stage`` writes one trace per stage (prefill, decode) instead of one
+    per rank. ``operator_table`` also writes torch's operator table
+    (``profiler_out.txt``); off by default because building it holds the
+    GIL for seconds and slows the engine. ``keep_last_steps`` keeps only the
+    newest N global-step folders. ``routes_require_api_key`` guards the
+    profiling routes with the server's API key when one is configured.
     """
 
     step_start: int = 0
     step_end: int | None = None
+    by_stage: bool = False
+    operator_table: bool = False
+    keep_last_steps: int | None = None
+    routes_require_api_key: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,6 +67,12 @@ def _check_int(key: str, value: Any, *, allow_none: bool) -> int | None:
     return value
 
 
+def _check_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise OptionsError(key, f"must be true or false, got {value!r}")
+    return value
+
+
 def check_window(step_start: int, step_end: int | None, error=OptionsError) -> None:
     """Reject empty or inverted windows; ``error`` lets request parsing reuse it."""
     if step_end is not None and step_end <= step_start:
@@ -75,7 +92,17 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     step_end = _check_int("step_end", data.get("step_end"), allow_none=True)
     assert step_start is not None
     check_window(step_start, step_end)
-    return ProfileOptions(step_start=step_start, step_end=step_end)
+    keep = _check_int("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
+    if keep == 0:
+        raise OptionsError("keep_last_steps", "must be >= 1 (or null to keep every step)")
+    return ProfileOptions(
+        step_start=step_start,
+        step_end=step_end,
+        by_stage=_check_bool("by_stage", data.get("by_stage", False)),
+        operator_table=_check_bool("operator_table", data.get("operator_table", False)),
+        keep_last_steps=keep,
+        routes_require_api_key=_check_bool("routes_require_api_key", data.get("routes_require_api_key", True)),
+    )
 
 
 def split_options(

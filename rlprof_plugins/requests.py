@@ -9,14 +9,15 @@ anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from .errors import RequestError
 from .options import ProfileOptions, check_window
 
 # Fields our start request understands, next to the engine's native ones.
-START_FIELDS = ("global_step", "step_start", "step_end")
+START_FIELDS = ("global_step", "step_start", "step_end", "by_stage")
 
 
 @dataclass(frozen=True)
@@ -27,15 +28,13 @@ class StartRequest:
     step_start: int
     step_end: int | None
     profile_prefix: str | None = None
+    by_stage: bool = False
+    operator_table: bool = False
+    keep_last_steps: int | None = None
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def to_command(self) -> dict[str, Any]:
-        return {
-            "op": "start",
-            "global_step": self.global_step,
-            "step_start": self.step_start,
-            "step_end": self.step_end,
-            "profile_prefix": self.profile_prefix,
-        }
+        return {"op": "start", **asdict(self)}
 
 
 def _int_field(name: str, value: Any, *, allow_none: bool) -> int | None:
@@ -56,6 +55,7 @@ def build_start_request(
     step_end: Any = None,
     step_end_given: bool = False,
     profile_prefix: str | None = None,
+    by_stage: Any = None,
 ) -> StartRequest:
     """Merge request overrides over server defaults and validate.
 
@@ -70,7 +70,17 @@ def build_start_request(
         end = defaults.step_end
     assert start is not None
     check_window(start, end, error=RequestError)
-    return StartRequest(global_step=gs, step_start=start, step_end=end, profile_prefix=profile_prefix)
+    if by_stage is not None and not isinstance(by_stage, bool):
+        raise RequestError("by_stage", f"must be true or false, got {by_stage!r}")
+    return StartRequest(
+        global_step=gs,
+        step_start=start,
+        step_end=end,
+        profile_prefix=profile_prefix,
+        by_stage=defaults.by_stage if by_stage is None else by_stage,
+        operator_table=defaults.operator_table,
+        keep_last_steps=defaults.keep_last_steps,
+    )
 
 
 def parse_start_body(
@@ -97,5 +107,6 @@ def parse_start_body(
         step_end=body.get("step_end"),
         step_end_given="step_end" in body,
         profile_prefix=prefix,
+        by_stage=body.get("by_stage"),
     )
     return request, native

@@ -16,6 +16,17 @@ def emit(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
 
+def settle(status_fn):
+    import time
+
+    for _ in range(300):
+        status = status_fn()
+        if status["state"] not in ("waiting", "recording", "exporting"):
+            return status
+        time.sleep(0.1)
+    return status
+
+
 def run_llm(trace_dir: str) -> None:
     from vllm import LLM, SamplingParams
 
@@ -28,7 +39,7 @@ def run_llm(trace_dir: str) -> None:
     for step in (0, 1, 2):
         started = llm.start_profile(global_step=step)
         llm.generate(["the rollout engine"], params)
-        emit(kind="step", step=step, started=started["state"], status=llm.profile_status()["state"],
+        emit(kind="step", step=step, started=started["state"], status=settle(llm.profile_status)["state"],
              stop=llm.stop_profile()["already_finished"])
     try:
         llm.start_profile(global_step=-3)
@@ -41,6 +52,7 @@ def run_llm(trace_dir: str) -> None:
         emit(kind="conflict", message=e.message)
     llm.generate(["the rollout engine"], params)
     emit(kind="stop", state=llm.stop_profile()["state"])
+    emit(kind="settled", state=settle(llm.profile_status)["state"])
 
 
 async def run_async(trace_dir: str) -> None:

@@ -26,7 +26,8 @@ def test_llm_with_dict_config(tmp_path):
         (s, "waiting", "done", True) for s in (0, 1, 2)]
     assert {"kind": "error", "field": "global_step"} in results
     assert any(r["kind"] == "conflict" for r in results)
-    assert {"kind": "stop", "state": "done"} in results
+    assert any(r["kind"] == "stop" and r["state"] in ("exporting", "done") for r in results)
+    assert {"kind": "settled", "state": "done"} in results
     for step in (0, 1, 2):
         traces = rank_traces(tmp_path / f"global_step_{step}")
         assert iteration_indices(load_trace(traces["rank0"])) == [1, 2]

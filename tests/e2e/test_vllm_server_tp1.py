@@ -1,12 +1,14 @@
 """The real vLLM 0.32 server (TP=1) with the plugin: folders, windows, errors."""
 
+import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.traces import iteration_indices, load_trace, rank_traces
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_traces
 
 ONE_REQUEST_TOKENS = 8  # one request, ignore_eos: 1 prefill + 7 decode iterations
 
@@ -51,6 +53,8 @@ def test_stop_driven_session_counts_every_engine_iteration(server_tp1):
     server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
     stop = server_tp1.post("/stop_profile")
     assert stop.status_code == 200 and stop.json()["status"] == "stopped"
+    assert stop.json()["state"] in ("exporting", "done")  # the export does not hold the answer
+    assert server_tp1.wait_state()["state"] == "done"
     trace = load_trace(rank_traces(server_tp1.trace_dir / "global_step_10")["rank0"])
     assert iteration_indices(trace) == list(range(ONE_REQUEST_TOKENS))
 
@@ -64,6 +68,7 @@ def test_without_global_step_files_land_where_vllm_puts_them(server_tp1):
     assert {p.parent for p in new} == {server_tp1.trace_dir.resolve()}
     rank = [p for p in new if p.name.startswith("rank0.") and p.name.endswith(".pt.trace.json.gz")]
     assert len(rank) == 1 and iteration_indices(load_trace(rank[0])) == [0, 1]
+    assert not any(p.name == "manifest.json" for p in new)  # manifests are for step folders only
 
 
 def test_prefix_and_native_window_fields(server_tp1):
@@ -122,6 +127,7 @@ def test_conflicts_get_409_while_completions_keep_being_served(server_tp1):
         assert server_tp1.post("/stop_profile").status_code == 200
         nothing = server_tp1.post("/stop_profile")
         assert nothing.status_code == 409 and nothing.json()["error"]["type"] == "conflict"
+        assert server_tp1.wait_state()["state"] == "done"  # traffic goes on during the export
         time.sleep(0.5)
     finally:
         stop.set()
@@ -130,3 +136,77 @@ def test_conflicts_get_409_while_completions_keep_being_served(server_tp1):
     assert not (server_tp1.trace_dir / "global_step_31").exists()
     trace = load_trace(rank_traces(server_tp1.trace_dir / "global_step_30")["rank0"])
     assert len(iteration_indices(trace)) > 0
+
+
+def test_by_stage_splits_every_iteration_into_exactly_one_stage(server_tp1):
+    r = server_tp1.post("/start_profile", {"global_step": 40, "step_start": 0, "step_end": 12, "by_stage": True})
+    assert r.status_code == 200 and r.json()["by_stage"] is True
+    # a rollout batch: staggered requests give prefill, decode and mixed iterations
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda k: (time.sleep(0.15 * k), server_tp1.complete(f"prompt {k} the rollout", 8)), range(3)))
+    status = server_tp1.wait_state()
+    assert status["state"] == "done", status
+    folder = server_tp1.trace_dir / "global_step_40"
+    assert not rank_traces(folder), "by_stage writes stage files, not a whole-window trace"
+    per_stage = {}
+    for stage in ("prefill", "decode"):
+        (path,) = folder.glob(f"rank0.*.{stage}.pt.trace.json.gz")
+        trace = load_trace(path)
+        details = iteration_details(trace)
+        assert all(d[0] == stage for d in details.values())
+        for index, (_, prefill_tokens, decode_tokens, batch) in details.items():
+            assert batch >= 1
+            assert (prefill_tokens > 0) if stage == "prefill" else (prefill_tokens == 0 and decode_tokens > 0)
+        assert_events_inside_iterations(trace)
+        per_stage[stage] = set(details)
+    assert per_stage["prefill"] and per_stage["decode"]
+    assert per_stage["prefill"].isdisjoint(per_stage["decode"])
+    assert per_stage["prefill"] | per_stage["decode"] == set(range(12))
+    assert status["ranks"][0]["stage_iterations"] == {s: len(v) for s, v in per_stage.items()}
+
+
+def assert_events_inside_iterations(trace: dict) -> None:
+    """Every timed event of the worker process lies inside one of the file's iterations."""
+    iterations = [(e["ts"], e["ts"] + e["dur"], e["pid"]) for e in trace["traceEvents"]
+                  if str(e.get("name", "")).startswith("rlprof::iteration") and e.get("ph") == "X"]
+    pid = iterations[0][2]
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "M" or "ts" not in e or e.get("pid") != pid:
+            continue
+        assert any(start <= e["ts"] <= end for start, end, _ in iterations), e
+
+
+def test_manifest_and_status_by_global_step(server_tp1):
+    for step in (50, 51):
+        assert server_tp1.post("/start_profile", {"global_step": step, "step_start": 0, "step_end": 3}).status_code == 200
+        server_tp1.complete()
+        assert server_tp1.wait_state()["state"] == "done"
+    older = server_tp1.get("/profile_status?global_step=50").json()
+    assert older["global_step"] == 50 and older["state"] == "done"
+    assert server_tp1.get("/profile_status?global_step=999").json()["state"] == "idle"
+    assert server_tp1.get("/profile_status?global_step=x").status_code == 400
+    folder = server_tp1.trace_dir / "global_step_50"
+    m = json.loads((folder / "manifest.json").read_text())
+    assert (m["engine"], m["global_step"], m["state"], m["expected_ranks"]) == ("vllm", 50, "done", 1)
+    assert m["engine_version"].startswith("0.32.0") and m["plugin_version"]
+    assert m["window"] == {"step_start": 0, "step_end": 3}
+    assert m["writers"]["rank0"]["iterations_recorded"] == 3
+    assert m["writers"]["frontend"]["state"] == "done"
+    on_disk = {p.name for p in folder.iterdir() if not p.name.startswith(".") and p.name != "manifest.json"}
+    assert {f["path"] for f in m["files"]} == on_disk
+    for f in m["files"]:
+        assert f["bytes"] == (folder / f["path"]).stat().st_size
+    assert {(f["role"], f["rank"]) for f in m["files"]} == {("worker", "rank0"), ("frontend", "frontend")}
+
+
+def test_failed_export_is_reported_and_serving_goes_on(server_tp1):
+    (server_tp1.trace_dir / "global_step_60").write_text("a file where the step folder should go")
+    assert server_tp1.post("/start_profile", {"global_step": 60, "step_start": 0, "step_end": 2}).status_code == 200
+    server_tp1.complete()
+    status = server_tp1.wait_state()
+    assert status["state"] == "failed"
+    assert any("FileExistsError" in e for e in status["errors"])
+    server_tp1.complete()  # still serving
+    assert server_tp1.post("/start_profile", {"global_step": 61, "step_end": 1, "step_start": 0}).status_code == 200
+    server_tp1.complete()
+    assert server_tp1.wait_state()["state"] == "done"

@@ -1,6 +1,8 @@
 """TP=2: every rank writes its trace into each step's folder, step after step."""
 
-from tests.helpers.traces import iteration_indices, load_trace, rank_traces
+import json
+
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_traces
 
 
 def test_every_rank_every_step_with_window(server_tp2):
@@ -22,7 +24,30 @@ def test_stop_driven_session_on_both_ranks(server_tp2):
     server_tp2.complete(max_tokens=8)
     r = server_tp2.post("/stop_profile")
     assert r.status_code == 200 and r.json()["status"] == "stopped"
+    assert server_tp2.wait_state()["state"] == "done"
     traces = rank_traces(server_tp2.trace_dir / "global_step_5")
     counts = {rank: iteration_indices(load_trace(p)) for rank, p in traces.items()}
     assert counts["rank0"] == counts["rank1"] == list(range(8))
     assert server_tp2.post("/stop_profile").status_code == 409
+
+
+def test_by_stage_on_both_ranks_and_one_manifest(server_tp2):
+    r = server_tp2.post("/start_profile", {"global_step": 8, "step_start": 0, "step_end": 6, "by_stage": True})
+    assert r.status_code == 200
+    server_tp2.complete(max_tokens=8)
+    assert server_tp2.wait_state()["state"] == "done"
+    folder = server_tp2.trace_dir / "global_step_8"
+    seen = {}
+    for rank in ("rank0", "rank1"):
+        stages = {}
+        for stage in ("prefill", "decode"):
+            (path,) = folder.glob(f"{rank}.*.{stage}.pt.trace.json.gz")
+            stages[stage] = sorted(iteration_details(load_trace(path)))
+        # one request: the first iteration is its prompt, the rest decode
+        assert stages == {"prefill": [0], "decode": [1, 2, 3, 4, 5]}, (rank, stages)
+        seen[rank] = stages
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["state"] == "done" and m["expected_ranks"] == 2
+    worker_files = [f for f in m["files"] if f["role"] == "worker"]
+    assert sorted((f["rank"], f["stage"]) for f in worker_files) == [
+        ("rank0", "decode"), ("rank0", "prefill"), ("rank1", "decode"), ("rank1", "prefill")]

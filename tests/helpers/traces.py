@@ -7,7 +7,10 @@ import json
 import re
 from pathlib import Path
 
-ITERATION = re.compile(r"^rlprof::iteration (\d+)$")
+ITERATION = re.compile(
+    r"^rlprof::iteration (\d+)"
+    r"(?: \[(prefill|decode)\] prefill_tokens=(\d+) decode_tokens=(\d+) batch=(\d+))?$"
+)
 
 
 def load_trace(path: str | Path) -> dict:
@@ -27,6 +30,26 @@ def iteration_indices(trace: dict) -> list[int]:
     return sorted(found)
 
 
+def iteration_stages(trace: dict) -> dict[int, str]:
+    """{iteration index: stage} from the annotations of a trace."""
+    out = {}
+    for event in trace["traceEvents"]:
+        m = ITERATION.match(str(event.get("name", "")))
+        if m and event.get("ph") == "X":
+            out[int(m.group(1))] = m.group(2)
+    return out
+
+
+def iteration_details(trace: dict) -> dict[int, tuple[str, int, int, int]]:
+    """{index: (stage, prefill_tokens, decode_tokens, batch)} from the annotations."""
+    out = {}
+    for event in trace["traceEvents"]:
+        m = ITERATION.match(str(event.get("name", "")))
+        if m and event.get("ph") == "X" and m.group(2):
+            out[int(m.group(1))] = (m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+    return out
+
+
 def rank_traces(directory: str | Path) -> dict[str, Path]:
     """Worker traces in a folder, by rank name (``rank0`` ...); frontend excluded."""
     out = {}
@@ -34,6 +57,8 @@ def rank_traces(directory: str | Path) -> dict[str, Path]:
         if ".async_llm." in p.name:
             continue
         m = re.search(r"(rank\d+)\.\d+\.pt\.trace\.json", p.name)
+        if m is None and re.search(r"\.(prefill|decode)\.pt\.trace", p.name):
+            continue  # stage traces: see stage_traces()
         assert m, f"unexpected trace name {p.name}"
         assert m.group(1) not in out, f"two traces for {m.group(1)} in {directory}"
         out[m.group(1)] = p

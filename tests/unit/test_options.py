@@ -8,7 +8,10 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
-    assert OUR_KEYS == ("step_start", "step_end")
+    assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps",
+                        "routes_require_api_key")
+    d = ProfileOptions()
+    assert (d.by_stage, d.operator_table, d.keep_last_steps, d.routes_require_api_key) == (False, False, None, True)
 
 
 def test_split_keeps_native_and_ours_apart():
@@ -34,6 +37,11 @@ def test_typo_is_rejected_with_suggestion():
         ({"step_end": -3}, "step_end", ">= 0"),
         ({"step_start": 4, "step_end": 4}, "step_end", "greater than step_start"),
         ({"step_start": 5, "step_end": 2}, "step_end", "greater than step_start"),
+        ({"by_stage": "yes"}, "by_stage", "true or false"),
+        ({"operator_table": 1}, "operator_table", "true or false"),
+        ({"keep_last_steps": 0}, "keep_last_steps", ">= 1"),
+        ({"keep_last_steps": -1}, "keep_last_steps", ">= 0"),
+        ({"routes_require_api_key": None}, "routes_require_api_key", "true or false"),
     ],
 )
 def test_invalid_values_name_the_key(data, key, fragment):
@@ -49,6 +57,6 @@ def test_valid_window():
 
 
 def test_keys_of_later_features_are_not_accepted_yet():
-    for later in ("by_stage", "merge", "backend"):
+    for later in ("merge", "backend", "npu_profiler_level"):
         with pytest.raises(OptionsError):
             split_options({later: True}, NATIVE)

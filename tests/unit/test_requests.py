@@ -47,5 +47,17 @@ def test_body_must_be_an_object():
 
 
 def test_command_round_trip():
-    req = build_start_request(ProfileOptions(), global_step=5, step_end=3, profile_prefix="p")
-    assert req.to_command() == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p"}
+    req = build_start_request(ProfileOptions(operator_table=True, keep_last_steps=3), global_step=5, step_end=3,
+                              profile_prefix="p", by_stage=True)
+    cmd = req.to_command()
+    assert len(cmd.pop("session_id")) == 12
+    assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
+                   "by_stage": True, "operator_table": True, "keep_last_steps": 3}
+
+
+def test_by_stage_request_override():
+    req, _ = parse_start_body({"by_stage": True}, ProfileOptions(), NATIVE)
+    assert req.by_stage
+    with pytest.raises(RequestError) as e:
+        parse_start_body({"by_stage": "on"}, ProfileOptions(), NATIVE)
+    assert e.value.field == "by_stage"

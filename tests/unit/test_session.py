@@ -1,29 +1,37 @@
 """The worker-side controller, driven like an engine drives it, with the real
 torch.profiler backend; assertions read the exported trace files."""
 
+import json
+import time
 from pathlib import Path
 
 import torch
 
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.session import ProfilerController
-from tests.helpers.traces import iteration_indices, load_trace
+from rlprof_plugins.stages import IterationInfo
+from tests.helpers.traces import iteration_indices, iteration_stages, load_trace
+
+PREFILL = IterationInfo(prefill_tokens=12, decode_tokens=0, batch_size=1)
+DECODE = IterationInfo(prefill_tokens=0, decode_tokens=4, batch_size=4)
 
 
-def make_controller(root: Path, backend_factory=None) -> ProfilerController:
-    settings = TorchSettings(activities=("CPU",), write_table=False)
+def make_controller(root: Path, backend_factory=None, **kw) -> ProfilerController:
+    settings = TorchSettings(activities=("CPU",))
     return ProfilerController(
         root_dir=str(root),
         worker_name=lambda prefix: f"{prefix}_rank0" if prefix else "rank0",
-        backend_factory=backend_factory or (lambda: TorchProfilerBackend(settings)),
+        backend_factory=backend_factory or (lambda table: TorchProfilerBackend(TorchSettings(write_table=table))),
+        manifest_header={"engine": "test", "expected_ranks": 1},
+        **kw,
     )
 
 
-def run_iterations(ctl: ProfilerController, n: int) -> None:
+def run_iterations(ctl: ProfilerController, n: int, infos=None) -> None:
     x = torch.randn(16, 16)
-    for _ in range(n):
+    for k in range(n):
         if ctl.active:
-            ctl.begin_iteration()
+            ctl.begin_iteration(infos[k % len(infos)] if infos else None)
             (x @ x).sum()
             ctl.end_iteration()
         else:
@@ -36,6 +44,16 @@ def start(ctl, **kw):
     return ctl.handle(cmd)
 
 
+def settle(ctl, global_step=None, timeout=30.0) -> dict:
+    """Wait until the session's export (a background thread) has finished."""
+    deadline = time.time() + timeout
+    while True:
+        s = ctl.handle({"op": "status", "global_step": global_step})["session"]
+        if s["state"] not in ("waiting", "recording", "exporting") or time.time() > deadline:
+            return s
+        time.sleep(0.02)
+
+
 def only_trace(directory: Path) -> Path:
     traces = list(directory.glob("*.pt.trace.json.gz"))
     assert len(traces) == 1, traces
@@ -46,11 +64,33 @@ def test_window_auto_exports_exactly_the_window(tmp_path):
     ctl = make_controller(tmp_path)
     assert start(ctl, global_step=37, step_start=2, step_end=6)["ok"]
     run_iterations(ctl, 10)
-    status = ctl.handle({"op": "status"})["session"]
+    status = settle(ctl)
     assert status["state"] == "done" and status["ended_by"] == "window"
     assert status["iterations_recorded"] == 4
     trace = load_trace(only_trace(tmp_path / "global_step_37"))
     assert iteration_indices(trace) == [2, 3, 4, 5]
+
+
+def test_stop_returns_while_the_export_runs_elsewhere(tmp_path):
+    class SlowExport(TorchProfilerBackend):
+        def export(self, directory, worker_name, **kw):
+            time.sleep(1.0)
+            return super().export(directory, worker_name, **kw)
+
+    ctl = make_controller(tmp_path, lambda table: SlowExport(TorchSettings()))
+    start(ctl, global_step=1)
+    run_iterations(ctl, 3)
+    t0 = time.perf_counter()
+    reply = ctl.handle({"op": "stop"})
+    assert time.perf_counter() - t0 < 0.5
+    assert reply["ok"] and reply["session"]["state"] == "exporting"
+    assert not list((tmp_path / "global_step_1").glob("*.pt.trace.json.gz"))
+    # the engine keeps iterating and may start the next step meanwhile
+    assert start(ctl, global_step=2, step_end=1)["ok"]
+    run_iterations(ctl, 1)
+    assert settle(ctl, global_step=1)["state"] == "done"
+    assert settle(ctl, global_step=2)["state"] == "done"
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_1"))) == [0, 1, 2]
 
 
 def test_stop_after_window_says_already_finished_then_conflicts(tmp_path):
@@ -61,6 +101,7 @@ def test_stop_after_window_says_already_finished_then_conflicts(tmp_path):
     assert first["ok"] and first["already_finished"]
     second = ctl.handle({"op": "stop"})
     assert not second["ok"] and "no profiling session" in second["conflict"]
+    settle(ctl)
 
 
 def test_double_start_conflicts_and_keeps_the_first(tmp_path):
@@ -70,6 +111,7 @@ def test_double_start_conflicts_and_keeps_the_first(tmp_path):
     assert not reply["ok"] and "already running" in reply["conflict"]
     run_iterations(ctl, 2)
     assert ctl.handle({"op": "stop"})["ok"]
+    settle(ctl)
     assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_1"))) == [0, 1]
     assert not (tmp_path / "global_step_2").exists()
 
@@ -80,18 +122,20 @@ def test_consecutive_sessions_each_get_a_complete_trace(tmp_path):
         start(ctl, global_step=step, step_start=1, step_end=3, profile_prefix="p")
         run_iterations(ctl, 4)
     for step in range(3):
+        assert settle(ctl, global_step=step)["state"] == "done"
         trace_path = only_trace(tmp_path / f"global_step_{step}")
         assert trace_path.name.startswith("p_rank0.")
         assert iteration_indices(load_trace(trace_path)) == [1, 2]
 
 
-def test_stop_before_window_writes_nothing(tmp_path):
+def test_stop_before_window_writes_no_trace(tmp_path):
     ctl = make_controller(tmp_path)
     start(ctl, global_step=4, step_start=5, step_end=8)
     run_iterations(ctl, 2)
     reply = ctl.handle({"op": "stop"})
     assert reply["ok"] and reply["session"]["iterations_recorded"] == 0
-    assert not (tmp_path / "global_step_4").exists()
+    assert sorted(p.name for p in (tmp_path / "global_step_4").iterdir()) == [".manifest.lock", "manifest.json"]
+    assert json.loads((tmp_path / "global_step_4" / "manifest.json").read_text())["state"] == "done"
 
 
 def test_bad_global_step_is_invalid_and_writes_nothing(tmp_path):
@@ -107,7 +151,7 @@ def test_uncreatable_step_folder_fails_the_session_not_the_caller(tmp_path):
     ctl = make_controller(tmp_path)
     start(ctl, global_step=1, step_end=1)
     run_iterations(ctl, 2)  # must not raise into the "engine"
-    s = ctl.handle({"op": "status"})["session"]
+    s = settle(ctl)
     assert s["state"] == "failed" and "FileExistsError" in s["error"]
     assert not ctl.active
 
@@ -116,25 +160,32 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
     broken = [True]  # only the first session's export breaks
 
     class BrokenExport(TorchProfilerBackend):
-        def export(self, directory, worker_name):
+        def export(self, directory, worker_name, **kw):
             if broken.pop() if broken else False:  # write a temp, then fail mid-way
                 self._prof.export_chrome_trace = lambda path: (Path(path).write_text("{partial"), 1 / 0)
-            return super().export(directory, worker_name)
+            return super().export(directory, worker_name, **kw)
 
-    ctl = make_controller(tmp_path, lambda: BrokenExport(TorchSettings(write_table=False)))
+    ctl = make_controller(tmp_path, lambda table: BrokenExport(TorchSettings()))
     start(ctl, global_step=9, step_end=1)
     run_iterations(ctl, 1)  # must not raise into the "engine"
-    s = ctl.handle({"op": "status"})["session"]
+    s = settle(ctl)
     assert s["state"] == "failed" and "ZeroDivisionError" in s["error"]
-    assert list((tmp_path / "global_step_9").iterdir()) == []
+    folder = tmp_path / "global_step_9"
+    assert not list(folder.glob("*.json*")) or [p.name for p in folder.glob("*.json*")] == ["manifest.json"]
+    assert not list(folder.glob("*.tmp"))
+    data = json.loads((folder / "manifest.json").read_text())
+    assert data["state"] == "failed" and "ZeroDivisionError" in data["writers"]["rank0"]["error"]
     # the controller keeps working for the next session
     assert start(ctl, global_step=10, step_end=1)["ok"]
     run_iterations(ctl, 1)
-    assert ctl.handle({"op": "status"})["session"]["state"] == "done"
+    assert settle(ctl)["state"] == "done"
 
 
 def test_backend_that_cannot_start_fails_the_session(tmp_path):
     class NoStart:
+        def __init__(self, table):
+            pass
+
         def start(self):
             raise RuntimeError("profiler busy")
 
@@ -149,8 +200,64 @@ def test_shutdown_writes_a_running_session(tmp_path):
     ctl = make_controller(tmp_path)
     start(ctl, global_step=3)
     run_iterations(ctl, 2)
-    ctl.shutdown()
+    ctl.shutdown()  # waits for the export
     s = ctl.handle({"op": "status"})["session"]
     assert s["state"] == "done" and s["ended_by"] == "shutdown"
     assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_3"))) == [0, 1]
     ctl.shutdown()  # nothing running: a no-op
+
+
+def test_by_stage_writes_one_trace_per_stage(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=5, step_start=1, step_end=7, by_stage=True)
+    run_iterations(ctl, 8, infos=[PREFILL, DECODE, DECODE])
+    s = settle(ctl)
+    assert s["state"] == "done" and s["stage_iterations"] == {"decode": 4, "prefill": 2}
+    folder = tmp_path / "global_step_5"
+    prefill = load_trace(next(folder.glob("rank0.*.prefill.pt.trace.json.gz")))
+    decode = load_trace(next(folder.glob("rank0.*.decode.pt.trace.json.gz")))
+    assert not list(folder.glob("rank0.*[0-9].pt.trace.json.gz"))  # no whole-window trace
+    # iterations 1..6 of the cycle P D D P D D P D: prefill at 3, 6; decode at 1, 2, 4, 5
+    assert iteration_stages(prefill) == {3: "prefill", 6: "prefill"}
+    assert iteration_stages(decode) == {1: "decode", 2: "decode", 4: "decode", 5: "decode"}
+    files = json.loads((folder / "manifest.json").read_text())["files"]
+    assert sorted(f["stage"] for f in files) == ["decode", "prefill"]
+
+
+def test_operator_table_is_opt_in(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=1, step_end=1)
+    run_iterations(ctl, 1)
+    settle(ctl)
+    assert not list((tmp_path / "global_step_1").glob("*.profiler_out.txt"))
+    start(ctl, global_step=2, step_end=1, operator_table=True)
+    run_iterations(ctl, 1)
+    settle(ctl)
+    (table,) = (tmp_path / "global_step_2").glob("rank0.profiler_out.txt")
+    assert "aten::mm" in table.read_text()
+
+
+def test_manifest_describes_the_step(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=8, step_start=1, step_end=3, session_id="abc")
+    run_iterations(ctl, 3, infos=[PREFILL, DECODE])
+    settle(ctl)
+    m = json.loads((tmp_path / "global_step_8" / "manifest.json").read_text())
+    assert (m["session_id"], m["global_step"], m["state"], m["engine"]) == ("abc", 8, "done", "test")
+    assert m["window"] == {"step_start": 1, "step_end": 3}
+    rank = m["writers"]["rank0"]
+    assert rank["iterations_recorded"] == 2 and rank["stage_iterations"] == {"decode": 1, "prefill": 1}
+    (f,) = m["files"]
+    assert f["rank"] == "rank0" and f["stage"] == "all" and f["kind"] == "trace"
+    assert f["bytes"] == (tmp_path / "global_step_8" / f["path"]).stat().st_size
+
+
+def test_keep_last_steps_prunes_only_complete_older_steps(tmp_path):
+    ctl = make_controller(tmp_path)
+    (tmp_path / "global_step_0").mkdir()  # an incomplete folder (no manifest): kept
+    for step in (1, 2, 3, 4):
+        start(ctl, global_step=step, step_end=1, keep_last_steps=2)
+        run_iterations(ctl, 1)
+        settle(ctl)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["global_step_0", "global_step_3", "global_step_4"]

@@ -1,0 +1,83 @@
+"""``manifest.json``: what a global-step folder holds, kept current.
+
+Several processes write into one step folder (every worker rank, the API
+server). Each owns one section (``writers[<rank name>]``) and updates it
+under an exclusive ``flock`` on ``.manifest.lock``: read, replace its
+section, recompute the file list and the overall state, write atomically.
+Tools (merge, summary) read this file instead of parsing file names.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .layout import write_text_atomic
+
+MANIFEST = "manifest.json"
+LOCK = ".manifest.lock"
+SCHEMA = 1
+
+ACTIVE = ("recording", "waiting", "exporting")
+TERMINAL = ("done", "failed")
+
+
+def aggregate_state(states: list[str]) -> str:
+    """One state for many writers: still busy while any is busy."""
+    for state in ACTIVE:
+        if state in states:
+            return state
+    if "failed" in states:
+        return "failed"
+    return "done" if states else "idle"
+
+
+def read(directory: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def update(
+    directory: Path,
+    *,
+    session_id: str,
+    writer: str,
+    section: dict[str, Any],
+    header: dict[str, Any],
+    on_complete: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Replace ``writer``'s section; returns the manifest as written.
+
+    A manifest of another session (the same global step profiled again) is
+    replaced. ``on_complete`` runs, still under the lock, when this update is
+    the one that makes every expected writer terminal.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read(directory)
+        if data is None or data.get("session_id") != session_id:
+            data = {"schema": SCHEMA, "session_id": session_id, "created_at": time.time(), "writers": {}}
+        before = data.get("state")
+        for key, value in header.items():
+            data.setdefault(key, value)
+        data["writers"][writer] = section
+        ranks = [w for w, s in data["writers"].items() if s.get("role") == "worker"]
+        states = [s["state"] for s in data["writers"].values()]
+        expected = data.get("expected_ranks") or len(ranks)
+        if len(ranks) < expected:
+            states.append("recording")  # a rank has not reported yet
+        data["state"] = aggregate_state(states)
+        data["files"] = sorted(
+            (f for s in data["writers"].values() for f in s.get("files", [])), key=lambda f: f["path"]
+        )
+        data["updated_at"] = time.time()
+        write_text_atomic(directory / MANIFEST, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:
+            on_complete(data)
+        return data
