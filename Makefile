@@ -8,7 +8,7 @@ VPY := $(VENV_VLLM)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo test unit patch-table clean
+.PHONY: env tiny-model demo test unit patch-table bench clean
 
 env: $(VENV_VLLM)/.rlprof-installed
 
@@ -47,3 +47,7 @@ patch-table: env
 
 clean:
 	rm -rf $(VENV_VLLM) .cache demo-traces build *.egg-info
+
+# docs/performance.md: plugin vs native vLLM, ratios from one run (~5 min).
+bench: env tiny-model
+	$(VPY) benchmarks/bench_vllm_profiling.py

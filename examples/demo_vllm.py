@@ -3,9 +3,10 @@
 Starts vLLM 0.32 (CPU) serving the tiny test model with the plugin and
 ``--profiler-config '{"profiler":"torch", ..., "step_start":2, "step_end":6}'``,
 then for global steps 36 and 37 does what an RL trainer would: start a
-profile for the step, run a rollout batch, wait until the traces are written.
-Prints the files written, the engine iterations each trace holds, and how to
-open them. Run with ``make demo``.
+profile for the step (step 37 with ``"by_stage": true``: prefill and decode
+apart), run a rollout batch, wait until the traces are written. Prints the
+files written, the engine iterations each trace holds, each step's manifest,
+and how to open the traces. Run with ``make demo``.
 
 It uses the same server launcher as the end-to-end tests, so it runs exactly
 what the tests check.
@@ -13,6 +14,7 @@ what the tests check.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -22,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.helpers.traces import iteration_indices, load_trace  # noqa: E402
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace  # noqa: E402
 from tests.helpers.vllm_server import start_server  # noqa: E402
 
 OUT = REPO / "demo-traces"
@@ -38,6 +40,8 @@ def rollout(server, step: int) -> None:
 def tree(root: Path) -> None:
     print(f"{root}/")
     for path in sorted(root.rglob("*")):
+        if path.name.startswith("."):
+            continue  # the manifest's lock file
         depth = len(path.relative_to(root).parts)
         label = path.name + ("/" if path.is_dir() else f"  ({path.stat().st_size / 1024:.1f} KiB)")
         print("    " * depth + label)
@@ -53,10 +57,11 @@ def main() -> int:
     server = start_server(OUT, config)
     print(f"Server ready in {time.time() - t0:.0f} s at {server.url}\n")
     try:
-        for step in (36, 37):
-            r = server.post("/start_profile", {"global_step": step})
+        for step, by_stage in ((36, False), (37, True)):
+            r = server.post("/start_profile", {"global_step": step, "by_stage": by_stage})
             r.raise_for_status()
-            print(f"POST /start_profile {{\"global_step\": {step}}} -> {r.status_code} state={r.json()['state']}")
+            print(f"POST /start_profile {{\"global_step\": {step}, \"by_stage\": {str(by_stage).lower()}}} "
+                  f"-> {r.status_code} state={r.json()['state']}")
             rollout(server, step)
             status = server.wait_state()
             print(f"GET /profile_status -> state={status['state']}, "
@@ -72,7 +77,14 @@ def main() -> int:
     tree(OUT / "traces")
     print("\nEngine iterations in each worker trace (window [2, 6) of each step):")
     for trace in sorted((OUT / "traces").rglob("rank*.pt.trace.json.gz")):
-        print(f"  {trace.relative_to(OUT)}: iterations {iteration_indices(load_trace(trace))}")
+        data = load_trace(trace)
+        stages = iteration_details(data)
+        shown = ", ".join(f"{i} {d[0]} (prompt {d[1]}, gen {d[2]}, batch {d[3]})" for i, d in sorted(stages.items()))
+        print(f"  {trace.relative_to(OUT)}:\n      {shown or iteration_indices(data)}")
+    for step in (36, 37):
+        m = json.loads((OUT / "traces" / f"global_step_{step}" / "manifest.json").read_text())
+        print(f"\nglobal_step_{step}/manifest.json: state={m['state']}, vLLM {m['engine_version']}, "
+              f"{len(m['files'])} files: " + ", ".join(f"{f['rank']}/{f['stage']}" for f in m["files"]))
     print("\nOpen a trace: go to https://ui.perfetto.dev, 'Open trace file', pick a .pt.trace.json.gz;")
     print("each recorded engine iteration is a range named 'rlprof::iteration N'.")
     print(f"Server log: {server.log_path}")
