@@ -3,8 +3,8 @@
 Starts vLLM 0.32 (CPU) serving the tiny test model with the plugin and
 ``--profiler-config '{"profiler":"torch", ..., "step_start":2, "step_end":6}'``,
 then for global steps 36 and 37 does what an RL trainer would: start a
-profile for the step (step 37 with ``"by_stage": true``: prefill and decode
-apart), run a rollout batch, wait until the traces are written. Prints the
+profile for the step (step 37 with ``"by_stage": true`` and the window
+overridden to ``[0, 6)``: prefill and decode apart), run a rollout batch, wait until the traces are written. Prints the
 files written, the engine iterations each trace holds, each step's manifest,
 and how to open the traces. Run with ``make demo``.
 
@@ -57,11 +57,12 @@ def main() -> int:
     server = start_server(OUT, config)
     print(f"Server ready in {time.time() - t0:.0f} s at {server.url}\n")
     try:
-        for step, by_stage in ((36, False), (37, True)):
-            r = server.post("/start_profile", {"global_step": step, "by_stage": by_stage})
+        # step 37 also overrides the window per request, to catch the prompts (prefill) too
+        for step, body in ((36, {}), (37, {"by_stage": True, "step_start": 0})):
+            body = {"global_step": step, **body}
+            r = server.post("/start_profile", body)
             r.raise_for_status()
-            print(f"POST /start_profile {{\"global_step\": {step}, \"by_stage\": {str(by_stage).lower()}}} "
-                  f"-> {r.status_code} state={r.json()['state']}")
+            print(f"POST /start_profile {json.dumps(body)} -> {r.status_code} state={r.json()['state']}")
             rollout(server, step)
             status = server.wait_state()
             print(f"GET /profile_status -> state={status['state']}, "
@@ -75,7 +76,7 @@ def main() -> int:
 
     print("Files written:")
     tree(OUT / "traces")
-    print("\nEngine iterations in each worker trace (window [2, 6) of each step):")
+    print("\nEngine iterations in each worker trace (step 36: window [2, 6); step 37: [0, 6) by stage):")
     for trace in sorted((OUT / "traces").rglob("rank*.pt.trace.json.gz")):
         data = load_trace(trace)
         stages = iteration_details(data)
