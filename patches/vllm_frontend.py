@@ -117,7 +117,7 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
                 "engine": "vllm", "engine_version": engine_version, "plugin_version": plugin_version,
                 "expected_ranks": llm.vllm_config.parallel_config.world_size, "global_step": request.global_step}}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
-                             manifest_info=info)
+                             manifest_info=info, session_id=request.session_id)
     return result
 
 
@@ -125,8 +125,8 @@ def _with_frontend(llm: Any, result: dict) -> dict:
     """Fold the API-server trace into the workers' status: a session is done
     only when its frontend trace is written too."""
     recorder = llm.__dict__.get(RECORDER_ATTR)
-    if recorder is None or recorder.state == "idle":
-        return result
+    if recorder is None or recorder.state == "idle" or recorder.session_id != result.get("session_id"):
+        return result  # no frontend trace for this session (or it belongs to a newer one)
     result["frontend"] = recorder.summary()
     result["files"] = result.get("files", []) + recorder.files
     if result["state"] == "done" and recorder.state in ("recording", "exporting"):
@@ -146,10 +146,7 @@ async def _async_stop(llm: Any) -> dict:
 
 async def _async_status(llm: Any, global_step: int | None = None) -> dict:
     command = {"op": "status", "global_step": global_step}
-    result = combine(await llm.engine_core.call_utility_async(UTILITY, command))
-    if global_step is not None and result.get("global_step") != global_step:
-        return result  # an older step: the frontend recorder follows the newest
-    return _with_frontend(llm, result)
+    return _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command)))
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):

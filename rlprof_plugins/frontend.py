@@ -4,13 +4,18 @@ vLLM records its front end with a CPU profiler for the whole session. Ours
 writes into the same folder as the workers' traces, and when the session has
 a window it stops by itself once the workers report the window closed (the
 front end does not see engine iterations, so it asks ``poll``). Start, stop
-and export run in a thread, never on the server's event loop.
+and export run in one dedicated thread, never on the server's event loop:
+Kineto binds a profiling session to the thread that started it, and a stop
+from another thread finds no session and then crashes in ``save()`` (seen
+with ``asyncio.to_thread``, whose pool hands out any of its threads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -36,6 +41,12 @@ class FrontendRecorder:
         self.error: str | None = None
         self._manifest: dict | None = None  # session_id + header, for step sessions
         self._pending: asyncio.Future | None = None  # a background stop, kept referenced
+        self.session_id: str | None = None  # the workers' session this recording belongs to
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-frontend")
+
+    async def _on_thread(self, fn, *args):
+        """Run ``fn`` on the recorder's own thread (the profiler's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
 
     def _set(self, state: str, written: list[ExportedFile] | None = None, error: str | None = None) -> None:
         """Record a state change, and mirror it into the step's manifest."""
@@ -65,21 +76,23 @@ class FrontendRecorder:
         prefix: str | None,
         poll: Callable[[], Awaitable[bool]] | None,
         manifest_info: dict | None = None,
+        session_id: str | None = None,
     ) -> None:
         """``manifest_info`` (``session_id``, ``header``) for global-step sessions."""
         if self._backend is not None:
             await self.stop()
+        self.session_id = session_id
         backend = self._backend_factory()
         self.files = []
         self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
         try:
-            await asyncio.to_thread(backend.start)
+            await self._on_thread(backend.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)
-            await asyncio.to_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
+            await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return
         self._backend = backend
-        await asyncio.to_thread(self._set, "recording")
+        await self._on_thread(self._set, "recording")
         if poll is not None:
             self._task = asyncio.create_task(self._stop_when_done(poll))
 
@@ -99,12 +112,20 @@ class FrontendRecorder:
         backend, self._backend = self._backend, None
         if backend is None or self._directory is None:
             return
+        directory, name = self._directory, self._name
+
+        def finish() -> None:
+            try:
+                backend.stop()
+                directory.mkdir(parents=True, exist_ok=True)
+                self._set("done", backend.export(directory, name))
+            except Exception as e:
+                self._set("failed", None, f"{type(e).__name__}: {e}")
+
         try:
-            backend.stop()
-            self._directory.mkdir(parents=True, exist_ok=True)
-            self._set("done", backend.export(self._directory, self._name))
+            self._thread.submit(finish).result(timeout=120)
         except Exception as e:
-            self._set("failed", None, f"{type(e).__name__}: {e}")
+            logger.warning("rlprof: frontend trace not written at shutdown: %s", e)
 
     def stop_soon(self) -> None:
         """Stop and export in the background; ``state`` says when it is done."""
@@ -121,12 +142,12 @@ class FrontendRecorder:
             return []
         self.state = "exporting"
         try:
-            await asyncio.to_thread(backend.stop)
-            await asyncio.to_thread(self._directory.mkdir, parents=True, exist_ok=True)
-            written = await asyncio.to_thread(backend.export, self._directory, self._name)
+            await self._on_thread(backend.stop)
+            await self._on_thread(functools.partial(self._directory.mkdir, parents=True, exist_ok=True))
+            written = await self._on_thread(backend.export, self._directory, self._name)
         except Exception as e:
             logger.warning("rlprof: frontend trace export failed: %s", e)
-            await asyncio.to_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
+            await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return []
-        await asyncio.to_thread(self._set, "done", written)
+        await self._on_thread(self._set, "done", written)
         return list(self.files)

@@ -183,6 +183,9 @@ def test_manifest_and_status_by_global_step(server_tp1):
         assert server_tp1.wait_state()["state"] == "done"
     older = server_tp1.get("/profile_status?global_step=50").json()
     assert older["global_step"] == 50 and older["state"] == "done"
+    assert "frontend" not in older  # the API-server recorder belongs to step 51 now
+    newest = server_tp1.get("/profile_status?global_step=51").json()
+    assert newest["frontend"]["state"] == "done" and newest["session_id"] != older["session_id"]
     assert server_tp1.get("/profile_status?global_step=999").json()["state"] == "idle"
     assert server_tp1.get("/profile_status?global_step=x").status_code == 400
     folder = server_tp1.trace_dir / "global_step_50"
