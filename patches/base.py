@@ -12,7 +12,6 @@ version, and leaves the module exactly as it was.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -155,8 +154,3 @@ def install_on_import(patch: Patch, version_of: Callable[[], str | None]) -> Non
             warn_once(f"hook:{patch.name}", "rlprof: %s is off: %s", patch.feature, e)
 
     wrapt.register_post_import_hook(hook, patch.module)
-
-
-def import_target(patch: Patch) -> ModuleType:
-    """Import a patch's module (for tests and ``rlprof doctor``)."""
-    return importlib.import_module(patch.module)

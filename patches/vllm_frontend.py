@@ -19,6 +19,7 @@ from rlprof_plugins.control import combine
 from rlprof_plugins.errors import RequestError, UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
+from rlprof_plugins.options import check_count
 from rlprof_plugins.requests import START_FIELDS, StartRequest, build_start_request
 
 from .base import Patch
@@ -39,8 +40,7 @@ def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterat
     except ValueError as e:
         raise RequestError("profile_prefix", str(e)) from None
     for name, value in (("delay_iterations", delay_iterations), ("max_iterations", max_iterations)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise RequestError(name, f"must be an integer >= 0, got {value!r}")
+        check_count(name, value, allow_none=True, error=RequestError)
     if (delay_iterations is not None or max_iterations is not None) and (
         step_start is not None or step_end is not _UNSET
     ):

@@ -55,21 +55,23 @@ class ProfileOptions:
 OUR_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ProfileOptions))
 
 
-def _check_int(key: str, value: Any, *, allow_none: bool) -> int | None:
+def check_count(key: str, value: Any, *, allow_none: bool = False, error=OptionsError) -> int | None:
+    """An integer >= 0 (or None when allowed); ``error`` lets request
+    parsing reuse it with ``RequestError``, naming the field the same way."""
     if value is None and allow_none:
         return None
     # bool is an int subclass; true/false for a step count is a typo.
     if isinstance(value, bool) or not isinstance(value, int):
         kind = "an integer >= 0 or null" if allow_none else "an integer >= 0"
-        raise OptionsError(key, f"must be {kind}, got {value!r}")
+        raise error(key, f"must be {kind}, got {value!r}")
     if value < 0:
-        raise OptionsError(key, f"must be >= 0, got {value}")
+        raise error(key, f"must be >= 0, got {value}")
     return value
 
 
-def _check_bool(key: str, value: Any) -> bool:
+def check_flag(key: str, value: Any, error=OptionsError) -> bool:
     if not isinstance(value, bool):
-        raise OptionsError(key, f"must be true or false, got {value!r}")
+        raise error(key, f"must be true or false, got {value!r}")
     return value
 
 
@@ -88,20 +90,20 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     unknown = [k for k in data if k not in OUR_KEYS]
     if unknown:
         raise OptionsError(unknown[0], "not an rlprof option")
-    step_start = _check_int("step_start", data.get("step_start", 0), allow_none=False)
-    step_end = _check_int("step_end", data.get("step_end"), allow_none=True)
+    step_start = check_count("step_start", data.get("step_start", 0))
+    step_end = check_count("step_end", data.get("step_end"), allow_none=True)
     assert step_start is not None
     check_window(step_start, step_end)
-    keep = _check_int("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
+    keep = check_count("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
     if keep == 0:
         raise OptionsError("keep_last_steps", "must be >= 1 (or null to keep every step)")
     return ProfileOptions(
         step_start=step_start,
         step_end=step_end,
-        by_stage=_check_bool("by_stage", data.get("by_stage", False)),
-        operator_table=_check_bool("operator_table", data.get("operator_table", False)),
+        by_stage=check_flag("by_stage", data.get("by_stage", False)),
+        operator_table=check_flag("operator_table", data.get("operator_table", False)),
         keep_last_steps=keep,
-        routes_require_api_key=_check_bool("routes_require_api_key", data.get("routes_require_api_key", True)),
+        routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
     )
 
 

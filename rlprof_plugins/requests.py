@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from .errors import RequestError
-from .options import ProfileOptions, check_window
+from .options import ProfileOptions, check_count, check_flag, check_window
 
 # Fields our start request understands, next to the engine's native ones.
 START_FIELDS = ("global_step", "step_start", "step_end", "by_stage")
@@ -37,16 +37,6 @@ class StartRequest:
         return {"op": "start", **asdict(self)}
 
 
-def _int_field(name: str, value: Any, *, allow_none: bool) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(name, f"must be an integer >= 0, got {value!r}")
-    if value < 0:
-        raise RequestError(name, f"must be >= 0, got {value}")
-    return value
-
-
 def build_start_request(
     defaults: ProfileOptions,
     *,
@@ -62,16 +52,16 @@ def build_start_request(
     ``step_end_given`` distinguishes an explicit ``"step_end": null`` (record
     until stop) from an absent field (keep the server default).
     """
-    gs = _int_field("global_step", global_step, allow_none=True)
-    start = defaults.step_start if step_start is None else _int_field("step_start", step_start, allow_none=False)
+    gs = check_count("global_step", global_step, allow_none=True, error=RequestError)
+    start = defaults.step_start if step_start is None else check_count("step_start", step_start, error=RequestError)
     if step_end_given or step_end is not None:
-        end = _int_field("step_end", step_end, allow_none=True)
+        end = check_count("step_end", step_end, allow_none=True, error=RequestError)
     else:
         end = defaults.step_end
     assert start is not None
     check_window(start, end, error=RequestError)
-    if by_stage is not None and not isinstance(by_stage, bool):
-        raise RequestError("by_stage", f"must be true or false, got {by_stage!r}")
+    if by_stage is not None:
+        check_flag("by_stage", by_stage, error=RequestError)
     return StartRequest(
         global_step=gs,
         step_start=start,
