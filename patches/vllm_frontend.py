@@ -109,13 +109,10 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
 
         info = None
         if request.global_step is not None:
-            from vllm.version import __version__ as engine_version
+            from .vllm_worker import manifest_header
 
-            from rlprof_plugins import __version__ as plugin_version
-
-            info = {"session_id": request.session_id, "header": {
-                "engine": "vllm", "engine_version": engine_version, "plugin_version": plugin_version,
-                "expected_ranks": llm.vllm_config.parallel_config.world_size, "global_step": request.global_step}}
+            header = {**manifest_header(llm.vllm_config), "global_step": request.global_step}
+            info = {"session_id": request.session_id, "header": header}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
                              manifest_info=info, session_id=request.session_id)
     return result

@@ -19,6 +19,7 @@ from typing import Any
 import dataclasses
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins.plugins.vllm import vllm_version
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.requests import build_start_request
@@ -35,13 +36,14 @@ FEATURE = "rlprof step windows and global-step folders"
 _PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}
 
 
-def _vllm_version() -> str | None:
-    try:
-        import vllm.version
-
-        return vllm.version.__version__
-    except Exception:
-        return None
+def manifest_header(vllm_config: Any) -> dict[str, Any]:
+    """What every writer of a step's manifest says about the engine."""
+    return {
+        "engine": "vllm",
+        "engine_version": vllm_version(),
+        "plugin_version": PLUGIN_VERSION,
+        "expected_ranks": vllm_config.parallel_config.world_size,
+    }
 
 
 def _settings(cfg: Any) -> TorchSettings:
@@ -49,7 +51,7 @@ def _settings(cfg: Any) -> TorchSettings:
 
     activities = tuple(cfg.torch_profiler_activities or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
     cpu_only = activities == ("CPU",)
-    version = _vllm_version()
+    version = vllm_version()
     metadata = {"vllm_version": json.dumps(version)} if version else {}
     return TorchSettings(
         activities=activities,
@@ -76,13 +78,7 @@ def controller_for(worker: Any) -> ProfilerController:
             worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
             rank_name=suffix,
             backend_factory=lambda table: TorchProfilerBackend(dataclasses.replace(settings, write_table=table)),
-            manifest_header={
-                "engine": "vllm",
-                "engine_version": _vllm_version(),
-                "plugin_version": PLUGIN_VERSION,
-                "expected_ranks": worker.vllm_config.parallel_config.world_size,
-                "trace_dir": cfg.torch_profiler_dir,
-            },
+            manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
     return ctl
