@@ -74,17 +74,15 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
         return None
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is None:
-        from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+        import dataclasses
 
-        settings = TorchSettings(
-            activities=("CPU",),
-            write_table=options_of(cfg).operator_table,
-            record_shapes=cfg.torch_profiler_record_shapes,
-            with_stack=cfg.torch_profiler_with_stack,
-            with_memory=cfg.torch_profiler_with_memory,
-            with_flops=cfg.torch_profiler_with_flops,
-            use_gzip=cfg.torch_profiler_use_gzip,
-        )
+        from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
+
+        from .vllm_worker import torch_settings
+
+        # The worker's settings, CPU only: the front end runs no device work.
+        settings = dataclasses.replace(torch_settings(cfg), activities=("CPU",), table_sort_key="self_cpu_time_total",
+                                       write_table=options_of(cfg).operator_table)
         base_name = f"{socket.gethostname()}_{os.getpid()}.async_llm"
         recorder = FrontendRecorder(
             backend_factory=lambda: TorchProfilerBackend(settings),

@@ -46,7 +46,8 @@ def manifest_header(vllm_config: Any) -> dict[str, Any]:
     }
 
 
-def _settings(cfg: Any) -> TorchSettings:
+def torch_settings(cfg: Any) -> TorchSettings:
+    """torch.profiler settings from vLLM's profiler config (shared with the front end)."""
     from vllm.platforms import current_platform
 
     activities = tuple(cfg.torch_profiler_activities or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
@@ -72,7 +73,7 @@ def controller_for(worker: Any) -> ProfilerController:
 
         cfg = worker.profiler_config
         suffix = get_worker_rank_suffix(global_rank=worker.rank)
-        settings = _settings(cfg)
+        settings = torch_settings(cfg)
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
             worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,

@@ -30,16 +30,6 @@ def iteration_indices(trace: dict) -> list[int]:
     return sorted(found)
 
 
-def iteration_stages(trace: dict) -> dict[int, str]:
-    """{iteration index: stage} from the annotations of a trace."""
-    out = {}
-    for event in trace["traceEvents"]:
-        m = ITERATION.match(str(event.get("name", "")))
-        if m and event.get("ph") == "X":
-            out[int(m.group(1))] = m.group(2)
-    return out
-
-
 def iteration_details(trace: dict) -> dict[int, tuple[str, int, int, int]]:
     """{index: (stage, prefill_tokens, decode_tokens, batch)} from the annotations."""
     out = {}
@@ -48,6 +38,11 @@ def iteration_details(trace: dict) -> dict[int, tuple[str, int, int, int]]:
         if m and event.get("ph") == "X" and m.group(2):
             out[int(m.group(1))] = (m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5)))
     return out
+
+
+def iteration_stages(trace: dict) -> dict[int, str]:
+    """{iteration index: stage} from the annotations of a trace."""
+    return {index: d[0] for index, d in iteration_details(trace).items()}
 
 
 def rank_traces(directory: str | Path) -> dict[str, Path]:
