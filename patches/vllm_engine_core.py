@@ -5,25 +5,67 @@ Our commands (global step, window, status) are dicts, so EngineCore gets a
 ``rlprof_control`` utility that forwards a dict to every worker through
 ``collective_rpc`` and returns their replies. It runs on the engine loop
 between steps, like ``profile``.
+
+A stop is answered before torch's profiler stops (that stop takes seconds
+with stacks on and must run on the thread that recorded): in an engine
+process with a busy loop, workers only mark the session stopped, and the
+profiler stops at the worker's next iteration or, when no request comes,
+from an idle callback of the busy loop right after the answer went out.
+An in-process ``EngineCore`` (no busy loop) stops at once.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from .base import Patch
 from .vllm_profiler_config import VERSIONS
 
+logger = logging.getLogger("rlprof")
+
 UTILITY = "rlprof_control"
+
+
+def _has_idle_callbacks(engine: Any) -> bool:
+    """Only ``EngineCoreProc``'s busy loop runs the idle callbacks."""
+    return isinstance(getattr(engine, "_idle_state_callbacks", None), list) and hasattr(engine, "input_queue")
+
+
+def _let_answer_go(engine: Any, timeout: float = 0.2) -> None:
+    """Give the output thread a moment to send the stop's answer: torch's
+    stop can hold the GIL, and a queued answer would wait for it."""
+    out = getattr(engine, "output_queue", None)
+    deadline = time.monotonic() + timeout
+    while out is not None and not out.empty() and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _complete_stop(engine: Any) -> None:
+    """Idle callback: stop the workers' profilers whose stop was answered."""
+    from .vllm_worker import worker_control
+
+    _let_answer_go(engine)
+    try:
+        engine.model_executor.collective_rpc(worker_control, args=({"op": "complete_stop"},))
+    except Exception as e:  # never raised into the loop; the worker logs its own failures
+        logger.warning("rlprof: completing a deferred profiler stop failed: %s", e)
 
 
 def rlprof_control(self: Any, command: dict) -> list[dict]:
     from .vllm_worker import worker_control
 
+    defer = command.get("op") == "stop" and _has_idle_callbacks(self)
+    if defer:
+        command = {**command, "defer": True}
     try:
-        return list(self.model_executor.collective_rpc(worker_control, args=(command,)))
+        replies = list(self.model_executor.collective_rpc(worker_control, args=(command,)))
     except Exception as e:  # reported to the caller, never raised into the loop
         return [{"ok": False, "error": f"{type(e).__name__}: {e}"}]
+    if defer and any(isinstance(r, dict) and r.get("stop_pending") for r in replies):
+        self._idle_state_callbacks.append(_complete_stop)
+    return replies
 
 
 ENGINE_CORE_PATCH = Patch(

@@ -10,8 +10,13 @@ request.
 Finishing never blocks the engine for the export: the backend is stopped on
 the engine thread (the profiler must stop where it recorded), then written by
 a background exporter thread while the engine keeps serving; the session is
-``exporting`` meanwhile. The controller never raises into the engine: a
-failing backend or export marks the session ``failed`` with the reason.
+``exporting`` meanwhile. A stop *request* may also be answered before the
+profiler stops (``defer``): torch's own stop post-processes every recorded
+Python event and takes seconds with stacks on, so the engine completes it
+right after the answer -- at its next iteration or when it goes idle
+(``complete_stop``) -- on the thread that recorded. The controller never
+raises into the engine: a failing backend or export marks the session
+``failed`` with the reason.
 """
 
 from __future__ import annotations
@@ -120,7 +125,10 @@ class ProfilerController:
         self._backend: Backend | None = None
         self._annotation: Any = None
         self._exporter: ThreadPoolExecutor | None = None
-        # Read on every engine iteration: a plain attribute, no lock.
+        # A session whose stop was answered but whose profiler still runs.
+        self._stopping: tuple[Session, Backend] | None = None
+        # Read on every engine iteration: a plain attribute, no lock. True
+        # while the hooks have work: a session is active or a stop is pending.
         self.active = False
 
     # ---- commands -------------------------------------------------------
@@ -132,7 +140,10 @@ class ProfilerController:
                 if op == "start":
                     return self._start(command)
                 if op == "stop":
-                    return self._stop()
+                    return self._stop(defer=bool(command.get("defer")))
+                if op == "complete_stop":
+                    self.complete_stop()
+                    return self._reply(True)
                 if op == "status":
                     return self._status(command.get("global_step"))
             return {"ok": False, "error": f"unknown op {op!r}"}
@@ -160,6 +171,7 @@ class ProfilerController:
         current = self._session
         if current is not None and current.state in ACTIVE_STATES:
             return self._reply(False, conflict="a profiling session is already running")
+        self.complete_stop()  # one profiler at a time: the previous one stops first
         directory = session_dir(self._root, cmd.get("global_step"))
         session = Session(
             session_id=cmd.get("session_id") or f"{time.time_ns():x}",
@@ -183,11 +195,11 @@ class ProfilerController:
         self._write_manifest(session)
         return self._reply(True)
 
-    def _stop(self) -> dict[str, Any]:
+    def _stop(self, defer: bool = False) -> dict[str, Any]:
         s = self._session
         if s is not None and s.state in ACTIVE_STATES:
-            self._finish(s, ended_by="stop")
-            return self._reply(s.state != FAILED)
+            self._finish(s, ended_by="stop", defer=defer)
+            return self._reply(s.state != FAILED, stop_pending=self._stopping is not None)
         if s is not None and s.ended_by in ("window", "error") and not s.stop_acknowledged:
             s.stop_acknowledged = True
             return self._reply(True, already_finished=True)
@@ -202,12 +214,15 @@ class ProfilerController:
             s = self._session
             if s is not None and s.state in ACTIVE_STATES:
                 self._finish(s, ended_by="shutdown")
+            self.complete_stop()
             exporter, self._exporter = self._exporter, None
         if exporter is not None:
             exporter.shutdown(wait=True)
 
     # ---- engine iterations (hot path) -----------------------------------
     def begin_iteration(self, info: IterationInfo | None = None) -> None:
+        if self._stopping is not None:
+            self.complete_stop()
         s = self._session
         if s is None or s.state not in ACTIVE_STATES:
             return
@@ -254,8 +269,9 @@ class ProfilerController:
         s.state = RECORDING
         s.recording_started_at = time.time()
 
-    def _finish(self, s: Session, *, ended_by: str) -> None:
-        """Stop recording on this (the engine) thread; export elsewhere."""
+    def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
+        """End recording: stop the profiler on this (the engine) thread now,
+        or with ``defer`` leave that to ``complete_stop``; export elsewhere."""
         s.ended_by = ended_by
         s.ended_at = time.time()
         self.active = False
@@ -267,15 +283,35 @@ class ProfilerController:
                 s.state = DONE
             self._write_manifest(s)
             return
+        s.state = EXPORTING
+        if defer:
+            self._stopping = (s, backend)
+            self.active = True  # the next iteration completes the stop
+            self._write_manifest(s)
+            return
+        self._stop_and_export(s, backend)
+
+    def complete_stop(self) -> None:
+        """Stop a profiler whose stop was answered already. Must run on the
+        thread that recorded (the engine's); a no-op when nothing is pending."""
+        with self._lock:
+            pending, self._stopping = self._stopping, None
+            if pending is None:
+                return
+            s, backend = pending
+            current = self._session
+            self.active = current is not None and current.state in ACTIVE_STATES
+            self._stop_and_export(s, backend)
+
+    def _stop_and_export(self, s: Session, backend: Backend) -> None:
         t0 = time.perf_counter()
         try:
             backend.stop()
         except Exception as e:
+            s.stop_seconds = time.perf_counter() - t0
             self._fail(s, e)
             return
-        finally:
-            s.stop_seconds = time.perf_counter() - t0
-        s.state = EXPORTING
+        s.stop_seconds = time.perf_counter() - t0
         self._write_manifest(s)
         if self._exporter is None:
             self._exporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
@@ -307,7 +343,7 @@ class ProfilerController:
         s.ended_by = s.ended_by or "error"
         s.ended_at = s.ended_at or time.time()
         if s is self._session:
-            self.active = False
+            self.active = self._stopping is not None
             backend, self._backend = self._backend, None
             self._annotation = None
             if backend is not None:

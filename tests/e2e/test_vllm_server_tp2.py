@@ -24,7 +24,10 @@ def test_stop_driven_session_on_both_ranks(server_tp2):
     server_tp2.complete(max_tokens=8)
     r = server_tp2.post("/stop_profile")
     assert r.status_code == 200 and r.json()["status"] == "stopped"
-    assert server_tp2.wait_state()["state"] == "done"
+    # answered before either rank's profiler stopped (each stops on its own worker thread)
+    assert [rank["stop_seconds"] for rank in r.json()["ranks"]] == [None, None]
+    done = server_tp2.wait_state()
+    assert done["state"] == "done" and all(rank["stop_seconds"] is not None for rank in done["ranks"])
     traces = rank_traces(server_tp2.trace_dir / "global_step_5")
     counts = {rank: iteration_indices(load_trace(p)) for rank, p in traces.items()}
     assert counts["rank0"] == counts["rank1"] == list(range(8))

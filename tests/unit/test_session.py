@@ -261,3 +261,75 @@ def test_keep_last_steps_prunes_only_complete_older_steps(tmp_path):
         settle(ctl)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["global_step_0", "global_step_3", "global_step_4"]
+
+
+class ThreadRecordingBackend(TorchProfilerBackend):
+    """Remembers which thread started and which stopped the profiler."""
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self.threads = {}
+
+    def start(self):
+        import threading
+
+        self.threads["start"] = threading.get_ident()
+        super().start()
+
+    def stop(self):
+        import threading
+
+        self.threads["stop"] = threading.get_ident()
+        super().stop()
+
+
+def test_deferred_stop_answers_first_and_stops_at_the_next_iteration(tmp_path):
+    backends = []
+
+    def factory(table):
+        backends.append(ThreadRecordingBackend(TorchSettings()))
+        return backends[-1]
+
+    ctl = make_controller(tmp_path, factory)
+    start(ctl, global_step=5)
+    run_iterations(ctl, 3)
+    reply = ctl.handle({"op": "stop", "defer": True})
+    assert reply["ok"] and reply["stop_pending"]
+    assert reply["session"]["state"] == "exporting" and reply["session"]["stop_seconds"] is None
+    assert "stop" not in backends[0].threads  # the profiler still runs: the answer came first
+    assert ctl.active  # the hooks must call back to finish the stop
+    run_iterations(ctl, 2)  # the first of these completes the stop; none is recorded
+    status = settle(ctl, global_step=5)
+    assert status["state"] == "done" and status["stop_seconds"] is not None
+    assert backends[0].threads["stop"] == backends[0].threads["start"]
+    assert not ctl.active
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_5"))) == [0, 1, 2]
+
+
+def test_deferred_stop_completes_on_request_or_before_the_next_start(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=1)
+    run_iterations(ctl, 2)
+    assert ctl.handle({"op": "stop", "defer": True})["stop_pending"]
+    assert ctl.handle({"op": "complete_stop"})["ok"]  # what the idle engine sends
+    assert settle(ctl, global_step=1)["state"] == "done"
+    assert ctl.handle({"op": "complete_stop"})["ok"]  # nothing pending: a no-op
+
+    start(ctl, global_step=2)
+    run_iterations(ctl, 1)
+    assert ctl.handle({"op": "stop", "defer": True})["stop_pending"]
+    assert start(ctl, global_step=3, step_end=2)["ok"]  # stops step 2's profiler first
+    run_iterations(ctl, 3)
+    assert [settle(ctl, global_step=g)["state"] for g in (2, 3)] == ["done", "done"]
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_2"))) == [0]
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_3"))) == [0, 1]
+
+
+def test_deferred_stop_is_completed_at_shutdown(tmp_path):
+    ctl = make_controller(tmp_path)
+    start(ctl, global_step=9)
+    run_iterations(ctl, 2)
+    assert ctl.handle({"op": "stop", "defer": True})["stop_pending"]
+    ctl.shutdown()
+    assert ctl.handle({"op": "status", "global_step": 9})["session"]["state"] == "done"
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_9"))) == [0, 1]
