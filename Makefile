@@ -8,7 +8,7 @@ VPY := $(VENV_VLLM)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo test unit patch-table bench clean
+.PHONY: env tiny-model demo test unit patch-table bench bench-merge clean
 
 env: $(VENV_VLLM)/.rlprof-installed
 
@@ -51,3 +51,6 @@ clean:
 # docs/performance.md: plugin vs native vLLM, ratios from one run (~5 min).
 bench: env tiny-model
 	$(VPY) benchmarks/bench_vllm_profiling.py
+
+bench-merge: env
+	$(VPY) benchmarks/bench_merge.py

@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Any
 
-from rlprof_plugins.control import combine
+from rlprof_plugins.control import combine, with_step_manifest
 from rlprof_plugins.errors import RequestError, UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
@@ -141,7 +141,7 @@ async def _async_stop(llm: Any) -> dict:
 
 async def _async_status(llm: Any, global_step: int | None = None) -> dict:
     command = {"op": "status", "global_step": global_step}
-    return _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command)))
+    return with_step_manifest(_with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command))))
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):
@@ -195,7 +195,7 @@ def _wrap_llm_stop(wrapped, instance, args, kwargs):
 
 def llm_profile_status(self, global_step: int | None = None) -> dict:
     """rlprof: the state of the current (or the given step's) session on every rank."""
-    return combine(_call_sync(self, {"op": "status", "global_step": global_step}))
+    return with_step_manifest(combine(_call_sync(self, {"op": "status", "global_step": global_step})))
 
 
 ASYNC_LLM_PATCH = Patch(

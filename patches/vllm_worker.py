@@ -43,6 +43,12 @@ def manifest_header(vllm_config: Any) -> dict[str, Any]:
         "engine_version": vllm_version(),
         "plugin_version": PLUGIN_VERSION,
         "expected_ranks": vllm_config.parallel_config.world_size,
+        # rank -> tp/pp position, for readable names in merged traces
+        "parallel": {
+            "tp": vllm_config.parallel_config.tensor_parallel_size,
+            "pp": vllm_config.parallel_config.pipeline_parallel_size,
+            "dp": vllm_config.parallel_config.data_parallel_size,
+        },
     }
 
 

@@ -5,13 +5,15 @@ to every worker and gets one reply dict per worker back (see
 ``session.ProfilerController.handle``). This module turns those replies into
 one outcome for the caller, raising the error a user should see: 400 for an
 invalid request, 409 for a state conflict, 503 when a worker lacks the
-plugin. Pure data, no engine imports.
+plugin. No engine imports; reads only a step folder's manifest.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
+from . import manifest
 from .errors import ConflictError, RequestError, UnavailableError
 from .manifest import aggregate_state
 
@@ -59,3 +61,25 @@ def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) 
         "files": [f for s in sessions for f in s.get("files", [])],
         "errors": [s["error"] for s in sessions if s.get("error")],
     }
+
+
+def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
+    """Fold the step folder's completion work (the ``merge`` option's merged
+    trace) into a status: the workers are done before it is."""
+    directory = result.get("directory")
+    if result.get("global_step") is None or not directory:
+        return result
+    data = manifest.read(Path(directory))
+    if not data or data.get("session_id") != result.get("session_id"):
+        return result
+    merge = (data.get("writers") or {}).get("merge")
+    if not merge:
+        return result
+    files = [str(Path(directory) / f["path"]) for f in merge.get("files", [])]
+    result["merge"] = {"state": merge.get("state"), "files": files, "error": merge.get("error")}
+    result["files"] = list(result.get("files", [])) + files
+    if result.get("state") == "done" and merge.get("state") in manifest.ACTIVE:
+        result["state"] = merge["state"]
+    if merge.get("error"):
+        result.setdefault("errors", []).append(f"merge: {merge['error']}")
+    return result

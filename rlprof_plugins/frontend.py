@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from . import manifest
+from . import finalize, manifest
 from .backends import Backend, ExportedFile
 
 logger = logging.getLogger("rlprof")
@@ -49,10 +49,17 @@ class FrontendRecorder:
         return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
 
     def _set(self, state: str, written: list[ExportedFile] | None = None, error: str | None = None) -> None:
-        """Record a state change, and mirror it into the step's manifest."""
-        self.state, self.error = state, error
-        if written is not None:
-            self.files = [str(f.path) for f in written]
+        """Record a state change, and mirror it into the step's manifest (the
+        manifest first: a status read must not see ``done`` before the step's
+        completion work, e.g. the merge, has been announced there)."""
+        try:
+            self._update_manifest(state, written, error)
+        finally:
+            self.state, self.error = state, error
+            if written is not None:
+                self.files = [str(f.path) for f in written]
+
+    def _update_manifest(self, state: str, written: list[ExportedFile] | None, error: str | None) -> None:
         if self._manifest is None or self._directory is None:
             return
         section = {
@@ -62,8 +69,10 @@ class FrontendRecorder:
             "files": [f.describe(self._directory, "frontend", "frontend") for f in written or []],
         }
         try:
-            manifest.update(self._directory, session_id=self._manifest["session_id"], writer="frontend",
-                            section=section, header=self._manifest["header"])
+            directory = self._directory
+            manifest.update(directory, session_id=self._manifest["session_id"], writer="frontend",
+                            section=section, header=self._manifest["header"],
+                            on_complete=lambda data: finalize.on_step_complete(directory, data))
         except Exception as e:
             logger.warning("rlprof: could not update %s/manifest.json: %s", self._directory, e)
 

@@ -54,8 +54,8 @@ def update(
     """Replace ``writer``'s section; returns the manifest as written.
 
     A manifest of another session (the same global step profiled again) is
-    replaced. ``on_complete`` runs, still under the lock, when this update is
-    the one that makes every expected writer terminal.
+    replaced. ``on_complete`` runs, after the lock is released, when this
+    update is the one that makes every expected writer terminal.
     """
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / LOCK, "a+") as lock:
@@ -78,6 +78,6 @@ def update(
         )
         data["updated_at"] = time.time()
         write_text_atomic(directory / MANIFEST, json.dumps(data, indent=2, sort_keys=True) + "\n")
-        if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:
-            on_complete(data)
-        return data
+    if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:
+        on_complete(data)  # outside the lock: it may update the manifest itself
+    return data

@@ -33,7 +33,9 @@ class ProfileOptions:
     per rank. ``operator_table`` also writes torch's operator table
     (``profiler_out.txt``); off by default because building it holds the
     GIL for seconds and slows the engine. ``keep_last_steps`` keeps only the
-    newest N global-step folders. ``routes_require_api_key`` guards the
+    newest N global-step folders. ``merge`` writes one merged trace of every
+    rank (per stage) into each step folder once all ranks have exported.
+    ``routes_require_api_key`` guards the
     profiling routes with the server's API key when one is configured.
     """
 
@@ -42,6 +44,7 @@ class ProfileOptions:
     by_stage: bool = False
     operator_table: bool = False
     keep_last_steps: int | None = None
+    merge: bool = False
     routes_require_api_key: bool = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         by_stage=check_flag("by_stage", data.get("by_stage", False)),
         operator_table=check_flag("operator_table", data.get("operator_table", False)),
         keep_last_steps=keep,
+        merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
     )
 

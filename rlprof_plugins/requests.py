@@ -31,6 +31,7 @@ class StartRequest:
     by_stage: bool = False
     operator_table: bool = False
     keep_last_steps: int | None = None
+    merge: bool = False
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def to_command(self) -> dict[str, Any]:
@@ -70,6 +71,7 @@ def build_start_request(
         by_stage=defaults.by_stage if by_stage is None else by_stage,
         operator_table=defaults.operator_table,
         keep_last_steps=defaults.keep_last_steps,
+        merge=defaults.merge,
     )
 
 

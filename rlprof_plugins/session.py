@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import manifest, retention
+from . import finalize, manifest
 from .backends import Backend
 from .errors import RequestError
 from .layout import session_dir
@@ -58,6 +58,7 @@ class Session:
     by_stage: bool = False
     operator_table: bool = False
     keep_last_steps: int | None = None
+    merge: bool = False
     state: str = WAITING
     iteration: int = 0  # iterations begun since the start request
     recorded: int = 0
@@ -182,6 +183,7 @@ class ProfilerController:
             by_stage=bool(cmd.get("by_stage")),
             operator_table=bool(cmd.get("operator_table")),
             keep_last_steps=cmd.get("keep_last_steps"),
+            merge=bool(cmd.get("merge")),
         )
         if current is not None:
             self._history.append(current)
@@ -361,7 +363,7 @@ class ProfilerController:
             return
         header = dict(self._manifest_header)
         header.update(global_step=s.global_step, window={"step_start": s.window.start, "step_end": s.window.end},
-                      by_stage=s.by_stage)
+                      by_stage=s.by_stage, merge=s.merge, keep_last_steps=s.keep_last_steps)
         section = {
             "role": "worker",
             "state": s.state,
@@ -376,8 +378,6 @@ class ProfilerController:
             "stop_seconds": s.stop_seconds,
             "export_seconds": s.export_seconds,
         }
-        keep = s.keep_last_steps
-        root = Path(self._root).resolve()
         try:
             manifest.update(
                 s.directory,
@@ -385,7 +385,7 @@ class ProfilerController:
                 writer=self._rank_name,
                 section=section,
                 header=header,
-                on_complete=(lambda _m: retention.prune(root, keep)) if keep else None,
+                on_complete=lambda data: finalize.on_step_complete(s.directory, data),
             )
         except Exception as e:  # a manifest problem must not fail the session
             logger.warning("rlprof: could not update %s/manifest.json: %s", s.directory, e)

@@ -30,66 +30,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..stages import ITERATION_RE, STAGES
-from . import io
-
-
-def _iterations(events: list[dict]) -> list[tuple[float, float, str, object]]:
-    found = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        m = ITERATION_RE.match(str(e.get("name", "")))
-        if m and m.group("stage"):
-            start = float(e["ts"])
-            found.append((start, start + float(e.get("dur", 0)), m.group("stage"), e.get("pid")))
-    found.sort()
-    return found
-
-
-def stage_of_events(events: list[dict]) -> list[str | None]:
-    """The stage of each event (None: outside every iteration), in order."""
-    iterations = _iterations(events)
-    if not iterations:
-        raise ValueError("no rlprof iteration annotations with a stage in this trace")
-    starts = [it[0] for it in iterations]
-
-    def by_time(e: dict) -> str | None:
-        if "ts" not in e:
-            return None
-        ts = float(e["ts"])
-        i = bisect.bisect_right(starts, ts) - 1
-        while i >= 0:
-            start, end, stage, pid = iterations[i]
-            if ts > end:
-                return None
-            if pid == e.get("pid"):
-                return stage
-            i -= 1
-        return None
-
-    stages: list[str | None] = [None] * len(events)
-    by_correlation: dict[object, str] = {}
-    by_flow: dict[tuple, str] = {}
-    # Pass 1: host events by time; remember what they launched and flows they start.
-    for k, e in enumerate(events):
-        if e.get("ph") in ("M", "f", "t") or _is_device(e):
-            continue
-        stage = by_time(e)
-        stages[k] = stage
-        if stage is None:
-            continue
-        corr = (e.get("args") or {}).get("correlation")
-        if corr is not None:
-            by_correlation[corr] = stage
-        if e.get("ph") == "s":
-            by_flow[_flow_key(e)] = stage
-    # Pass 2: device events by correlation, flow ends by their start.
-    for k, e in enumerate(events):
-        if _is_device(e):
-            stages[k] = by_correlation.get((e.get("args") or {}).get("correlation"))
-        elif e.get("ph") in ("f", "t"):
-            stages[k] = by_flow.get(_flow_key(e))
-    return stages
+from .stream import TraceFormatError, TraceReader, TraceWriter
 
 
 def _is_device(e: dict) -> bool:
@@ -101,7 +42,85 @@ def _flow_key(e: dict) -> tuple:
     return (e.get("id"), e.get("cat"), e.get("name"))
 
 
+def _is_late(e: dict) -> bool:
+    """Placed through another event (its launch, its flow's start), so only
+    after every host event has been seen."""
+    return _is_device(e) or e.get("ph") in ("f", "t")
+
+
+class StageClassifier:
+    """The rules above, fed in passes so a file never has to be in memory:
+    ``add_iteration`` for every event, then ``host_stage`` for the host
+    events (which also learns what they launched and the flows they start),
+    then ``late_stage`` for device events and flow ends."""
+
+    def __init__(self) -> None:
+        self._iterations: list[tuple[float, float, str, object]] = []
+        self._starts: list[float] = []
+        self._by_correlation: dict[object, str] = {}
+        self._by_flow: dict[tuple, str] = {}
+
+    def add_iteration(self, e: dict) -> None:
+        if e.get("ph") != "X":
+            return
+        m = ITERATION_RE.match(str(e.get("name", "")))
+        if m and m.group("stage"):
+            start = float(e["ts"])
+            self._iterations.append((start, start + float(e.get("dur", 0)), m.group("stage"), e.get("pid")))
+
+    def ready(self) -> None:
+        if not self._iterations:
+            raise ValueError("no rlprof iteration annotations with a stage in this trace")
+        self._iterations.sort(key=lambda it: it[:2])
+        self._starts = [it[0] for it in self._iterations]
+
+    def host_stage(self, e: dict) -> str | None:
+        """Stage of a host event by time (None outside every iteration)."""
+        if "ts" not in e:
+            return None
+        ts = float(e["ts"])
+        i = bisect.bisect_right(self._starts, ts) - 1
+        stage = None
+        while i >= 0:
+            start, end, it_stage, pid = self._iterations[i]
+            if ts > end:
+                break
+            if pid == e.get("pid"):
+                stage = it_stage
+                break
+            i -= 1
+        if stage is not None:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                self._by_correlation[corr] = stage
+            if e.get("ph") == "s":
+                self._by_flow[_flow_key(e)] = stage
+        return stage
+
+    def late_stage(self, e: dict) -> str | None:
+        if _is_device(e):
+            return self._by_correlation.get((e.get("args") or {}).get("correlation"))
+        return self._by_flow.get(_flow_key(e))
+
+
+def stage_of_events(events: list[dict]) -> list[str | None]:
+    """The stage of each event (None: outside every iteration), in order."""
+    c = StageClassifier()
+    for e in events:
+        c.add_iteration(e)
+    c.ready()
+    stages: list[str | None] = [None] * len(events)
+    for k, e in enumerate(events):
+        if e.get("ph") != "M" and not _is_late(e):
+            stages[k] = c.host_stage(e)
+    for k, e in enumerate(events):
+        if _is_late(e):
+            stages[k] = c.late_stage(e)
+    return stages
+
+
 def split(trace: dict, stages: Iterable[str] = STAGES) -> dict[str, dict]:
+    """In-memory form of ``split_file`` (same rules)."""
     events = trace["traceEvents"]
     assigned = stage_of_events(events)
     header = {k: v for k, v in trace.items() if k != "traceEvents"}
@@ -122,10 +141,46 @@ def stage_file_name(basename: str, stage: str, gzip: bool = True) -> str:
     return f"{basename}.{stage}.pt.trace.json{'.gz' if gzip else ''}"
 
 
-def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
-    """Split ``raw`` into one file per stage in ``out_dir``; atomic writes."""
-    parts = split(io.load(raw))
-    return [(stage, io.save(t, out_dir / stage_file_name(basename, stage, gzip))) for stage, t in parts.items()]
+def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True,
+               stages: Iterable[str] = STAGES) -> list[tuple[str, Path]]:
+    """Split ``raw`` into one file per stage in ``out_dir``, streaming.
+
+    Three reads of ``raw`` (iterations; host events; device events and flow
+    ends), never the whole file in memory. Output files appear under their
+    final names only when all are complete; on any error none remain.
+    """
+    raw = Path(raw)
+    classifier = StageClassifier()
+    with TraceReader(raw) as reader:
+        header = dict(reader.header)
+        for e in reader.events():
+            classifier.add_iteration(e)
+        header.update(reader.trailer)
+    classifier.ready()
+    stages = list(stages)
+    writers = {s: TraceWriter(out_dir / stage_file_name(basename, s, gzip), {**header, "rlprof_stage": s})
+               for s in stages}
+    try:
+        with TraceReader(raw) as reader:
+            for e in reader.events():
+                if e.get("ph") == "M":
+                    for w in writers.values():
+                        w.write(e)
+                elif not _is_late(e):
+                    stage = classifier.host_stage(e)
+                    if stage in writers:
+                        writers[stage].write(e)
+        with TraceReader(raw) as reader:
+            for e in reader.events():
+                if _is_late(e):
+                    stage = classifier.late_stage(e)
+                    if stage in writers:
+                        writers[stage].write(e)
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    return [(s, writers[s].close()) for s in stages]
 
 
 def split_in_subprocess(raw: Path, out_dir: Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
@@ -149,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     raw, out_dir, basename = Path(args[0]), Path(args[1]), args[2]
     try:
         written = split_file(raw, out_dir, basename, gzip="--no-gzip" not in args)
+    except TraceFormatError as e:
+        print(f"stage_split: {e}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as e:
         print(f"stage_split: {raw}: {e}", file=sys.stderr)
         return 1

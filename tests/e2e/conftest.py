@@ -17,7 +17,8 @@ def server_tp1(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server_tp2(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tp2")
-    config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False}
+    config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
+              "merge": True}
     server = start_server(tmp, config, tp=2)
     yield server
     server.stop()

@@ -54,3 +54,40 @@ def test_by_stage_on_both_ranks_and_one_manifest(server_tp2):
     worker_files = [f for f in m["files"] if f["role"] == "worker"]
     assert sorted((f["rank"], f["stage"]) for f in worker_files) == [
         ("rank0", "decode"), ("rank0", "prefill"), ("rank1", "decode"), ("rank1", "prefill")]
+
+
+def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
+    from rlprof_plugins.trace.check import check
+
+    assert server_tp2.post("/start_profile", {"global_step": 12, "step_start": 0, "step_end": 4}).status_code == 200
+    server_tp2.complete(max_tokens=8)
+    status = server_tp2.wait_state()
+    # the step is done only once its merged trace is written
+    assert status["state"] == "done" and status["merge"]["state"] == "done", status
+    folder = server_tp2.trace_dir / "global_step_12"
+    merged = folder / "merged.pt.trace.json.gz"
+    assert status["merge"]["files"] == [str(merged)]
+    report = check(merged)
+    assert report.ok, report.errors
+    trace = load_trace(merged)
+    ranks = trace["rlprof_merge"]["ranks"]
+    assert [r["label"] for r in ranks] == ["rank0", "rank1", "frontend"]
+    for r in ranks[:2]:
+        mine = [e for e in trace["traceEvents"] if e.get("pid") in set(r["pids"])]
+        assert iteration_indices({"traceEvents": mine}) == [0, 1, 2, 3], r["label"]
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["state"] == "done" and m["writers"]["merge"]["files"][0]["path"] == merged.name
+
+    # by stage: one merged trace per stage, each with both ranks' iterations of that stage
+    body = {"global_step": 13, "step_start": 0, "step_end": 5, "by_stage": True}
+    assert server_tp2.post("/start_profile", body).status_code == 200
+    server_tp2.complete(max_tokens=8)
+    assert server_tp2.wait_state()["merge"]["state"] == "done"
+    folder = server_tp2.trace_dir / "global_step_13"
+    for stage, expected in (("prefill", [0]), ("decode", [1, 2, 3, 4])):
+        path = folder / f"merged.{stage}.pt.trace.json.gz"
+        assert check(path).ok
+        trace = load_trace(path)
+        for r in trace["rlprof_merge"]["ranks"]:
+            mine = [e for e in trace["traceEvents"] if e.get("pid") in set(r["pids"])]
+            assert sorted(iteration_details({"traceEvents": mine})) == expected, (stage, r["label"])

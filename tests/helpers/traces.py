@@ -46,10 +46,10 @@ def iteration_stages(trace: dict) -> dict[int, str]:
 
 
 def rank_traces(directory: str | Path) -> dict[str, Path]:
-    """Worker traces in a folder, by rank name (``rank0`` ...); frontend excluded."""
+    """Worker traces in a folder, by rank name (``rank0`` ...); frontend and merged excluded."""
     out = {}
     for p in sorted(Path(directory).glob("*.pt.trace.json*")):
-        if ".async_llm." in p.name:
+        if ".async_llm." in p.name or p.name.startswith("merged."):
             continue
         m = re.search(r"(rank\d+)\.\d+\.pt\.trace\.json", p.name)
         if m is None and re.search(r"\.(prefill|decode)\.pt\.trace", p.name):

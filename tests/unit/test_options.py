@@ -8,10 +8,11 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
-    assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps",
+    assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
                         "routes_require_api_key")
     d = ProfileOptions()
-    assert (d.by_stage, d.operator_table, d.keep_last_steps, d.routes_require_api_key) == (False, False, None, True)
+    assert (d.by_stage, d.operator_table, d.keep_last_steps, d.merge, d.routes_require_api_key) == (
+        False, False, None, False, True)
 
 
 def test_split_keeps_native_and_ours_apart():
@@ -56,7 +57,13 @@ def test_valid_window():
     assert parse_options({"step_end": None}) == ProfileOptions(0, None)
 
 
+def test_merge_must_be_a_flag():
+    assert parse_options({"merge": True}).merge is True
+    with pytest.raises(OptionsError, match="merge"):
+        parse_options({"merge": "yes"})
+
+
 def test_keys_of_later_features_are_not_accepted_yet():
-    for later in ("merge", "backend", "npu_profiler_level"):
+    for later in ("backend", "npu_profiler_level"):
         with pytest.raises(OptionsError):
             split_options({later: True}, NATIVE)

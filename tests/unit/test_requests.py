@@ -47,12 +47,12 @@ def test_body_must_be_an_object():
 
 
 def test_command_round_trip():
-    req = build_start_request(ProfileOptions(operator_table=True, keep_last_steps=3), global_step=5, step_end=3,
+    req = build_start_request(ProfileOptions(operator_table=True, keep_last_steps=3, merge=True), global_step=5, step_end=3,
                               profile_prefix="p", by_stage=True)
     cmd = req.to_command()
     assert len(cmd.pop("session_id")) == 12
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
-                   "by_stage": True, "operator_table": True, "keep_last_steps": 3}
+                   "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True}
 
 
 def test_by_stage_request_override():

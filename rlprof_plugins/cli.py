@@ -1,0 +1,188 @@
+"""The ``rlprof`` command: work on trace folders after (or while) a run.
+
+    rlprof merge STEP_DIR [-o OUT]          one trace per step (per stage) from every rank
+    rlprof merge FILE FILE ... -o OUT       the given rank traces, in this order
+    rlprof split-stages TRACE [-o DIR]      per-stage traces from iteration annotations
+    rlprof summary DIR [--json]             where each step's time went, step over step
+    rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
+
+Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
+stderr; nothing partial is left behind); 2 bad command-line usage.
+Progress goes to stderr (``--quiet`` silences it), results to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A user-facing failure: message printed, exit code 1."""
+
+
+def _progress(args) -> Callable[[str], None] | None:
+    if getattr(args, "quiet", False):
+        return None
+    return lambda message: print(message, file=sys.stderr, flush=True)
+
+
+def _emit(args, data: dict, text: str) -> None:
+    print(json.dumps(data, indent=2) if getattr(args, "json", False) else text)
+
+
+# ---- merge ------------------------------------------------------------------
+def cmd_merge(args) -> int:
+    from .trace.merge import merge
+    from .trace.sources import MergeGroup, RankFile, plan
+
+    paths = [Path(p) for p in args.paths]
+    for p in paths:
+        if not p.exists():
+            raise CliError(f"{p}: no such file or directory")
+    if len(paths) == 1 and paths[0].is_dir():
+        pl = plan(paths[0])
+        groups, unplaced = pl.groups, pl.unplaced
+        if args.output and len(groups) > 1:
+            raise CliError(f"{paths[0]}: {len(groups)} merges ({', '.join(g.output.name for g in groups)}); "
+                           "-o needs exactly one")
+    else:
+        if any(p.is_dir() for p in paths):
+            raise CliError("give one step folder, or trace files")
+        if not args.output:
+            raise CliError("merging files needs -o OUT")
+        inputs = [RankFile(p, f"rank{k}", "worker", (0, k)) for k, p in enumerate(paths)]
+        groups, unplaced = [MergeGroup(paths[0].parent, None, inputs)], []
+    progress = _progress(args)
+    for path, why in unplaced:
+        print(f"rlprof: not merged: {path}: {why}", file=sys.stderr)
+    if not groups or not any(g.inputs for g in groups):
+        raise CliError(f"{paths[0]}: no rank traces found to merge")
+    results = []
+    for g in groups:
+        out = Path(args.output) if args.output else g.output
+        r = merge(g, out, progress=progress, compresslevel=args.level)
+        results.append({"output": str(r.output), "stage": g.stage, "events": r.events, "seconds": round(r.seconds, 3),
+                        "ranks": [{"label": s.label, "source": s.source, "events": s.events} for s in r.ranks]})
+    text = "\n".join(f"wrote {m['output']} ({len(m['ranks'])} traces, {m['events']:,} events, {m['seconds']:.1f} s)"
+                     for m in results)
+    _emit(args, {"merged": results, "unplaced": [{"path": str(p), "reason": w} for p, w in unplaced]}, text)
+    return EXIT_OK
+
+
+# ---- split-stages -------------------------------------------------------------
+def _base_name(trace: Path) -> str:
+    name = trace.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def cmd_split(args) -> int:
+    from .trace.stage_split import split_file
+
+    trace = Path(args.trace)
+    if not trace.is_file():
+        raise CliError(f"{trace}: no such file")
+    out_dir = Path(args.output_dir) if args.output_dir else trace.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress = _progress(args)
+    if progress:
+        progress(f"splitting {trace} by stage (three streaming passes)")
+    try:
+        written = split_file(trace, out_dir, _base_name(trace), gzip=not args.no_gzip)
+    except ValueError as e:  # includes TraceFormatError
+        raise CliError(str(e) if str(trace) in str(e) else f"{trace}: {e}") from None
+    _emit(args, {"files": [{"stage": s, "path": str(p)} for s, p in written]},
+          "\n".join(f"wrote {p} ({s})" for s, p in written))
+    return EXIT_OK
+
+
+# ---- summary --------------------------------------------------------------------
+def cmd_summary(args) -> int:
+    from .trace.summary import render_table, summarise
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise CliError(f"{root}: no such directory")
+    data = summarise(root, progress=_progress(args))
+    if not any(step["stages"] for step in data["steps"]):
+        raise CliError(f"{root}: no rank traces found")
+    _emit(args, data, render_table(data))
+    return EXIT_OK
+
+
+# ---- check --------------------------------------------------------------------------
+def cmd_check(args) -> int:
+    from .trace.check import check
+
+    reports = [check(p) for p in args.traces]
+    lines = []
+    for r in reports:
+        lines.append(f"{'ok  ' if r.ok else 'FAIL'} {r.path}: {r.events:,} events, {r.ranks} rank(s), {r.flows} flows, "
+                     f"{r.error_count} error(s), {r.warning_count} warning(s)")
+        lines += [f"  error: {m}" for m in r.errors] + [f"  warning: {m}" for m in r.warnings[:10]]
+    _emit(args, {"reports": [r.to_json() for r in reports]}, "\n".join(lines))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check)")
+    parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("merge", help="merge the rank traces of a step into one trace")
+    p.add_argument("paths", nargs="+", help="a step folder, or trace files (then -o is required)")
+    p.add_argument("-o", "--output", help="output file (default: <dir>/merged[.<stage>].pt.trace.json.gz)")
+    p.add_argument("--level", type=int, default=3, choices=range(1, 10), metavar="1-9",
+                   help="gzip level of the output (default 3)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("split-stages", help="split a trace into prefill/decode traces")
+    p.add_argument("trace")
+    p.add_argument("-o", "--output-dir", help="where to write (default: beside the trace)")
+    p.add_argument("--no-gzip", action="store_true", help="write plain JSON")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_split)
+
+    p = sub.add_parser("summary", help="per step and stage: wall time, busiest operators, rank imbalance")
+    p.add_argument("dir", help="a global_step_N folder, or the trace root holding them")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("check", help="validate traces (exit 1 on any error)")
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as e:
+        print(f"rlprof: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except (OSError, ValueError) as e:  # TraceFormatError names its file
+        print(f"rlprof: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""What happens once every writer of a step folder has finished.
+
+The writer whose manifest update completes the step (the last rank or the
+API server, whichever is last) calls ``on_step_complete``. It runs in a
+thread of its own, so neither the engine nor an exporter waits for it:
+
+1. with the ``merge`` option, ``rlprof merge`` of the folder in a child
+   process (JSON work never holds an engine process's GIL); the manifest
+   gets a ``merge`` section, ``exporting`` while it runs, so the step's
+   overall state says ``done`` only once the merged trace exists;
+2. with ``keep_last_steps``, retention of older complete step folders.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import manifest, retention
+
+logger = logging.getLogger("rlprof")
+
+WRITER = "merge"
+
+
+def on_step_complete(directory: Path, data: dict[str, Any]) -> threading.Thread | None:
+    """Called by the writer that completed the step, right after its update.
+    The merge is announced (``exporting``) before returning, so no status
+    read after this call can see the step ``done`` without its merged trace."""
+    try:
+        merging = bool(data.get("merge")) and any(f.get("role") == "worker" for f in data.get("files", []))
+        if merging:
+            _record(directory, data["session_id"], "exporting")
+        t = threading.Thread(target=finalize_step, args=(directory, data, merging), name="rlprof-finalize",
+                             daemon=True)
+        t.start()
+        return t
+    except Exception:  # a background nicety must never take a process down
+        logger.exception("rlprof: finishing %s failed", directory)
+        return None
+
+
+def finalize_step(directory: Path, data: dict[str, Any], merging: bool) -> None:
+    try:
+        if merging:
+            merge_step(directory, data["session_id"])
+        keep = data.get("keep_last_steps")
+        if keep:
+            retention.prune(directory.parent, int(keep))
+    except Exception:
+        logger.exception("rlprof: finishing %s failed", directory)
+
+
+def _record(directory: Path, session_id: str, state: str, files: list[dict] | None = None,
+            error: str | None = None) -> None:
+    section = {"role": WRITER, "state": state, "files": files or [], "error": error}
+    manifest.update(directory, session_id=session_id, writer=WRITER, section=section, header={})
+
+
+def merge_step(directory: Path, session_id: str) -> None:
+    from .trace.merge import merge_in_subprocess
+
+    def record(state: str, files: list[dict] | None = None, error: str | None = None) -> None:
+        _record(directory, session_id, state, files, error)
+
+    try:
+        outputs = merge_in_subprocess(directory)
+    except Exception as e:
+        logger.warning("rlprof: merging %s failed: %s", directory, e)
+        record("failed", error=f"{type(e).__name__}: {e}")
+        return
+    files = []
+    for out in outputs:
+        stage = out.name.split(".")[1] if out.name.count(".") > 4 else "all"
+        files.append({"path": out.name, "rank": "all", "role": WRITER, "kind": "trace", "stage": stage,
+                      "bytes": out.stat().st_size})
+    record("done", files)
+    logger.info("rlprof: merged %s", ", ".join(str(o) for o in outputs))

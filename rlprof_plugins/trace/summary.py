@@ -1,0 +1,205 @@
+"""Where a step's time went, per global step, stage and rank, from the traces.
+
+For each trace (one rank, one stage or the whole session) one streaming pass
+collects:
+
+- the recorded engine iterations (rlprof's ``rlprof::iteration N [stage]``
+  ranges): how many, their summed wall time (the engine's busy time) and
+  the span from the first start to the last end;
+- the busiest operators: device kernels / memcpys by total time when the
+  trace has any, and CPU operators (``cpu_op``) by *self* time (their time
+  minus their nested operators', computed per thread), so nested ops are not
+  counted twice.
+
+Then per step and stage: wall time (the slowest rank's busy time), the
+per-rank imbalance (slowest / fastest busy time), the top operators over
+all ranks, and the change of wall time against the previous step.
+
+A trace without iteration ranges (a native engine's) is summarised by its
+whole span and operators; its stage comes from its file name if known.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..layout import STEP_DIR_PREFIX
+from ..stages import ITERATION_RE
+from .sources import plan
+from .stream import TraceReader
+
+DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+CPU_OP_CATS = frozenset({"cpu_op"})
+TOP = 10
+_STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
+
+
+@dataclass
+class TraceStats:
+    rank: str
+    stage: str | None
+    path: Path
+    iterations: int = 0
+    busy_us: float = 0.0  # summed iteration durations
+    first_us: float | None = None
+    last_us: float | None = None
+    device_ops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpu_self: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    events: int = 0
+
+    @property
+    def span_us(self) -> float:
+        return (self.last_us - self.first_us) if self.first_us is not None and self.last_us is not None else 0.0
+
+    @property
+    def wall_us(self) -> float:
+        return self.busy_us if self.iterations else self.span_us
+
+
+def _self_times(per_thread: dict[Any, list[tuple[float, float, str]]], into: dict[str, float]) -> None:
+    """Self time of nested complete events, one thread at a time."""
+    for ops in per_thread.values():
+        ops.sort(key=lambda o: (o[0], -o[1]))
+        stack: list[list] = []  # [end, name, time of children, own duration]
+        for start, end, name in ops:
+            while stack and stack[-1][0] <= start:
+                done = stack.pop()
+                into[done[1]] += max(0.0, done[3] - done[2])
+            if stack:
+                stack[-1][2] += end - start
+            stack.append([end, name, 0.0, end - start])
+        while stack:
+            done = stack.pop()
+            into[done[1]] += max(0.0, done[3] - done[2])
+
+
+def trace_stats(path: Path, rank: str, stage: str | None) -> TraceStats:
+    st = TraceStats(rank, stage, path)
+    cpu_ops: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
+    with TraceReader(path) as reader:
+        for e in reader.events():
+            st.events += 1
+            if e.get("ph") != "X":
+                continue
+            ts, dur = e.get("ts"), e.get("dur", 0)
+            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                continue
+            st.first_us = ts if st.first_us is None else min(st.first_us, ts)
+            st.last_us = ts + dur if st.last_us is None else max(st.last_us, ts + dur)
+            cat = e.get("cat")
+            name = str(e.get("name", ""))
+            if cat == "user_annotation" and ITERATION_RE.match(name):
+                st.iterations += 1
+                st.busy_us += dur
+            elif cat in DEVICE_CATS:
+                st.device_ops[name] += dur
+            elif cat in CPU_OP_CATS:
+                cpu_ops[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, name))
+    _self_times(cpu_ops, st.cpu_self)
+    return st
+
+
+def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
+    """``root`` itself when it holds traces, else its ``global_step_N`` folders by N."""
+    m = _STEP_DIR.match(root.name)
+    steps = sorted((int(m2.group(1)), p) for p in root.iterdir() if p.is_dir() and (m2 := _STEP_DIR.match(p.name)))
+    if steps and not m:
+        return steps
+    return [(int(m.group(1)) if m else None, root)]
+
+
+def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: not a directory")
+    steps_out = []
+    unplaced = []
+    previous: dict[str | None, float] = {}
+    for global_step, directory in step_dirs(root):
+        p = plan(directory)
+        unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
+                     if not why.startswith("frontend")]  # only worker traces are summarised
+        stages_out = []
+        for group in p.groups:
+            stats = []
+            for rf in group.inputs:
+                if rf.role != "worker":
+                    continue
+                if progress:
+                    progress(f"reading {rf.path}")
+                stats.append(trace_stats(rf.path, rf.label, group.stage))
+            if not stats:
+                continue
+            stage_key = group.stage or "all"
+            entry = _stage_entry(stage_key, stats)
+            before = previous.get(stage_key)
+            entry["wall_ms_change_pct"] = (
+                round(100.0 * (entry["wall_ms"] - before) / before, 1) if before else None)
+            previous[stage_key] = entry["wall_ms"]
+            stages_out.append(entry)
+        steps_out.append({"global_step": global_step, "directory": str(directory), "stages": stages_out})
+    return {"root": str(root), "steps": steps_out, "unplaced": unplaced}
+
+
+def _top(totals: dict[str, float], n: int = TOP) -> list[dict[str, Any]]:
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    return [{"name": name, "ms": round(us / 1000.0, 3)} for name, us in ranked]
+
+
+def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
+    walls = [s.wall_us for s in stats]
+    device: dict[str, float] = defaultdict(float)
+    cpu: dict[str, float] = defaultdict(float)
+    for s in stats:
+        for k, v in s.device_ops.items():
+            device[k] += v
+        for k, v in s.cpu_self.items():
+            cpu[k] += v
+    fastest = min(walls)
+    return {
+        "stage": stage,
+        "ranks": [{"rank": s.rank, "iterations": s.iterations, "busy_ms": round(s.wall_us / 1000.0, 3),
+                   "span_ms": round(s.span_us / 1000.0, 3), "file": s.path.name} for s in stats],
+        "iterations": max(s.iterations for s in stats),
+        "wall_ms": round(max(walls) / 1000.0, 3),
+        "imbalance": round(max(walls) / fastest, 3) if fastest > 0 else None,
+        "top_device_ops": _top(device),
+        "top_cpu_ops_self": _top(cpu),
+    }
+
+
+def render_table(summary: dict[str, Any]) -> str:
+    lines = []
+    rows = [("step", "stage", "iters", "wall ms", "vs prev", "ranks", "imbalance", "busiest operator")]
+    for step in summary["steps"]:
+        for st in step["stages"]:
+            top = (st["top_device_ops"] or st["top_cpu_ops_self"] or [{"name": "-", "ms": 0}])[0]
+            change = st["wall_ms_change_pct"]
+            rows.append((
+                str(step["global_step"]) if step["global_step"] is not None else "-",
+                st["stage"], str(st["iterations"]), f"{st['wall_ms']:.1f}",
+                f"{change:+.1f}%" if change is not None else "",
+                str(len(st["ranks"])), f"{st['imbalance']:.2f}x" if st["imbalance"] else "-",
+                f"{top['name'][:48]} ({top['ms']:.1f} ms)",
+            ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for k, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for step in summary["steps"]:
+        for st in step["stages"]:
+            ops = st["top_device_ops"] or st["top_cpu_ops_self"]
+            kind = "device kernels" if st["top_device_ops"] else "CPU operators (self time)"
+            label = f"step {step['global_step']}" if step["global_step"] is not None else "traces"
+            lines.append("")
+            lines.append(f"{label}, {st['stage']}: busiest {kind}, all ranks")
+            for op in ops[:5]:
+                lines.append(f"  {op['ms']:10.3f} ms  {op['name'][:100]}")
+    for u in summary["unplaced"]:
+        lines.append(f"not summarised: {u['path']}: {u['reason']}")
+    return "\n".join(lines)
