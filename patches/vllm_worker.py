@@ -84,7 +84,7 @@ def controller_for(worker: Any) -> ProfilerController:
             root_dir=cfg.torch_profiler_dir,
             worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
             rank_name=suffix,
-            backend_factory=lambda table: TorchProfilerBackend(dataclasses.replace(settings, write_table=table)),
+            backend_factory=lambda table, _overrides: TorchProfilerBackend(dataclasses.replace(settings, write_table=table)),
             manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl

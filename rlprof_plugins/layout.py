@@ -45,11 +45,23 @@ def trace_file_name(worker_name: str, timestamp_ns: int, use_gzip: bool) -> str:
     return f"{worker_name}.{timestamp_ns}{TRACE_SUFFIX}{'.gz' if use_gzip else ''}"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp's 0600 hides traces from teammates
+
+
 def atomic_target(final: Path) -> Path:
     """A fresh temporary path beside ``final`` (same filesystem, so rename is atomic)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, _FILE_MODE)
+    finally:
+        os.close(fd)
     return Path(tmp)
 
 

@@ -32,6 +32,12 @@ class StartRequest:
     operator_table: bool = False
     keep_last_steps: int | None = None
     merge: bool = False
+    # Where this session's folders go when the engine takes it per request
+    # (SGLang's ``output_dir``); None: the configured directory.
+    output_dir: str | None = None
+    # Per-request torch.profiler settings (SGLang's ``activities``,
+    # ``with_stack``, ``record_shapes``), over the configured ones.
+    torch_overrides: dict[str, Any] | None = None
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def to_command(self) -> dict[str, Any]:
@@ -47,6 +53,7 @@ def build_start_request(
     step_end_given: bool = False,
     profile_prefix: str | None = None,
     by_stage: Any = None,
+    merge: Any = None,
 ) -> StartRequest:
     """Merge request overrides over server defaults and validate.
 
@@ -63,6 +70,8 @@ def build_start_request(
     check_window(start, end, error=RequestError)
     if by_stage is not None:
         check_flag("by_stage", by_stage, error=RequestError)
+    if merge is not None:
+        check_flag("merge", merge, error=RequestError)
     return StartRequest(
         global_step=gs,
         step_start=start,
@@ -71,7 +80,7 @@ def build_start_request(
         by_stage=defaults.by_stage if by_stage is None else by_stage,
         operator_table=defaults.operator_table,
         keep_last_steps=defaults.keep_last_steps,
-        merge=defaults.merge,
+        merge=defaults.merge if merge is None else merge,
     )
 
 

@@ -59,6 +59,7 @@ class Session:
     operator_table: bool = False
     keep_last_steps: int | None = None
     merge: bool = False
+    torch_overrides: dict[str, Any] = field(default_factory=dict)
     state: str = WAITING
     iteration: int = 0  # iterations begun since the start request
     recorded: int = 0
@@ -99,7 +100,8 @@ class Session:
 class ProfilerController:
     """Runs sessions for one worker.
 
-    ``backend_factory(operator_table)`` makes a fresh backend per session (native vLLM builds
+    ``backend_factory(operator_table, overrides)`` makes a fresh backend per
+    session (``overrides``: the request's own recorder settings; native vLLM builds
     its profiler once and ignores later names; a fresh one per session is what
     makes step after step land in its own folder). ``worker_name(prefix)``
     returns the trace name for this rank. ``manifest_header`` (engine,
@@ -111,7 +113,7 @@ class ProfilerController:
         *,
         root_dir: str,
         worker_name: Callable[[str | None], str],
-        backend_factory: Callable[[bool], Backend],
+        backend_factory: Callable[[bool, dict[str, Any]], Backend],
         manifest_header: dict[str, Any] | None = None,
         rank_name: str | None = None,
     ) -> None:
@@ -173,7 +175,8 @@ class ProfilerController:
         if current is not None and current.state in ACTIVE_STATES:
             return self._reply(False, conflict="a profiling session is already running")
         self.complete_stop()  # one profiler at a time: the previous one stops first
-        directory = session_dir(self._root, cmd.get("global_step"))
+        # A per-request output_dir was checked against the configured one by the front end.
+        directory = session_dir(cmd.get("output_dir") or self._root, cmd.get("global_step"))
         session = Session(
             session_id=cmd.get("session_id") or f"{time.time_ns():x}",
             global_step=cmd.get("global_step"),
@@ -184,6 +187,7 @@ class ProfilerController:
             operator_table=bool(cmd.get("operator_table")),
             keep_last_steps=cmd.get("keep_last_steps"),
             merge=bool(cmd.get("merge")),
+            torch_overrides=dict(cmd.get("torch_overrides") or {}),
         )
         if current is not None:
             self._history.append(current)
@@ -220,6 +224,11 @@ class ProfilerController:
             exporter, self._exporter = self._exporter, None
         if exporter is not None:
             exporter.shutdown(wait=True)
+
+    @property
+    def stop_pending(self) -> bool:
+        """A stop was answered and the profiler still runs (see ``complete_stop``)."""
+        return self._stopping is not None
 
     # ---- engine iterations (hot path) -----------------------------------
     def begin_iteration(self, info: IterationInfo | None = None) -> None:
@@ -262,7 +271,7 @@ class ProfilerController:
 
     def _begin_recording(self, s: Session) -> None:
         try:
-            backend = self._backend_factory(s.operator_table)
+            backend = self._backend_factory(s.operator_table, s.torch_overrides)
             backend.start()
         except Exception as e:
             self._fail(s, e)

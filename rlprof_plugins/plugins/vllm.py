@@ -9,9 +9,8 @@ leave ``rlprof`` out of vLLM's ``VLLM_PLUGINS`` allowlist.
 
 from __future__ import annotations
 
-import os
-
 from .._log import logger
+from . import disabled
 
 _registered = False
 
@@ -23,10 +22,6 @@ def vllm_version() -> str | None:
         return __version__
     except Exception:
         return None
-
-
-def disabled() -> bool:
-    return os.environ.get("RLPROF_DISABLE", "").lower() in ("1", "true", "yes")
 
 
 def register() -> None:

@@ -22,3 +22,16 @@ def server_tp2(tmp_path_factory):
     server = start_server(tmp, config, tp=2)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def sglang_tp1(tmp_path_factory):
+    """SGLang TP=1 configured with --profiler-config, window [2, 6) by default."""
+    from tests.helpers.sglang_server import start_server as start_sglang
+
+    tmp = tmp_path_factory.mktemp("sglang-tp1")
+    config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
+              "step_start": 2, "step_end": 6}
+    server = start_sglang(tmp, config)
+    yield server
+    server.stop()

@@ -58,3 +58,15 @@ def rank_traces(directory: str | Path) -> dict[str, Path]:
         assert m.group(1) not in out, f"two traces for {m.group(1)} in {directory}"
         out[m.group(1)] = p
     return out
+
+
+def manifest_traces(directory: str | Path, stage: str = "all") -> dict[str, Path]:
+    """Worker traces of a step folder by rank, as its manifest lists them."""
+    directory = Path(directory)
+    data = json.loads((directory / "manifest.json").read_text())
+    out = {}
+    for f in data["files"]:
+        if f.get("role") == "worker" and f.get("kind", "trace") == "trace" and f.get("stage", "all") == stage:
+            assert f["rank"] not in out, f"two {stage} traces for {f['rank']} in {directory}"
+            out[f["rank"]] = directory / f["path"]
+    return dict(sorted(out.items()))

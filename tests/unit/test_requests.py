@@ -52,7 +52,8 @@ def test_command_round_trip():
     cmd = req.to_command()
     assert len(cmd.pop("session_id")) == 12
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
-                   "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True}
+                   "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True,
+                   "output_dir": None, "torch_overrides": None}
 
 
 def test_by_stage_request_override():

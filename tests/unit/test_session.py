@@ -21,7 +21,7 @@ def make_controller(root: Path, backend_factory=None, **kw) -> ProfilerControlle
     return ProfilerController(
         root_dir=str(root),
         worker_name=lambda prefix: f"{prefix}_rank0" if prefix else "rank0",
-        backend_factory=backend_factory or (lambda table: TorchProfilerBackend(TorchSettings(write_table=table))),
+        backend_factory=backend_factory or (lambda table, _overrides=None: TorchProfilerBackend(TorchSettings(write_table=table))),
         manifest_header={"engine": "test", "expected_ranks": 1},
         **kw,
     )
@@ -77,7 +77,7 @@ def test_stop_returns_while_the_export_runs_elsewhere(tmp_path):
             time.sleep(1.0)
             return super().export(directory, worker_name, **kw)
 
-    ctl = make_controller(tmp_path, lambda table: SlowExport(TorchSettings()))
+    ctl = make_controller(tmp_path, lambda table, _overrides: SlowExport(TorchSettings()))
     start(ctl, global_step=1)
     run_iterations(ctl, 3)
     t0 = time.perf_counter()
@@ -165,7 +165,7 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
                 self._prof.export_chrome_trace = lambda path: (Path(path).write_text("{partial"), 1 / 0)
             return super().export(directory, worker_name, **kw)
 
-    ctl = make_controller(tmp_path, lambda table: BrokenExport(TorchSettings()))
+    ctl = make_controller(tmp_path, lambda table, _overrides: BrokenExport(TorchSettings()))
     start(ctl, global_step=9, step_end=1)
     run_iterations(ctl, 1)  # must not raise into the "engine"
     s = settle(ctl)
@@ -183,7 +183,7 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
 
 def test_backend_that_cannot_start_fails_the_session(tmp_path):
     class NoStart:
-        def __init__(self, table):
+        def __init__(self, table, overrides=None):
             pass
 
         def start(self):
@@ -286,7 +286,7 @@ class ThreadRecordingBackend(TorchProfilerBackend):
 def test_deferred_stop_answers_first_and_stops_at_the_next_iteration(tmp_path):
     backends = []
 
-    def factory(table):
+    def factory(table, overrides):
         backends.append(ThreadRecordingBackend(TorchSettings()))
         return backends[-1]
 

@@ -1,12 +1,14 @@
-"""Demo: profile two RL global steps of a real vLLM server with rlprof.
+"""Demo: profile two RL global steps of a real vLLM or SGLang server with rlprof.
 
-Starts vLLM 0.32 (CPU) serving the tiny test model with the plugin and
+``python examples/demo.py [vllm|sglang]``. Starts vLLM 0.32 or SGLang 0.5.23
+(CPU) serving the tiny test model with the plugin and
 ``--profiler-config '{"profiler":"torch", ..., "step_start":2, "step_end":6}'``,
 then for global steps 36 and 37 does what an RL trainer would: start a
 profile for the step (step 37 with ``"by_stage": true`` and the window
 overridden to ``[0, 6)``: prefill and decode apart), run a rollout batch, wait until the traces are written. Prints the
 files written, the engine iterations each trace holds, each step's manifest,
-and how to open the traces. Run with ``make demo``.
+and how to open the traces. Run with ``make demo`` / ``make demo-sglang``:
+the same JSON configuration and the same requests on both engines.
 
 It uses the same server launcher as the end-to-end tests, so it runs exactly
 what the tests check.
@@ -24,8 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.helpers import sglang_server, vllm_server  # noqa: E402
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace  # noqa: E402
-from tests.helpers.vllm_server import start_server  # noqa: E402
+
+ENGINES = {"vllm": ("vLLM", vllm_server.start_server), "sglang": ("SGLang", sglang_server.start_server)}
 
 OUT = REPO / "demo-traces"
 PROMPTS = ["the rollout engine", "reward policy value", "tensor parallel ranks", "global step trace"]
@@ -48,11 +52,13 @@ def tree(root: Path) -> None:
 
 
 def main() -> int:
+    engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
+    name, start_server = ENGINES[engine]
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir()
     config = {"profiler": "torch", "torch_profiler_dir": str(OUT / "traces"), "torch_profiler_with_stack": False,
               "step_start": 2, "step_end": 6}
-    print("Starting vLLM with rlprof (tiny model, CPU) ... this takes ~30 s")
+    print(f"Starting {name} with rlprof (tiny model, CPU) ... this takes ~30 s")
     t0 = time.time()
     server = start_server(OUT, config)
     print(f"Server ready in {time.time() - t0:.0f} s at {server.url}\n")
@@ -77,14 +83,14 @@ def main() -> int:
     print("Files written:")
     tree(OUT / "traces")
     print("\nEngine iterations in each worker trace (step 36: window [2, 6); step 37: [0, 6) by stage):")
-    for trace in sorted((OUT / "traces").rglob("rank*.pt.trace.json.gz")):
+    for trace in sorted(p for p in (OUT / "traces").rglob("*.pt.trace.json.gz") if ".async_llm." not in p.name):
         data = load_trace(trace)
         stages = iteration_details(data)
         shown = ", ".join(f"{i} {d[0]} (prompt {d[1]}, gen {d[2]}, batch {d[3]})" for i, d in sorted(stages.items()))
         print(f"  {trace.relative_to(OUT)}:\n      {shown or iteration_indices(data)}")
     for step in (36, 37):
         m = json.loads((OUT / "traces" / f"global_step_{step}" / "manifest.json").read_text())
-        print(f"\nglobal_step_{step}/manifest.json: state={m['state']}, vLLM {m['engine_version']}, "
+        print(f"\nglobal_step_{step}/manifest.json: state={m['state']}, {name} {m['engine_version']}, "
               f"{len(m['files'])} files: " + ", ".join(f"{f['rank']}/{f['stage']}" for f in m["files"]))
     print("\nOpen a trace: go to https://ui.perfetto.dev, 'Open trace file', pick a .pt.trace.json.gz;")
     print("each recorded engine iteration is a range named 'rlprof::iteration N'.")

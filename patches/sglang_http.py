@@ -1,0 +1,272 @@
+"""SGLang HTTP routes: ``/start_profile`` with a global step, clear 400/409, ``/profile_status``.
+
+SGLang's routes parse the body into ``ProfileReq``, which drops unknown
+fields (``global_step`` vanishes silently), answer every failure with HTTP
+500 and report nothing about the session. We put our routes in place of
+SGLang's two (same paths, methods and auth level, so SGLang's API-key
+middleware guards them as before) and add ``GET /profile_status``.
+
+Who handles a start: rlprof when the server was started with
+``--profiler-config`` (or ``RLPROF_PROFILER_CONFIG``) or when the body uses
+one of rlprof's fields; otherwise SGLang's own endpoint, unchanged. SGLang's
+native fields are understood by rlprof too (``num_steps``,
+``profile_by_stage``, ``merge_profiles``, ``profile_prefix``, ...); the few
+that rlprof cannot honour are refused with 400 naming them, never ignored.
+"""
+
+# No "from __future__ import annotations": FastAPI must see the real Request type.
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from rlprof_plugins.control import combine, with_step_manifest
+from rlprof_plugins.errors import ConflictError, OptionsError, RequestError, UnavailableError
+from rlprof_plugins.layout import session_dir
+from rlprof_plugins.options import ProfileOptions, check_count, check_flag
+from rlprof_plugins.profiler_config import ProfilerConfig, from_environment, parse_activities
+from rlprof_plugins.requests import START_FIELDS, StartRequest, parse_start_body
+
+from .base import Patch
+from .sglang_scheduler import encode_command
+from .sglang_server_args import VERSIONS
+
+logger = logging.getLogger("rlprof")
+
+# SGLang 0.5.23's ProfileReq fields a client may send.
+NATIVE_START_FIELDS = (
+    "output_dir", "start_step", "num_steps", "activities", "with_stack", "record_shapes", "profile_by_stage",
+    "profile_id", "merge_profiles", "profile_prefix", "profile_stages", "detailed_annotations",
+)
+# Native fields rlprof cannot honour, with what to do instead.
+REFUSED = {
+    "start_step": "counts from server start in SGLang (never reset); rlprof windows count from this request: "
+                  "use step_start",
+    "profile_stages": "is not supported by rlprof sessions; by_stage writes one trace per stage",
+    "detailed_annotations": "is not supported by rlprof sessions",
+}
+# Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
+# without it starts no profiler for an activity it does not know.
+MARKER_ACTIVITY = "RLPROF"
+PATHS = ("/start_profile", "/stop_profile")
+
+_used = False  # this process started an rlprof session: stops go to rlprof too
+
+
+def server_config() -> Optional[ProfilerConfig]:
+    try:
+        return from_environment()
+    except OptionsError as e:  # validated at launch; set by hand later it is reported per request
+        raise UnavailableError("rlprof configuration", str(e)) from None
+
+
+def uses_rlprof(body: dict) -> bool:
+    return any(k in body for k in START_FIELDS)
+
+
+def _output_root(output_dir: Any, config: Optional[ProfilerConfig]) -> str:
+    if output_dir is not None and not isinstance(output_dir, str):
+        raise RequestError("output_dir", f"must be a path, got {output_dir!r}")
+    configured = config.torch_profiler_dir if config else None
+    if configured is None:
+        # SGLang's own default for an unset output_dir
+        return os.path.abspath(output_dir or os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
+    if output_dir is None:
+        return configured
+    root, wanted = Path(configured).resolve(), Path(os.path.expanduser(output_dir)).resolve()
+    if wanted != root and root not in wanted.parents:
+        raise RequestError("output_dir", f"must be inside the configured torch_profiler_dir {str(root)!r}, "
+                                         f"got {output_dir!r}")
+    return str(wanted)
+
+
+def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
+    """An SGLang start body (native and rlprof fields) as one rlprof request."""
+    defaults = config.options if config else ProfileOptions()
+    request, native = parse_start_body(body, defaults, NATIVE_START_FIELDS)
+    for name, why in REFUSED.items():
+        if native.get(name) not in (None, False, 0, []):
+            raise RequestError(name, why)
+    changes: dict[str, Any] = {"output_dir": _output_root(native.get("output_dir"), config)}
+    if "num_steps" in native:
+        steps = check_count("num_steps", native["num_steps"], error=RequestError)
+        if "step_end" in body:
+            raise RequestError("num_steps", "cannot be combined with step_end")
+        if steps:
+            changes["step_end"] = request.step_start + steps
+    for ours, theirs in (("by_stage", "profile_by_stage"), ("merge", "merge_profiles")):
+        if theirs in native:
+            value = check_flag(theirs, native[theirs], error=RequestError)
+            if ours in body and body[ours] != value:
+                raise RequestError(theirs, f"contradicts {ours}")
+            changes[ours] = value
+    overrides: dict[str, Any] = {}
+    if "activities" in native:
+        overrides["activities"] = parse_activities("activities", native["activities"], error=RequestError)
+    for name in ("with_stack", "record_shapes"):
+        if name in native:
+            overrides[name] = check_flag(name, native[name], error=RequestError)
+    if overrides:
+        changes["torch_overrides"] = overrides
+    if "profile_id" in native:
+        if not isinstance(native["profile_id"], str) or not native["profile_id"]:
+            raise RequestError("profile_id", f"must be a non-empty string, got {native['profile_id']!r}")
+        changes["session_id"] = native["profile_id"]
+    import dataclasses
+
+    request = dataclasses.replace(request, **changes)
+    if request.step_end is not None and request.step_end <= request.step_start:
+        raise RequestError("step_end", f"must be greater than step_start ({request.step_start})")
+    session_dir(request.output_dir, request.global_step)  # containment check before anything is sent
+    return request
+
+
+async def send(tokenizer_manager: Any, command: dict) -> list:
+    """One command to every scheduler; one reply per rank."""
+    from sglang.srt.managers.io_struct import ProfileReq, ProfileReqType
+
+    tokenizer_manager.auto_create_handle_loop()
+    kind = ProfileReqType.STOP_PROFILE if command["op"] == "stop" else ProfileReqType.START_PROFILE
+    req = ProfileReq(req_type=kind, profile_id=encode_command(command), activities=[MARKER_ACTIVITY])
+    replies: list = []
+    for result in await tokenizer_manager.profile_communicator(req):
+        try:
+            answer = json.loads(result.message)
+        except (TypeError, ValueError):
+            answer = None
+        if not isinstance(answer, list):
+            reason = "a scheduler answered without rlprof (its patch is not applied there; see the scheduler log)"
+            replies.append({"ok": False, "unavailable": reason})
+        else:
+            replies.extend(answer)
+    return replies
+
+
+# ---- routes -----------------------------------------------------------------
+def _error_response(exc: Exception):
+    from fastapi.responses import JSONResponse
+
+    if isinstance(exc, (RequestError, ConflictError, UnavailableError)):
+        return JSONResponse(status_code=exc.status, content=exc.to_json())
+    logger.exception("rlprof: profiling route failed")
+    return JSONResponse(status_code=500, content={"error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"}})
+
+
+async def _body(raw_request) -> dict:
+    raw = await raw_request.body()
+    try:
+        body = json.loads(raw) if raw.strip() else {}
+    except ValueError as e:
+        raise RequestError("body", f"is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def build_routes(module: Any, native: dict):
+    """Our three endpoints; ``native`` maps each path to SGLang's endpoint."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
+    def manager():
+        return module._global_state.tokenizer_manager
+
+    async def start_profile(raw_request: Request):
+        global _used
+        try:
+            body = await _body(raw_request)
+            config = server_config()
+            if config is None and not uses_rlprof(body):
+                return await _native_start(native["/start_profile"], body)
+            request = build_request(body, config)
+            result = combine(await send(manager(), request.to_command()))
+            _used = True
+        except Exception as e:
+            return _error_response(e)
+        logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
+        return JSONResponse({"status": "started", **result})
+
+    async def stop_profile(raw_request: Request):
+        try:
+            if server_config() is None and not _used:
+                return await native["/stop_profile"]()
+            replies = await send(manager(), {"op": "stop", "defer": True})
+            if replies and all("native" in r for r in replies):
+                return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
+            result = combine(replies)
+        except Exception as e:
+            return _error_response(e)
+        status = "already_finished" if result.get("already_finished") else "stopped"
+        return JSONResponse({"status": status, **result})
+
+    async def profile_status(raw_request: Request):
+        try:
+            step = raw_request.query_params.get("global_step")
+            if step is not None and not step.isdigit():
+                raise RequestError("global_step", f"must be an integer >= 0, got {step!r}")
+            command = {"op": "status", "global_step": None if step is None else int(step)}
+            result = with_step_manifest(combine(await send(manager(), command)))
+        except Exception as e:
+            return _error_response(e)
+        return JSONResponse(result)
+
+    return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status}
+
+
+async def _native_start(endpoint, body: dict):
+    """SGLang's own /start_profile, for a body without rlprof fields on an unconfigured server."""
+    from sglang.srt.managers.io_struct import ProfileReq
+
+    try:
+        obj = ProfileReq(**body) if body else None
+    except (TypeError, ValueError) as e:
+        raise RequestError("body", f"not a valid SGLang profile request: {e}") from None
+    return await endpoint(obj)
+
+
+def _install_routes(module: Any):
+    from fastapi.routing import APIRoute
+
+    routes = module.app.router.routes
+    found = {r.path: (i, r) for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path in PATHS}
+    if set(found) != set(PATHS):
+        raise RuntimeError(f"SGLang's profiling routes not found (have {sorted(found)})")
+    endpoints = build_routes(module, {path: route.endpoint for path, (_, route) in found.items()})
+    level = getattr(found["/start_profile"][1].endpoint, "_auth_level", None)
+    added = []
+    for path, endpoint in endpoints.items():
+        if level is not None:
+            endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
+        methods = ["GET"] if path == "/profile_status" else sorted(found[path][1].methods)
+        route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/')}")
+        if path in found:
+            routes[found[path][0]] = route
+        else:
+            routes.append(route)
+            added.append(route)
+
+    def undo() -> None:
+        for path, (i, original) in found.items():
+            routes[i] = original
+        for route in added:
+            routes.remove(route)
+
+    return undo
+
+
+HTTP_PATCH = Patch(
+    name="sglang.http.profile_routes",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.entrypoints.http_server",
+    feature="rlprof HTTP profiling routes",
+    why=("native routes drop global_step and other unknown fields, answer every failure with 500 and "
+         "have no status route"),
+    upstream="profile routes that forward the whole body and a status route",
+    install=_install_routes,
+    install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status (added)",),
+)
+
+PATCHES = (HTTP_PATCH,)

@@ -1,0 +1,258 @@
+"""SGLang scheduler: rlprof sessions in every scheduler process.
+
+Native SGLang counts ``start_step`` from server start (never reset), exports
+on the scheduler thread (the engine freezes for the export), classifies
+speculative verify batches as prefill and has no completion signal. Each
+scheduler gets an rlprof ``ProfilerController`` instead, driven like vLLM's
+workers:
+
+- commands arrive as SGLang's own ``ProfileReq`` whose ``profile_id`` holds
+  ``rlprof:<json>`` (the one free-form field every release carries, so no
+  new message type has to cross SGLang's typed IPC); every rank of the
+  replica runs the command and the replies are gathered on the TP group, so
+  the front end hears from every rank;
+- one iteration is one ``Scheduler.run_batch`` of a batch that runs the
+  model (IDLE and PREBUILT placeholders are not iterations);
+- a stop is answered first; the profiler stops at the next batch or from
+  ``Scheduler.on_idle``, on the scheduler thread that recorded.
+
+Requests without the ``rlprof:`` marker reach SGLang's native profiler
+unchanged (refused only while an rlprof session records: one profiler at a
+time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
+from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
+from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.stages import IterationInfo
+
+from .base import Patch
+from .sglang_server_args import VERSIONS
+
+logger = logging.getLogger("rlprof")
+
+CHANNEL = "rlprof:"
+CONTROLLER_ATTR = "_rlprof_controller"
+FEATURE = "rlprof step windows and global-step folders"
+
+
+def encode_command(command: dict) -> str:
+    return CHANNEL + json.dumps(command)
+
+
+def decode_command(profile_id: Any) -> dict | None:
+    if isinstance(profile_id, str) and profile_id.startswith(CHANNEL):
+        return json.loads(profile_id[len(CHANNEL):])
+    return None
+
+
+# ---- ranks and the controller ---------------------------------------------
+def parallel_of(module: Any) -> dict[str, int]:
+    """This scheduler's place, from the same source native file names use."""
+    p = module.get_parallel()
+    num = lambda name, default: int(getattr(p, name, default) or default)  # noqa: E731
+    return {
+        "tp": num("tp_rank", 0), "tp_size": num("tp_size", 1),
+        "pp": num("pp_rank", 0), "pp_size": num("pp_size", 1),
+        "dp": num("dp_rank", 0), "dp_size": num("num_dp_ranks", 1),
+        "ep": num("moe_ep_rank", 0), "ep_size": num("moe_ep_size", 1),
+    }
+
+
+def rank_label(pos: dict[str, int]) -> str:
+    """SGLang's own rank naming (``TP-1``, ``TP-0-PP-1``), as in native file names."""
+    parts = [f"TP-{pos['tp']}"]
+    for key, size in (("dp", "dp_size"), ("pp", "pp_size"), ("ep", "ep_size")):
+        if pos[size] > 1:
+            parts.append(f"{key.upper()}-{pos[key]}")
+    return "-".join(parts)
+
+
+def global_rank(pos: dict[str, int]) -> int:
+    """tp fastest, then pp, then dp: the order ``rlprof merge`` sorts ranks in."""
+    return pos["tp"] + pos["tp_size"] * (pos["pp"] + pos["pp_size"] * pos["dp"])
+
+
+def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, Any]:
+    from rlprof_plugins.plugins.sglang import sglang_version
+
+    return {
+        "engine": "sglang",
+        "engine_version": sglang_version(),
+        "plugin_version": PLUGIN_VERSION,
+        "expected_ranks": pos["tp_size"] * pos["pp_size"] * pos["dp_size"],
+        "parallel": {"tp": pos["tp_size"], "pp": pos["pp_size"], "dp": pos["dp_size"]},
+        "trace_dir": config.torch_profiler_dir,
+    }
+
+
+def controller_for(manager: Any, module: Any) -> ProfilerController:
+    ctl = manager.__dict__.get(CONTROLLER_ATTR)
+    if ctl is None:
+        import torch
+
+        config = from_environment() or ProfilerConfig()
+        pos = parallel_of(module)
+        label = rank_label(pos)
+        cuda = torch.cuda.is_available()
+        ctl = ProfilerController(
+            root_dir=config.torch_profiler_dir or ".",  # every start names its directory
+            worker_name=lambda prefix: f"{prefix}-{label}" if prefix else label,
+            rank_name=f"rank{global_rank(pos)}",
+            backend_factory=lambda table, overrides: TorchProfilerBackend(
+                config.torch_settings(cuda_available=cuda, overrides=overrides)),
+            manifest_header=manifest_header(pos, config),
+        )
+        manager.__dict__[CONTROLLER_ATTR] = ctl
+    return ctl
+
+
+def _gather(manager: Any, reply: dict) -> list[dict]:
+    """Every rank's reply, on every rank (the TP group runs each request together)."""
+    import torch.distributed as dist
+
+    group = getattr(manager, "dp_tp_cpu_group", None)
+    if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return [reply]
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, reply, group=group)
+    return out
+
+
+def run_command(manager: Any, module: Any, command: dict) -> dict:
+    """One rank's answer to one command; never raises."""
+    try:
+        if not SCHEDULER_PATCH.applied:
+            return unavailable_reply("the scheduler iteration hooks are not installed in this process")
+        ctl = manager.__dict__.get(CONTROLLER_ATTR)
+        native_busy = bool(getattr(manager, "profile_in_progress", False))
+        if command.get("op") == "start" and native_busy:
+            return {"ok": False, "conflict": "SGLang's native profiler is running; stop it first"}
+        if command.get("op") == "stop" and native_busy and (ctl is None or not ctl.active):
+            return _native_stop(manager)
+        return controller_for(manager, module).handle(command)
+    except Exception as e:  # never raise into the scheduler loop
+        logger.exception("rlprof: scheduler command failed")
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def _native_stop(manager: Any) -> dict:
+    """A stop while only SGLang's own profiler runs: stop that one, natively."""
+    out = manager._stop_profile()
+    return {"ok": bool(getattr(out, "success", True)), "native": getattr(out, "message", ""), "session": None}
+
+
+# ---- wrappers: profiler manager -------------------------------------------
+def _wrap_profile(wrapped, instance, args, kwargs):
+    req = args[0] if args else kwargs.get("recv_req")
+    try:
+        command = decode_command(getattr(req, "profile_id", None))
+    except ValueError:
+        command = None
+    if command is None:
+        ctl = instance.__dict__.get(CONTROLLER_ATTR)
+        if ctl is not None and ctl.active and _is_start(req):
+            from sglang.srt.managers.io_struct import ProfileReqOutput
+
+            return ProfileReqOutput(success=False, message="an rlprof profiling session is running; "
+                                                           "POST /stop_profile first")
+        return wrapped(*args, **kwargs)
+    import sys
+
+    module = sys.modules[type(instance).__module__]
+    replies = _gather(instance, run_command(instance, module, command))
+    from sglang.srt.managers.io_struct import ProfileReqOutput
+
+    return ProfileReqOutput(success=True, message=json.dumps(replies))
+
+
+def _is_start(req: Any) -> bool:
+    kind = getattr(req, "req_type", None)
+    return getattr(kind, "name", str(kind)).endswith("START_PROFILE")
+
+
+# ---- wrappers: scheduler loop ---------------------------------------------
+def iteration_info(batch: Any) -> IterationInfo | None:
+    """The stage of one batch, or None when it runs no model forward.
+
+    Speculative verify batches check drafted tokens of requests that are
+    generating: decode. Mixed (chunked prefill next to decodes) batches
+    count as prefill, by the rule shared with vLLM (``rlprof_plugins.stages``).
+    """
+    mode = getattr(batch, "forward_mode", None)
+    name = getattr(mode, "name", "")
+    if name in ("IDLE", "PREBUILT") or mode is None:
+        return None
+    try:
+        size = int(batch.batch_size())
+    except Exception:
+        size = len(getattr(batch, "reqs", ()) or ())
+    tokens = int(getattr(batch, "extend_num_tokens", 0) or 0)
+    if name == "DECODE":
+        return IterationInfo(prefill_tokens=0, decode_tokens=size, batch_size=size)
+    if name == "TARGET_VERIFY":
+        return IterationInfo(prefill_tokens=0, decode_tokens=tokens or size, batch_size=size)
+    if name == "MIXED":
+        decoding = len(getattr(batch, "decoding_reqs", None) or ())
+        return IterationInfo(prefill_tokens=max(tokens - decoding, 1), decode_tokens=decoding, batch_size=size)
+    return IterationInfo(prefill_tokens=max(tokens, 1), decode_tokens=0, batch_size=size)
+
+
+def _controller_of(scheduler: Any) -> ProfilerController | None:
+    manager = getattr(scheduler, "profiler_manager", None)
+    return None if manager is None else manager.__dict__.get(CONTROLLER_ATTR)
+
+
+def _run_batch(wrapped, instance, args, kwargs):
+    ctl = _controller_of(instance)
+    if ctl is None or not ctl.active:
+        return wrapped(*args, **kwargs)
+    info = iteration_info(args[0] if args else kwargs.get("batch"))
+    if info is None:
+        return wrapped(*args, **kwargs)
+    ctl.begin_iteration(info)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        ctl.end_iteration()
+
+
+def _on_idle(wrapped, instance, args, kwargs):
+    ctl = _controller_of(instance)
+    if ctl is not None and ctl.stop_pending:
+        ctl.complete_stop()  # the stop was answered; the profiler stops here, on this thread
+    return wrapped(*args, **kwargs)
+
+
+PROFILER_MANAGER_PATCH = Patch(
+    name="sglang.profiler_manager.control",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.managers.scheduler_components.profiler_manager",
+    feature=FEATURE,
+    why=("native start_step counts from server start, export freezes the scheduler, no completion signal; "
+         "route rlprof commands (ProfileReq with an rlprof: profile_id) to a ProfilerController"),
+    upstream="a per-request window counted from the request, non-blocking export and a status request",
+    wrap={"SchedulerProfilerManager._profile": _wrap_profile},
+)
+
+SCHEDULER_PATCH = Patch(
+    name="sglang.scheduler.iterations",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.managers.scheduler",
+    feature=FEATURE,
+    why="count model iterations (run_batch) with rlprof's stage rule; finish a stop that was answered when idle",
+    upstream="an iteration hook in the scheduler loop",
+    wrap={"Scheduler.run_batch": _run_batch, "Scheduler.on_idle": _on_idle},
+)
+
+PATCHES = (PROFILER_MANAGER_PATCH, SCHEDULER_PATCH)

@@ -1,0 +1,66 @@
+"""SGLang: a ``--profiler-config '{...}'`` server argument.
+
+SGLang has no profiling server arguments. This patch adds one that takes the
+same JSON as vLLM's (``torch_profiler_dir``, ``step_start``, ``by_stage``,
+``merge``, ...; see ``rlprof_plugins.profiler_config``), validates it while
+the arguments are parsed (a bad key stops the launch with a message naming
+it) and hands it to the scheduler processes, which SGLang spawns later,
+through ``RLPROF_PROFILER_CONFIG``. Where no argument can be added, that
+variable is the documented way in.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.profiler_config import ENV, export_to_environment, from_environment, parse_profiler_config
+
+from .base import Patch
+
+VERSIONS = ">=0.5.23,<0.5.24"
+FLAG = "--profiler-config"
+DEST = "rlprof_profiler_config"
+HELP = (
+    "rlprof: profiling configuration as JSON, the same keys as vLLM's --profiler-config "
+    '(e.g. \'{"torch_profiler_dir": "/traces", "step_start": 2, "step_end": 6, "merge": true}\'). '
+    f"Also read from ${ENV}."
+)
+
+
+def _add_cli_args(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    parser = args[0] if args else kwargs.get("parser")
+    if isinstance(parser, argparse.ArgumentParser) and FLAG not in parser._option_string_actions:
+        parser.add_argument(FLAG, dest=DEST, type=str, default=None, help=HELP)
+    return result
+
+
+def _from_cli_args(wrapped, instance, args, kwargs):
+    # a classmethod's function: (cls, args) or, bound by wrapt, (args,)
+    namespace = args[-1] if args else kwargs.get("args")
+    text = getattr(namespace, DEST, None)
+    try:
+        config = parse_profiler_config(text) if text is not None else from_environment()
+    except OptionsError as e:
+        source = FLAG if text is not None else f"${ENV}"
+        # SystemExit: the launch stops with this one line, as argparse errors do.
+        raise SystemExit(f"error: {source}: {e}") from None
+    server_args = wrapped(*args, **kwargs)
+    if config is not None:
+        export_to_environment(config)
+    return server_args
+
+
+SERVER_ARGS_PATCH = Patch(
+    name="sglang.server_args.profiler_config",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.server_args",
+    feature="the --profiler-config server argument",
+    why="SGLang has no profiling server arguments; rlprof's keys need a place next to the launch flags",
+    upstream="a profiler config server argument (or plugin-declared arguments)",
+    wrap={"ServerArgs.add_cli_args": _add_cli_args, "ServerArgs.from_cli_args": _from_cli_args},
+)
+
+PATCHES = (SERVER_ARGS_PATCH,)

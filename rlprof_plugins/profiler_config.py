@@ -1,0 +1,141 @@
+"""``--profiler-config`` for engines that have no profiler config of their own.
+
+vLLM parses its ``--profiler-config`` itself (we only add our keys to it).
+SGLang has no profiling server arguments, so for it rlprof parses the whole
+JSON: the same torch keys as vLLM 0.32 (``torch_profiler_dir``,
+``torch_profiler_with_stack``, ...) with the same defaults, plus rlprof's
+keys (``step_start``, ``by_stage``, ``merge``, ...). One JSON means the same
+thing on both engines.
+
+The validated config travels to the engine's other processes (SGLang's
+schedulers are spawned) in ``RLPROF_PROFILER_CONFIG``, which users may also
+set themselves where no server argument can be added (``sglang.Engine``,
+releases without a plugin hook).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping
+
+from .backends.torch_profiler import TorchSettings
+from .errors import OptionsError
+from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
+
+ENV = "RLPROF_PROFILER_CONFIG"
+
+# Activity names as vLLM spells them; "GPU" is SGLang's name for CUDA.
+ACTIVITIES = ("CPU", "CUDA", "XPU")
+ACTIVITY_ALIASES = {"GPU": "CUDA"}
+
+_FLAGS = {
+    # key: default (vLLM 0.32's defaults for the same keys)
+    "torch_profiler_with_stack": True,
+    "torch_profiler_record_shapes": False,
+    "torch_profiler_with_memory": False,
+    "torch_profiler_with_flops": False,
+    "torch_profiler_use_gzip": True,
+}
+TORCH_KEYS = ("profiler", "torch_profiler_dir", "torch_profiler_activities", *_FLAGS)
+ALL_KEYS = TORCH_KEYS + OUR_KEYS
+PROFILERS = ("torch",)
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    """What a server was configured to record, and where."""
+
+    torch_profiler_dir: str | None = None
+    torch_profiler_activities: tuple[str, ...] | None = None  # None: CPU, plus CUDA when present
+    torch_profiler_with_stack: bool = True
+    torch_profiler_record_shapes: bool = False
+    torch_profiler_with_memory: bool = False
+    torch_profiler_with_flops: bool = False
+    torch_profiler_use_gzip: bool = True
+    profiler: str = "torch"
+    options: ProfileOptions = field(default_factory=ProfileOptions)
+
+    def to_json(self) -> str:
+        data = {k: v for k, v in asdict(self).items() if k != "options"}
+        data.update(self.options.to_dict())
+        return json.dumps(data, sort_keys=True)
+
+    def torch_settings(self, *, cuda_available: bool, overrides: Mapping[str, Any] | None = None) -> TorchSettings:
+        """The torch.profiler settings of one session (request fields win)."""
+        overrides = dict(overrides or {})
+        activities = tuple(overrides.pop("activities", None) or self.torch_profiler_activities
+                           or (("CPU", "CUDA") if cuda_available else ("CPU",)))
+        settings = TorchSettings(
+            activities=activities,
+            record_shapes=self.torch_profiler_record_shapes,
+            with_stack=self.torch_profiler_with_stack,
+            with_memory=self.torch_profiler_with_memory,
+            with_flops=self.torch_profiler_with_flops,
+            use_gzip=self.torch_profiler_use_gzip,
+            write_table=self.options.operator_table,
+            table_sort_key="self_cpu_time_total" if activities == ("CPU",) else "self_device_time_total",
+        )
+        return replace(settings, **overrides)
+
+
+def parse_activities(key: str, value: Any, error=OptionsError) -> tuple[str, ...]:
+    """A non-empty list of activity names; ``error`` lets request parsing reuse it."""
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(a, str) for a in value):
+        raise error(key, f"must be a non-empty list of {', '.join(ACTIVITIES)}, got {value!r}")
+    out = []
+    for a in value:
+        name = ACTIVITY_ALIASES.get(a.upper(), a.upper())
+        if name not in ACTIVITIES:
+            raise error(key, f"unsupported activity {a!r}; supported: {', '.join(ACTIVITIES)} (GPU means CUDA)")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
+    """Validate a whole ``--profiler-config``; errors name the key."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data) if data.strip() else {}
+        except ValueError as e:
+            raise OptionsError("(json)", f"not valid JSON: {e}") from None
+    if not isinstance(data, Mapping):
+        raise OptionsError("(json)", f"must be a JSON object, got {type(data).__name__}")
+    for key in data:
+        if key not in ALL_KEYS:
+            close = difflib.get_close_matches(key, ALL_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise OptionsError(key, f"unknown key{hint}; accepted: {', '.join(ALL_KEYS)}")
+    profiler = data.get("profiler", "torch")
+    if profiler not in PROFILERS:
+        raise OptionsError("profiler", f"must be one of {', '.join(PROFILERS)}, got {profiler!r}")
+    directory = data.get("torch_profiler_dir")
+    if directory is not None and not isinstance(directory, str):
+        raise OptionsError("torch_profiler_dir", f"must be a path, got {directory!r}")
+    if directory and "://" in directory:
+        raise OptionsError("torch_profiler_dir", f"must be a local directory (rlprof writes step folders), got {directory!r}")
+    activities = data.get("torch_profiler_activities")
+    flags = {key: check_flag(key, data.get(key, default)) for key, default in _FLAGS.items()}
+    return ProfilerConfig(
+        torch_profiler_dir=os.path.abspath(os.path.expanduser(directory)) if directory else None,
+        torch_profiler_activities=None if activities is None else parse_activities("torch_profiler_activities", activities),
+        profiler=profiler,
+        options=parse_options({k: v for k, v in data.items() if k in OUR_KEYS}),
+        **flags,
+    )
+
+
+def from_environment() -> ProfilerConfig | None:
+    """The config handed down by the parsing process, or set by the user."""
+    text = os.environ.get(ENV)
+    if not text:
+        return None
+    return parse_profiler_config(text)
+
+
+def export_to_environment(config: ProfilerConfig) -> None:
+    """Hand the validated config to every process the engine spawns later."""
+    os.environ[ENV] = config.to_json()

@@ -1,0 +1,156 @@
+"""The real SGLang 0.5.23 server (TP=1) with the plugin: the vLLM scenarios, on SGLang.
+
+Configured with ``--profiler-config`` (window [2, 6) by default, like the vLLM
+TP=1 server). One request of 8 tokens is 8 scheduler iterations: 1 prefill
+(which samples the first token) and 7 decodes.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, manifest_traces
+
+ONE_REQUEST_TOKENS = 8
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+def only_trace(folder: Path, stage: str = "all") -> dict:
+    traces = manifest_traces(folder, stage)
+    assert list(traces) == ["rank0"], traces
+    return load_trace(traces["rank0"])
+
+
+def test_config_window_records_exactly_step_start_to_step_end(sglang_tp1):
+    r = sglang_tp1.post("/start_profile", {"global_step": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "waiting" and r.json()["directory"].endswith("global_step_0")
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    status = sglang_tp1.wait_state()
+    assert status["state"] == "done", status
+    folder = sglang_tp1.trace_dir / "global_step_0"
+    assert iteration_indices(only_trace(folder)) == [2, 3, 4, 5]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["engine"] == "sglang" and manifest["state"] == "done" and manifest["global_step"] == 0
+    # The window exported by itself; a stop afterwards is harmless, once.
+    stop = sglang_tp1.post("/stop_profile")
+    assert stop.status_code == 200 and stop.json()["status"] == "already_finished"
+    again = sglang_tp1.post("/stop_profile")
+    assert again.status_code == 409 and "no profiling session" in again.json()["error"]["message"]
+
+
+def test_window_on_a_warm_server_counts_from_the_request(sglang_tp1):
+    """SGLang's native start_step counts from server start; ours from the request."""
+    for _ in range(3):
+        sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)  # the server has run 24+ iterations
+    refused = sglang_tp1.post("/start_profile", {"global_step": 5, "start_step": 2, "num_steps": 3})
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "start_step"
+    r = sglang_tp1.post("/start_profile", {"global_step": 5, "step_start": 1, "step_end": 4})
+    assert r.status_code == 200, r.text
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    assert sglang_tp1.wait_state()["state"] == "done"
+    details = iteration_details(only_trace(sglang_tp1.trace_dir / "global_step_5"))
+    assert sorted(details) == [1, 2, 3]
+    assert {d[0] for d in details.values()} == {"decode"}  # iteration 0 (the prefill) is outside the window
+
+
+def test_three_consecutive_global_steps_each_complete(sglang_tp1):
+    for step in (1, 2, 3):
+        assert sglang_tp1.post("/start_profile", {"global_step": step}).status_code == 200
+        sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+        assert sglang_tp1.wait_state()["state"] == "done"
+    for step in (1, 2, 3):
+        assert iteration_indices(only_trace(sglang_tp1.trace_dir / f"global_step_{step}")) == [2, 3, 4, 5], step
+
+
+def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
+    r = sglang_tp1.post("/start_profile", {"global_step": 10, "step_start": 0, "step_end": None})
+    assert r.status_code == 200 and r.json()["state"] == "recording"
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    stop = sglang_tp1.post("/stop_profile")
+    assert stop.status_code == 200 and stop.json()["status"] == "stopped", stop.text
+    assert stop.json()["state"] == "exporting"
+    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None]  # answered first
+    done = sglang_tp1.wait_state()
+    assert done["state"] == "done" and done["ranks"][0]["stop_seconds"] is not None
+    details = iteration_details(only_trace(sglang_tp1.trace_dir / "global_step_10"))
+    assert sorted(details) == list(range(ONE_REQUEST_TOKENS))
+    assert [details[i][0] for i in sorted(details)] == ["prefill"] + ["decode"] * (ONE_REQUEST_TOKENS - 1)
+
+
+def test_native_fields_map_onto_rlprof_sessions(sglang_tp1):
+    body = {"global_step": 20, "num_steps": 3, "profile_prefix": "rollout", "activities": ["CPU"],
+            "with_stack": False, "record_shapes": True, "profile_id": "my-run"}
+    r = sglang_tp1.post("/start_profile", body)
+    assert r.status_code == 200, r.text
+    assert r.json()["step_start"] == 2 and r.json()["step_end"] == 5  # num_steps counts from step_start
+    assert r.json()["session_id"] == "my-run"
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    assert sglang_tp1.wait_state()["state"] == "done"
+    folder = sglang_tp1.trace_dir / "global_step_20"
+    (path,) = manifest_traces(folder).values()
+    assert path.name.startswith("rollout-TP-0.")  # SGLang's rank naming, with the prefix
+    trace = load_trace(path)
+    assert iteration_indices(trace) == [2, 3, 4]
+    assert any("Input Dims" in (e.get("args") or {}) for e in trace["traceEvents"])  # record_shapes honoured
+
+
+def test_by_stage_traces_hold_only_their_stage(sglang_tp1):
+    r = sglang_tp1.post("/start_profile", {"global_step": 30, "profile_by_stage": True, "step_start": 0,
+                                           "step_end": ONE_REQUEST_TOKENS})
+    assert r.status_code == 200 and r.json()["by_stage"] is True
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    assert sglang_tp1.wait_state()["state"] == "done"
+    folder = sglang_tp1.trace_dir / "global_step_30"
+    prefill, decode = only_trace(folder, "prefill"), only_trace(folder, "decode")
+    assert iteration_indices(prefill) == [0]
+    assert iteration_indices(decode) == list(range(1, ONE_REQUEST_TOKENS))
+    assert not manifest_traces(folder)  # no unsplit trace
+
+
+def test_without_global_step_files_land_in_the_output_dir(sglang_tp1):
+    before = files_under(sglang_tp1.trace_dir)
+    assert sglang_tp1.post("/start_profile", {"step_start": 0, "step_end": 2}).status_code == 200
+    sglang_tp1.complete()
+    assert sglang_tp1.wait_state()["state"] == "done"
+    new = files_under(sglang_tp1.trace_dir) - before
+    assert {p.parent for p in new} == {sglang_tp1.trace_dir.resolve()}
+    (trace,) = new
+    assert trace.name.startswith("TP-0.") and iteration_indices(load_trace(trace)) == [0, 1]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"global_stpe": 1}, "global_stpe"),
+    ({"global_step": -1}, "global_step"),
+    ({"global_step": 1, "output_dir": "/tmp"}, "output_dir"),
+    ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
+    ({"global_step": 1, "num_steps": 2, "step_end": 4}, "num_steps"),
+    ({"global_step": 1, "activities": ["MEM"]}, "activities"),
+    ({"global_step": 1, "step_start": 3, "step_end": 3}, "step_end"),
+    ("[1, 2]", "body"),
+    ("{not json", "body"),
+])
+def test_bad_bodies_get_400_naming_the_field_and_write_nothing(sglang_tp1, body, field):
+    before = files_under(sglang_tp1.trace_dir)
+    r = sglang_tp1.post("/start_profile", body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == field
+    assert files_under(sglang_tp1.trace_dir) == before
+    assert sglang_tp1.get("/profile_status").json()["state"] in ("done", "idle")
+
+
+def test_double_start_is_409_and_the_first_session_goes_on(sglang_tp1):
+    assert sglang_tp1.post("/start_profile", {"global_step": 40, "step_end": None}).status_code == 200
+    second = sglang_tp1.post("/start_profile", {"global_step": 41})
+    assert second.status_code == 409 and second.json()["error"]["session"]["global_step"] == 40
+    sglang_tp1.complete()
+    assert sglang_tp1.post("/stop_profile").status_code == 200
+    assert sglang_tp1.wait_state()["state"] == "done"
+    assert not (sglang_tp1.trace_dir / "global_step_41").exists()
+    status = sglang_tp1.get("/profile_status?global_step=40").json()
+    assert status["global_step"] == 40 and status["state"] == "done"
+    assert sglang_tp1.get("/profile_status?global_step=x").status_code == 400

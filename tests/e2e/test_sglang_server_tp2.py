@@ -1,0 +1,86 @@
+"""The real SGLang 0.5.23 server at TP=2: every rank in one status, merge with a prefix.
+
+Configured through ``RLPROF_PROFILER_CONFIG`` (the documented fallback for
+launches that cannot take ``--profiler-config``). Native SGLang 0.5.23 with
+``merge_profiles`` and a ``profile_prefix`` logs "Merge failed: No trace
+files found" and writes nothing; with the plugin the merged trace is there.
+"""
+
+import json
+
+import pytest
+
+from rlprof_plugins.trace.check import check as check_file
+from tests.helpers.traces import iteration_indices, load_trace, manifest_traces
+
+
+@pytest.fixture(scope="module")
+def sglang_tp2(tmp_path_factory):
+    from tests.helpers.sglang_server import start_server
+
+    tmp = tmp_path_factory.mktemp("sglang-tp2")
+    config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False}
+    server = start_server(tmp, None, tp=2, env={"RLPROF_PROFILER_CONFIG": json.dumps(config)})
+    server.trace_dir = tmp / "traces"
+    yield server
+    server.stop()
+
+
+def merged_iterations(path) -> dict[str, list[int]]:
+    """Iteration ranges of a merged trace, by the rank its process is named after."""
+    trace = load_trace(path)
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    out: dict[str, list[int]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("rlprof::iteration "):
+            rank = names[e["pid"]].split()[0]
+            out.setdefault(rank, []).append(int(e["name"].split()[1]))
+    return {rank: sorted(v) for rank, v in sorted(out.items())}
+
+
+def test_merge_profiles_with_a_prefix_writes_one_merged_trace_of_both_ranks(sglang_tp2):
+    body = {"global_step": 1, "merge_profiles": True, "profile_prefix": "rollout", "num_steps": 4}
+    r = sglang_tp2.post("/start_profile", body)
+    assert r.status_code == 200, r.text
+    assert [rank["worker"] for rank in r.json()["ranks"]] == ["rollout-TP-0", "rollout-TP-1"]
+    sglang_tp2.complete(max_tokens=8)
+    status = sglang_tp2.wait_state()
+    assert status["state"] == "done", status
+    assert status["merge"]["state"] == "done" and len(status["merge"]["files"]) == 1
+    folder = sglang_tp2.trace_dir / "global_step_1"
+    ranks = manifest_traces(folder)
+    assert list(ranks) == ["rank0", "rank1"]
+    for path in ranks.values():
+        assert path.name.startswith("rollout-TP-")
+        assert iteration_indices(load_trace(path)) == [0, 1, 2, 3]
+    merged = folder / "merged.pt.trace.json.gz"
+    assert str(merged) in status["merge"]["files"]
+    report = check_file(merged)
+    assert report.ok, report.errors
+    assert merged_iterations(merged) == {"rank0": [0, 1, 2, 3], "rank1": [0, 1, 2, 3]}
+
+
+def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
+    body = {"global_step": 2, "merge_profiles": True, "profile_by_stage": True, "num_steps": 8}
+    assert sglang_tp2.post("/start_profile", body).status_code == 200
+    sglang_tp2.complete(max_tokens=8)
+    assert sglang_tp2.wait_state()["state"] == "done"
+    folder = sglang_tp2.trace_dir / "global_step_2"
+    prefill = folder / "merged.prefill.pt.trace.json.gz"
+    decode = folder / "merged.decode.pt.trace.json.gz"
+    assert check_file(prefill).ok and check_file(decode).ok
+    assert merged_iterations(prefill) == {"rank0": [0], "rank1": [0]}
+    assert merged_iterations(decode) == {"rank0": list(range(1, 8)), "rank1": list(range(1, 8))}
+
+
+def test_stop_reaches_every_rank_and_answers_before_the_profilers_stop(sglang_tp2):
+    assert sglang_tp2.post("/start_profile", {"global_step": 3}).status_code == 200
+    sglang_tp2.complete(max_tokens=4)
+    stop = sglang_tp2.post("/stop_profile")
+    assert stop.status_code == 200, stop.text
+    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None, None]
+    done = sglang_tp2.wait_state()
+    assert done["state"] == "done" and all(rank["stop_seconds"] is not None for rank in done["ranks"])
+    traces = manifest_traces(sglang_tp2.trace_dir / "global_step_3")
+    assert [iteration_indices(load_trace(p)) for p in traces.values()] == [[0, 1, 2, 3]] * 2

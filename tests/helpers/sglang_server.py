@@ -1,0 +1,89 @@
+"""Start and stop a real SGLang server on CPU for end-to-end tests.
+
+The server runs in ``.venv-sglang`` (SGLang 0.5.23 and vLLM pin different
+torch builds, so each engine has its own environment); the tests talk to it
+over HTTP only. Recipe: shared engine notes, "SGLang 0.5.23 on CPU".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port
+
+SGLANG_PYTHON = Path(os.environ.get("RLPROF_SGLANG_PYTHON", REPO / ".venv-sglang" / "bin" / "python"))
+SMALL_FLAGS = [
+    "--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
+    "--context-length", "256", "--max-total-tokens", "4096", "--max-running-requests", "4",
+    "--dtype", "float32", "--disable-cuda-graph", "--grammar-backend", "none", "--skip-server-warmup",
+]
+
+
+def available() -> bool:
+    return SGLANG_PYTHON.exists()
+
+
+def cpu_env(tp: int = 1, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    if tp > 1:
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(i) for i in range(tp))
+    env.pop("RLPROF_PROFILER_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def server_command(port: int, profiler_config: dict | None, tp: int = 1, extra: list[str] | None = None) -> list[str]:
+    cmd = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL),
+           "--host", "127.0.0.1", "--port", str(port), *SMALL_FLAGS]
+    if tp > 1:
+        cmd += ["--tp", str(tp)]
+    if profiler_config is not None:
+        cmd += ["--profiler-config", json.dumps(profiler_config)]
+    return cmd + list(extra or [])
+
+
+class SglangServer(VllmServer):
+    def complete(self, prompt: str = "the rollout engine", max_tokens: int = 8) -> dict:
+        """One request through SGLang's native API; ``max_tokens`` tokens exactly."""
+        r = self.post("/generate", {"text": prompt, "sampling_params": {
+            "max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0}})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 240) -> SglangServer:
+    port = free_port()
+    log_path = tmp / f"sglang-{port}.log"
+    trace_dir = Path(profiler_config["torch_profiler_dir"]) if profiler_config and "torch_profiler_dir" in profiler_config else tmp
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(server_command(port, profiler_config, tp, extra), stdout=log, stderr=subprocess.STDOUT,
+                                env=cpu_env(tp, **(env or {})), start_new_session=True, cwd=tmp)
+    server = SglangServer(f"http://127.0.0.1:{port}", proc, log_path, trace_dir)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"SGLang exited with {proc.returncode}:\n{server.log()[-4000:]}")
+        try:
+            if requests.get(server.url + "/health", timeout=2).status_code == 200:
+                return server
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    server.stop()
+    raise RuntimeError(f"SGLang did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
+
+
+def run_until_exit(tmp: Path, args: list[str], timeout: float = 180,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Launch with raw arguments, expecting the launch to stop (bad configuration)."""
+    cmd = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL),
+           "--port", str(free_port()), *SMALL_FLAGS, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(**(env or {})), timeout=timeout, cwd=tmp)
