@@ -10,7 +10,7 @@ SPY := $(VENV_SGLANG)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo demo-sglang test unit patch-table bench bench-merge clean
+.PHONY: env tiny-model demo demo-sglang test unit patch-table bench bench-merge bench-sglang clean
 
 env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
 
@@ -79,3 +79,7 @@ bench: env tiny-model
 
 bench-merge: env
 	$(VPY) benchmarks/bench_merge.py
+
+# docs/performance.md: SGLang's stop, native vs rlprof, on one server (~3 min).
+bench-sglang: env tiny-model
+	$(VPY) benchmarks/bench_sglang_stop.py

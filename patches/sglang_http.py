@@ -89,6 +89,10 @@ def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
     for name, why in REFUSED.items():
         if native.get(name) not in (None, False, 0, []):
             raise RequestError(name, why)
+    prefix = request.profile_prefix
+    if prefix is not None and (not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\\0")):
+        # it becomes part of a file name inside the step folder
+        raise RequestError("profile_prefix", f"must be a plain file-name part (no '/', not starting with '.'), got {prefix!r}")
     changes: dict[str, Any] = {"output_dir": _output_root(native.get("output_dir"), config)}
     if "num_steps" in native:
         steps = check_count("num_steps", native["num_steps"], error=RequestError)

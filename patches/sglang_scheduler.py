@@ -123,7 +123,11 @@ def _gather(manager: Any, reply: dict) -> list[dict]:
     if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
         return [reply]
     out: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, reply, group=group)
+    try:
+        dist.all_gather_object(out, reply, group=group)
+    except Exception as e:  # never into the scheduler loop; the answer says what is missing
+        logger.warning("rlprof: gathering the ranks' replies failed: %s: %s", type(e).__name__, e)
+        return [reply, {"ok": False, "error": f"other ranks did not answer: {type(e).__name__}: {e}"}]
     return out
 
 

@@ -8,7 +8,8 @@ engines' own naming is recognised:
   is ``rank<R>`` or ``dp<D>_pp<P>_tp<T>[_dcp<C>][_ep<E>]_rank<R>``, and the
   API server's ``<host>_<pid>.async_llm.<ns>.pt.trace.json[.gz]``; rlprof's
   by-stage files add ``.prefill``/``.decode`` before ``.pt.trace``.
-- SGLang: ``[prefix-]<profile_id>-TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>][-EXTEND|-DECODE].trace.json.gz``.
+- SGLang: ``[prefix-]<profile_id>-TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>][-EXTEND|-DECODE].trace.json.gz``,
+  and rlprof's SGLang files ``[prefix-]TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>].<ns>[.prefill|.decode].pt.trace.json.gz``.
 
 Files that match neither, or that would put two files of one rank into one
 merge, are reported as unplaced with the reason, never guessed.
@@ -36,7 +37,11 @@ _SGLANG = re.compile(
     r"^(?P<group>.+?)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
     r"(?:-(?P<stage>EXTEND|DECODE))?\.trace\.json(?:\.gz)?$"
 )
-_SGLANG_STAGES = {"EXTEND": "prefill", "DECODE": "decode"}
+_SGLANG_STAGES = {"EXTEND": "prefill", "DECODE": "decode", "prefill": "prefill", "decode": "decode"}
+_RLPROF_SGLANG = re.compile(
+    r"^(?:(?P<group>.+?)-)?TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
+    r"\.(?P<ns>\d+)(?:\.(?P<stage>prefill|decode))?\.pt\.trace\.json(?:\.gz)?$"
+)
 
 
 @dataclass
@@ -183,11 +188,11 @@ def _recognise(path: Path) -> tuple[RankFile | None, tuple[str, str | None]]:
     m = _VLLM_FRONTEND.match(name)
     if m:
         return RankFile(path, "frontend", "frontend", (1, 0)), (m.group("prefix") or "", m.group("stage"))
-    m = _SGLANG.match(name)
+    m = _SGLANG.match(name) or _RLPROF_SGLANG.match(name)
     if m:
         pos = {k: int(m.group(k)) for k in ("tp", "pp", "dp", "ep") if m.group(k) is not None}
         label = "-".join(f"{k.upper()}{pos[k]}" for k in ("dp", "pp", "tp", "ep") if k in pos)
         order = (0, pos.get("dp", 0), pos.get("pp", 0), pos.get("tp", 0), pos.get("ep", 0))
         stage = _SGLANG_STAGES.get(m.group("stage") or "")
-        return RankFile(path, label, "worker", order, pos), (m.group("group"), stage)
+        return RankFile(path, label, "worker", order, pos), (m.group("group") or "", stage)
     return None, ("", None)

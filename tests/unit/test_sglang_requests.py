@@ -39,6 +39,8 @@ def test_native_fields_map_onto_ours(config, tmp_path):
     ({"output_dir": "/elsewhere"}, "output_dir"),
     ({"output_dir": "../up"}, "output_dir"),
     ({"profile_id": ""}, "profile_id"),
+    ({"profile_prefix": "../../etc/x"}, "profile_prefix"),
+    ({"profile_prefix": ".hidden"}, "profile_prefix"),
     ({"global_steps": 1}, "global_steps"),
 ])
 def test_refused_fields_are_named(config, body, field):

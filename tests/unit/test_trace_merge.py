@@ -117,6 +117,21 @@ def test_sglang_naming_is_recognised(tmp_path):
     assert plan.unplaced == []
 
 
+def test_rlprof_sglang_naming_is_recognised_without_a_manifest(tmp_path):
+    """What the SGLang plugin writes (``[prefix-]TP-<t>.<ns>[.stage].pt.trace.json.gz``)."""
+    for name in ("rollout-TP-1.17.prefill.pt.trace.json.gz", "rollout-TP-0.16.prefill.pt.trace.json.gz",
+                 "rollout-TP-0.16.decode.pt.trace.json.gz", "rollout-TP-1.17.decode.pt.trace.json.gz"):
+        (tmp_path / name).write_bytes(b"")
+    plan = sources.plan(tmp_path)
+    assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [
+        ("decode", ["TP0", "TP1"]), ("prefill", ["TP0", "TP1"])]
+    (tmp_path / "extra").mkdir()
+    for name in ("TP-0-PP-1.5.pt.trace.json.gz", "TP-0.4.pt.trace.json.gz"):
+        (tmp_path / "extra" / name).write_bytes(b"")
+    (group,) = sources.plan(tmp_path / "extra").groups
+    assert [f.label for f in group.inputs] == ["TP0", "PP1-TP0"] and group.output.name == "merged.pt.trace.json.gz"
+
+
 # ---- merge rules on CUDA-shaped ranks ------------------------------------------------
 def test_pids_ids_and_clocks_are_made_rank_safe(tmp_path):
     d = synthetic_step(tmp_path)
