@@ -53,7 +53,6 @@ def build_start_request(
     step_end_given: bool = False,
     profile_prefix: str | None = None,
     by_stage: Any = None,
-    merge: Any = None,
 ) -> StartRequest:
     """Merge request overrides over server defaults and validate.
 
@@ -70,8 +69,6 @@ def build_start_request(
     check_window(start, end, error=RequestError)
     if by_stage is not None:
         check_flag("by_stage", by_stage, error=RequestError)
-    if merge is not None:
-        check_flag("merge", merge, error=RequestError)
     return StartRequest(
         global_step=gs,
         step_start=start,
@@ -80,7 +77,7 @@ def build_start_request(
         by_stage=defaults.by_stage if by_stage is None else by_stage,
         operator_table=defaults.operator_table,
         keep_last_steps=defaults.keep_last_steps,
-        merge=defaults.merge if merge is None else merge,
+        merge=defaults.merge,
     )
 
 
