@@ -2,6 +2,7 @@
 torch.profiler backend; assertions read the exported trace files."""
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -259,6 +260,10 @@ def test_keep_last_steps_prunes_only_complete_older_steps(tmp_path):
         start(ctl, global_step=step, step_end=1, keep_last_steps=2)
         run_iterations(ctl, 1)
         settle(ctl)
+    # retention runs on the finalize thread after the step's last manifest write
+    for t in threading.enumerate():
+        if t.name == "rlprof-finalize":
+            t.join(30)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["global_step_0", "global_step_3", "global_step_4"]
 

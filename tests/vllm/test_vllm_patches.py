@@ -33,7 +33,8 @@ def test_patch_applies_and_reverts_on_real_module(patch):
         assert apply_guarded(patch, module, vllm_version())
         for target in patch.wrap:
             parent, attr = _resolve(module, target)
-            assert getattr(vars(parent)[attr], "_self_rlprof_patch", None) == patch.name
+            wrapper = vars(parent)[attr]
+            assert getattr(getattr(wrapper, "__func__", wrapper), "_self_rlprof_patch", None) == patch.name
         for target in patch.add:
             assert hasattr(*_resolve(module, target))
         patch.revert()
