@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rlprof_plugins.control import combine, with_step_manifest
-from rlprof_plugins.errors import ConflictError, OptionsError, RequestError, UnavailableError
+from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.options import ProfileOptions, check_count, check_flag
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment, parse_activities
 from rlprof_plugins.requests import START_FIELDS, StartRequest, parse_start_body
 
 from .base import Patch
+from .http_common import error_response, json_body, status_step, stop_status
 from .sglang_scheduler import encode_command
 from .sglang_server_args import VERSIONS
 
@@ -149,21 +150,8 @@ async def send(tokenizer_manager: Any, command: dict) -> list:
 
 
 # ---- routes -----------------------------------------------------------------
-def _error_response(exc: Exception):
-    from fastapi.responses import JSONResponse
-
-    if isinstance(exc, (RequestError, ConflictError, UnavailableError)):
-        return JSONResponse(status_code=exc.status, content=exc.to_json())
-    logger.exception("rlprof: profiling route failed")
-    return JSONResponse(status_code=500, content={"error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"}})
-
-
 async def _body(raw_request) -> dict:
-    raw = await raw_request.body()
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except ValueError as e:
-        raise RequestError("body", f"is not valid JSON: {e}") from None
+    body = await json_body(raw_request)
     if not isinstance(body, dict):
         raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
     return body
@@ -188,7 +176,7 @@ def build_routes(module: Any, native: dict):
             result = combine(await send(manager(), request.to_command()))
             _used = True
         except Exception as e:
-            return _error_response(e)
+            return error_response(e)
         logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
         return JSONResponse({"status": "started", **result})
 
@@ -201,19 +189,15 @@ def build_routes(module: Any, native: dict):
                 return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
             result = combine(replies)
         except Exception as e:
-            return _error_response(e)
-        status = "already_finished" if result.get("already_finished") else "stopped"
-        return JSONResponse({"status": status, **result})
+            return error_response(e)
+        return JSONResponse({"status": stop_status(result), **result})
 
     async def profile_status(raw_request: Request):
         try:
-            step = raw_request.query_params.get("global_step")
-            if step is not None and not step.isdigit():
-                raise RequestError("global_step", f"must be an integer >= 0, got {step!r}")
-            command = {"op": "status", "global_step": None if step is None else int(step)}
+            command = {"op": "status", "global_step": status_step(raw_request)}
             result = with_step_manifest(combine(await send(manager(), command)))
         except Exception as e:
-            return _error_response(e)
+            return error_response(e)
         return JSONResponse(result)
 
     return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status}

@@ -14,33 +14,20 @@ unless ``routes_require_api_key`` is false.
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
 import hashlib
-import json
 import logging
 import os
 import secrets
 
-from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
 from rlprof_plugins.requests import parse_start_body
 
 from .base import Patch
+from .http_common import error_response, json_body, status_step, stop_status
 from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
 
 logger = logging.getLogger("rlprof")
 
 # vLLM 0.32's StartProfileRequest fields, still accepted.
 NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations")
-
-
-KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError)
-
-
-def _error_response(exc: Exception):
-    from fastapi.responses import JSONResponse
-
-    if isinstance(exc, KNOWN_ERRORS):
-        return JSONResponse(status_code=exc.status, content=exc.to_json())
-    logger.exception("rlprof: profiling route failed")
-    return JSONResponse(status_code=500, content={"error": {"type": "internal", "message": f"{type(exc).__name__}: {exc}"}})
 
 
 def api_tokens(args) -> list[str]:
@@ -75,11 +62,7 @@ def build_router(profiler_config, tokens: list[str]):
     @router.post("/start_profile")
     async def start_profile(raw_request: Request):
         try:
-            raw = await raw_request.body()
-            try:
-                body = json.loads(raw) if raw.strip() else {}
-            except ValueError as e:
-                raise RequestError("body", f"is not valid JSON: {e}") from None
+            body = await json_body(raw_request)
             request, native = parse_start_body(body, defaults, NATIVE_START_FIELDS)
             kwargs = {k: v for k, v in native.items() if k != "profile_prefix"}
             if "global_step" in body:
@@ -92,7 +75,7 @@ def build_router(profiler_config, tokens: list[str]):
                 kwargs["by_stage"] = request.by_stage
             result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
         except Exception as e:
-            return _error_response(e)
+            return error_response(e)
         logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
         return JSONResponse({"status": "started", **result})
 
@@ -101,19 +84,15 @@ def build_router(profiler_config, tokens: list[str]):
         try:
             result = await raw_request.app.state.engine_client.stop_profile()
         except Exception as e:
-            return _error_response(e)
-        status = "already_finished" if result.get("already_finished") else "stopped"
-        return JSONResponse({"status": status, **result})
+            return error_response(e)
+        return JSONResponse({"status": stop_status(result), **result})
 
     @router.get("/profile_status")
     async def profile_status(raw_request: Request):
         try:
-            step = raw_request.query_params.get("global_step")
-            if step is not None and not step.isdigit():
-                raise RequestError("global_step", f"must be an integer >= 0, got {step!r}")
-            result = await raw_request.app.state.engine_client.profile_status(None if step is None else int(step))
+            result = await raw_request.app.state.engine_client.profile_status(status_step(raw_request))
         except Exception as e:
-            return _error_response(e)
+            return error_response(e)
         return JSONResponse(result)
 
     return router, Unauthorized

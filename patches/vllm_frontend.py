@@ -10,7 +10,6 @@ stopping it when the workers' window closes.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from typing import Any

@@ -1,8 +1,31 @@
 """Per-engine entry points: thin, they only install the patches on import."""
 
+from __future__ import annotations
+
 import os
+from typing import Callable
+
+from .._log import logger
+
+_installed: set[str] = set()
 
 
 def disabled() -> bool:
     """``RLPROF_DISABLE=1`` turns every entry point off."""
     return os.environ.get("RLPROF_DISABLE", "").lower() in ("1", "true", "yes")
+
+
+def install_patches(engine: str, group: str, version_of: Callable[[], str | None]) -> None:
+    """Register a post-import hook for each patch in ``patches.<group>``,
+    once per process; never raises (a plugin must not stop the engine)."""
+    if group in _installed or disabled():
+        return
+    _installed.add(group)
+    try:
+        from .. import patches
+        from ..patches.base import install_on_import
+
+        for patch in getattr(patches, group):
+            install_on_import(patch, version_of)
+    except Exception as e:
+        logger.warning("rlprof: %s plugin not loaded: %s: %s", engine, type(e).__name__, e)

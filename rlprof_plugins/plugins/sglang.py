@@ -9,10 +9,7 @@ applies when its target module is imported. ``RLPROF_DISABLE=1`` or leaving
 
 from __future__ import annotations
 
-from .._log import logger
-from . import disabled
-
-_registered = False
+from . import install_patches
 
 
 def sglang_version() -> str | None:
@@ -25,15 +22,4 @@ def sglang_version() -> str | None:
 
 
 def register() -> None:
-    global _registered
-    if _registered or disabled():
-        return
-    _registered = True
-    try:
-        from ..patches import SGLANG_PATCHES
-        from ..patches.base import install_on_import
-
-        for patch in SGLANG_PATCHES:
-            install_on_import(patch, sglang_version)
-    except Exception as e:  # a plugin must never stop SGLang from starting
-        logger.warning("rlprof: SGLang plugin not loaded: %s: %s", type(e).__name__, e)
+    install_patches("SGLang", "SGLANG_PATCHES", sglang_version)

@@ -9,10 +9,7 @@ leave ``rlprof`` out of vLLM's ``VLLM_PLUGINS`` allowlist.
 
 from __future__ import annotations
 
-from .._log import logger
-from . import disabled
-
-_registered = False
+from . import install_patches
 
 
 def vllm_version() -> str | None:
@@ -25,15 +22,4 @@ def vllm_version() -> str | None:
 
 
 def register() -> None:
-    global _registered
-    if _registered or disabled():
-        return
-    _registered = True
-    try:
-        from ..patches import VLLM_PATCHES
-        from ..patches.base import install_on_import
-
-        for patch in VLLM_PATCHES:
-            install_on_import(patch, vllm_version)
-    except Exception as e:  # a plugin must never stop vLLM from starting
-        logger.warning("rlprof: vLLM plugin not loaded: %s: %s", type(e).__name__, e)
+    install_patches("vLLM", "VLLM_PATCHES", vllm_version)

@@ -10,12 +10,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
-import requests
-
-from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port
+from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port, launch
 
 SGLANG_PYTHON = Path(os.environ.get("RLPROF_SGLANG_PYTHON", REPO / ".venv-sglang" / "bin" / "python"))
 SMALL_FLAGS = [
@@ -61,24 +58,8 @@ class SglangServer(VllmServer):
 def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
                  env: dict[str, str] | None = None, timeout: float = 240) -> SglangServer:
     port = free_port()
-    log_path = tmp / f"sglang-{port}.log"
-    trace_dir = Path(profiler_config["torch_profiler_dir"]) if profiler_config and "torch_profiler_dir" in profiler_config else tmp
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(server_command(port, profiler_config, tp, extra), stdout=log, stderr=subprocess.STDOUT,
-                                env=cpu_env(tp, **(env or {})), start_new_session=True, cwd=tmp)
-    server = SglangServer(f"http://127.0.0.1:{port}", proc, log_path, trace_dir)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"SGLang exited with {proc.returncode}:\n{server.log()[-4000:]}")
-        try:
-            if requests.get(server.url + "/health", timeout=2).status_code == 200:
-                return server
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    server.stop()
-    raise RuntimeError(f"SGLang did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
+    return launch(SglangServer, "SGLang", tmp, tmp / f"sglang-{port}.log", port,
+                  server_command(port, profiler_config, tp, extra), cpu_env(tp, **(env or {})), profiler_config, timeout)
 
 
 def run_until_exit(tmp: Path, args: list[str], timeout: float = 180,

@@ -97,19 +97,17 @@ class VllmServer:
                 self.process.wait(10)
 
 
-def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
-                 env: dict[str, str] | None = None, timeout: float = 240) -> VllmServer:
-    port = free_port()
-    log_path = tmp / f"server-{port}.log"
+def launch(server_cls, name: str, tmp: Path, log_path: Path, port: int, command: list[str], env: dict[str, str],
+           profiler_config: dict | None, timeout: float):
+    """Start an engine server process and wait until ``/health`` answers 200."""
     trace_dir = Path(profiler_config["torch_profiler_dir"]) if profiler_config and "torch_profiler_dir" in profiler_config else tmp
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(server_command(port, profiler_config, tp, extra), stdout=log, stderr=subprocess.STDOUT,
-                                env=cpu_env(tp, **(env or {})), start_new_session=True, cwd=tmp)
-    server = VllmServer(f"http://127.0.0.1:{port}", proc, log_path, trace_dir)
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp)
+    server = server_cls(f"http://127.0.0.1:{port}", proc, log_path, trace_dir)
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{server.log()[-4000:]}")
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{server.log()[-4000:]}")
         try:
             if requests.get(server.url + "/health", timeout=2).status_code == 200:
                 return server
@@ -117,7 +115,14 @@ def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra:
             pass
         time.sleep(1)
     server.stop()
-    raise RuntimeError(f"vLLM did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
+    raise RuntimeError(f"{name} did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
+
+
+def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 240) -> VllmServer:
+    port = free_port()
+    return launch(VllmServer, "vLLM", tmp, tmp / f"server-{port}.log", port,
+                  server_command(port, profiler_config, tp, extra), cpu_env(tp, **(env or {})), profiler_config, timeout)
 
 
 def run_until_exit(tmp: Path, profiler_config_arg: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
