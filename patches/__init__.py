@@ -49,7 +49,7 @@ def markdown_table(patches: tuple[Patch, ...] = ALL_PATCHES) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in patches:
-        targets = "<br>".join(f"`{t}`" for t in p.targets)
+        targets = "<br>".join(f"`{t}`" + (" (if present)" if t in p.optional else "") for t in p.targets)
         lines.append(
             f"| `{p.name}` | {p.engine} | `{p.versions}` | `{p.module}` | {targets} | {p.feature} | {p.why} | {p.upstream} |"
         )

@@ -50,6 +50,17 @@ class Patch:
     # ``install(module)`` changes them and returns the function that undoes it.
     install: Callable[[ModuleType], Callable[[], None]] | None = None
     install_targets: tuple[str, ...] = ()
+    # Wrap targets some releases in ``versions`` lack (e.g. a hook that only
+    # newer releases have); a missing optional target is skipped, not fatal.
+    optional: tuple[str, ...] = ()
+    # Patches that serve the same engine area in different release eras (the
+    # SGLang scheduler mixin vs its profiler manager) share an area: a feature
+    # needs one patch per area on a given release. Empty: the patch's name.
+    area: str = ""
+
+    @property
+    def area_name(self) -> str:
+        return self.area or self.name
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -69,8 +80,13 @@ class Patch:
         done: list[tuple[Any, str, Any, bool]] = []
         try:
             for target, wrapper in self.wrap.items():
-                parent, attribute = _resolve(module, target)
-                getattr(parent, attribute)  # a missing target fails here, before any change
+                try:
+                    parent, attribute = _resolve(module, target)
+                    getattr(parent, attribute)  # a missing target fails here, before any change
+                except AttributeError:
+                    if target in self.optional:
+                        continue
+                    raise
                 # An inherited method is wrapped on ``parent`` itself; revert
                 # then deletes the wrapper instead of restoring an original.
                 original = vars(parent).get(attribute, _INHERITED)

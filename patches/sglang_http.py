@@ -36,7 +36,8 @@ from .sglang_server_args import VERSIONS
 
 logger = logging.getLogger("rlprof")
 
-# SGLang 0.5.23's ProfileReq fields a client may send.
+# SGLang's profile body fields a client may send (0.5.23; older releases
+# have a subset, and the body is parsed by rlprof, not by SGLang).
 NATIVE_START_FIELDS = (
     "output_dir", "start_step", "num_steps", "activities", "with_stack", "record_shapes", "profile_by_stage",
     "profile_id", "merge_profiles", "profile_prefix", "profile_stages", "detailed_annotations",
@@ -128,13 +129,23 @@ def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
     return request
 
 
-async def send(tokenizer_manager: Any, command: dict) -> list:
-    """One command to every scheduler; one reply per rank."""
+def profile_req(command: dict) -> Any:
+    """SGLang's ``ProfileReq`` carrying an rlprof command. Its kind field is
+    ``req_type`` in the msgspec-struct era (0.5.15+), ``type`` before."""
+    import dataclasses
+
     from sglang.srt.managers.io_struct import ProfileReq, ProfileReqType
 
-    tokenizer_manager.auto_create_handle_loop()
+    names = getattr(ProfileReq, "__struct_fields__", None) or [f.name for f in dataclasses.fields(ProfileReq)]
     kind = ProfileReqType.STOP_PROFILE if command["op"] == "stop" else ProfileReqType.START_PROFILE
-    req = ProfileReq(req_type=kind, profile_id=encode_command(command), activities=[MARKER_ACTIVITY])
+    return ProfileReq(**{"req_type" if "req_type" in names else "type": kind},
+                      profile_id=encode_command(command), activities=[MARKER_ACTIVITY])
+
+
+async def send(tokenizer_manager: Any, command: dict) -> list:
+    """One command to every scheduler; one reply per rank."""
+    tokenizer_manager.auto_create_handle_loop()
+    req = profile_req(command)
     replies: list = []
     for result in await tokenizer_manager.profile_communicator(req):
         try:
@@ -204,11 +215,14 @@ def build_routes(module: Any, native: dict):
 
 
 async def _native_start(endpoint, body: dict):
-    """SGLang's own /start_profile, for a body without rlprof fields on an unconfigured server."""
-    from sglang.srt.managers.io_struct import ProfileReq
+    """SGLang's own /start_profile, for a body without rlprof fields on an
+    unconfigured server. Its body type: ``ProfileReqInput`` (keyword era, up
+    to 0.5.14), ``ProfileReq`` (0.5.15+)."""
+    from sglang.srt.managers import io_struct
 
+    body_type = getattr(io_struct, "ProfileReqInput", None) or io_struct.ProfileReq
     try:
-        obj = ProfileReq(**body) if body else None
+        obj = body_type(**body) if body else None
     except (TypeError, ValueError) as e:
         raise RequestError("body", f"not a valid SGLang profile request: {e}") from None
     return await endpoint(obj)

@@ -19,6 +19,12 @@ workers:
 Requests without the ``rlprof:`` marker reach SGLang's native profiler
 unchanged (refused only while an rlprof session records: one profiler at a
 time).
+
+Release eras: the profiler lives in ``SchedulerProfilerMixin`` (methods of
+the scheduler itself, 0.5.5-0.5.12) or in ``SchedulerProfilerManager``
+(0.5.13+); the rank comes from the scheduler's attributes, the manager's
+``ps`` (0.5.13-0.5.2x) or ``runtime_context.get_parallel()`` (newest). The
+idle hook is ``on_idle`` (0.5.12+) or ``self_check_during_idle``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from rlprof_plugins.stages import IterationInfo
 
 from .base import Patch
 from .sglang_server_args import VERSIONS
+
+MANAGER_VERSIONS = ">=0.5.13,<0.5.24"
+MIXIN_VERSIONS = ">=0.5.5,<0.5.13"
 
 logger = logging.getLogger("rlprof")
 
@@ -55,15 +64,25 @@ def decode_command(profile_id: Any) -> dict | None:
 
 
 # ---- ranks and the controller ---------------------------------------------
-def parallel_of(module: Any) -> dict[str, int]:
-    """This scheduler's place, from the same source native file names use."""
-    p = module.get_parallel()
-    num = lambda name, default: int(getattr(p, name, default) or default)  # noqa: E731
+def parallel_of(manager: Any, module: Any) -> dict[str, int]:
+    """This scheduler's place, from the same source native file names use:
+    ``get_parallel()`` (newest), the manager's ``ps`` (0.5.13+) or the
+    scheduler's own attributes (mixin era)."""
+    getter = getattr(module, "get_parallel", None)
+    p = getter() if getter is not None else getattr(manager, "ps", manager)
+
+    def num(*names: str, default: int) -> int:
+        for name in names:
+            value = getattr(p, name, None)
+            if value is not None:
+                return int(value)
+        return default
+
     return {
-        "tp": num("tp_rank", 0), "tp_size": num("tp_size", 1),
-        "pp": num("pp_rank", 0), "pp_size": num("pp_size", 1),
-        "dp": num("dp_rank", 0), "dp_size": num("num_dp_ranks", 1),
-        "ep": num("moe_ep_rank", 0), "ep_size": num("moe_ep_size", 1),
+        "tp": num("tp_rank", default=0), "tp_size": num("tp_size", default=1),
+        "pp": num("pp_rank", default=0), "pp_size": num("pp_size", default=1),
+        "dp": num("dp_rank", default=0), "dp_size": num("num_dp_ranks", "dp_size", default=1),
+        "ep": num("moe_ep_rank", default=0), "ep_size": num("moe_ep_size", default=1),
     }
 
 
@@ -100,7 +119,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         import torch
 
         config = from_environment() or ProfilerConfig()
-        pos = parallel_of(module)
+        pos = parallel_of(manager, module)
         label = rank_label(pos)
         cuda = torch.cuda.is_available()
         ctl = ProfilerController(
@@ -149,8 +168,10 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
 
 
 def _native_stop(manager: Any) -> dict:
-    """A stop while only SGLang's own profiler runs: stop that one, natively."""
-    out = manager._stop_profile()
+    """A stop while only SGLang's own profiler runs: stop that one, natively
+    (``_stop_profile`` on the manager, ``stop_profile`` on the mixin)."""
+    stop = getattr(manager, "_stop_profile", None) or manager.stop_profile
+    out = stop()
     return {"ok": bool(getattr(out, "success", True)), "native": getattr(out, "message", ""), "session": None}
 
 
@@ -179,7 +200,7 @@ def _wrap_profile(wrapped, instance, args, kwargs):
 
 
 def _is_start(req: Any) -> bool:
-    kind = getattr(req, "req_type", None)
+    kind = getattr(req, "req_type", None) or getattr(req, "type", None)  # 0.5.15+ / older
     return getattr(kind, "name", str(kind)).endswith("START_PROFILE")
 
 
@@ -211,8 +232,9 @@ def iteration_info(batch: Any) -> IterationInfo | None:
 
 
 def _controller_of(scheduler: Any) -> ProfilerController | None:
-    manager = getattr(scheduler, "profiler_manager", None)
-    return None if manager is None else manager.__dict__.get(CONTROLLER_ATTR)
+    # the manager holds it (0.5.13+); in the mixin era the scheduler itself
+    manager = getattr(scheduler, "profiler_manager", None) or scheduler
+    return manager.__dict__.get(CONTROLLER_ATTR)
 
 
 def _run_batch(wrapped, instance, args, kwargs):
@@ -239,13 +261,26 @@ def _on_idle(wrapped, instance, args, kwargs):
 PROFILER_MANAGER_PATCH = Patch(
     name="sglang.profiler_manager.control",
     engine="sglang",
-    versions=VERSIONS,
+    versions=MANAGER_VERSIONS,
     module="sglang.srt.managers.scheduler_components.profiler_manager",
     feature=FEATURE,
     why=("native start_step counts from server start, export freezes the scheduler, no completion signal; "
          "route rlprof commands (ProfileReq with an rlprof: profile_id) to a ProfilerController"),
     upstream="a per-request window counted from the request, non-blocking export and a status request",
     wrap={"SchedulerProfilerManager._profile": _wrap_profile},
+    area="sglang.scheduler.profile_requests",
+)
+
+PROFILER_MIXIN_PATCH = Patch(
+    name="sglang.profiler_mixin.control",
+    engine="sglang",
+    versions=MIXIN_VERSIONS,
+    module="sglang.srt.managers.scheduler_profiler_mixin",
+    feature=FEATURE,
+    why="the same as sglang.profiler_manager.control, for releases whose profiler is a scheduler mixin",
+    upstream="the same",
+    wrap={"SchedulerProfilerMixin.profile": _wrap_profile},
+    area="sglang.scheduler.profile_requests",
 )
 
 SCHEDULER_PATCH = Patch(
@@ -256,7 +291,10 @@ SCHEDULER_PATCH = Patch(
     feature=FEATURE,
     why="count model iterations (run_batch) with rlprof's stage rule; finish a stop that was answered when idle",
     upstream="an iteration hook in the scheduler loop",
-    wrap={"Scheduler.run_batch": _run_batch, "Scheduler.on_idle": _on_idle},
+    wrap={"Scheduler.run_batch": _run_batch, "Scheduler.on_idle": _on_idle,
+          "Scheduler.self_check_during_idle": _on_idle},
+    # one idle hook per release: on_idle (0.5.12+), self_check_during_idle before
+    optional=("Scheduler.on_idle", "Scheduler.self_check_during_idle"),
 )
 
-PATCHES = (PROFILER_MANAGER_PATCH, SCHEDULER_PATCH)
+PATCHES = (PROFILER_MANAGER_PATCH, PROFILER_MIXIN_PATCH, SCHEDULER_PATCH)

@@ -18,7 +18,7 @@ from rlprof_plugins.profiler_config import ENV, export_to_environment, from_envi
 
 from .base import Patch
 
-VERSIONS = ">=0.5.23,<0.5.24"
+VERSIONS = ">=0.5.5,<0.5.24"  # every release rlprof supports
 FLAG = "--profiler-config"
 DEST = "rlprof_profiler_config"
 HELP = (
@@ -46,10 +46,9 @@ def _from_cli_args(wrapped, instance, args, kwargs):
         source = FLAG if text is not None else f"${ENV}"
         # SystemExit: the launch stops with this one line, as argparse errors do.
         raise SystemExit(f"error: {source}: {e}") from None
-    server_args = wrapped(*args, **kwargs)
     if config is not None:
-        export_to_environment(config)
-    return server_args
+        export_to_environment(config)  # validated; the schedulers spawned later read it
+    return wrapped(*args, **kwargs)
 
 
 SERVER_ARGS_PATCH = Patch(

@@ -22,7 +22,7 @@ from rlprof_plugins.requests import parse_start_body
 
 from .base import Patch
 from .http_common import error_response, json_body, status_step, stop_status
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+from .vllm_profiler_config import CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profiler_config, options_of, plugin_handles
 
 logger = logging.getLogger("rlprof")
 
@@ -98,14 +98,11 @@ def build_router(profiler_config, tokens: list[str]):
     return router, Unauthorized
 
 
-def _wrap_attach_router(wrapped, instance, args, kwargs):
-    app = args[0] if args else kwargs["app"]
-    cfg = getattr(app.state.args, "profiler_config", None)
-    if not plugin_handles(cfg):
-        return wrapped(*args, **kwargs)
+def install_router(app, cfg, args) -> None:
+    """Our three routes (and the 401 answer) on ``app``."""
     from fastapi.responses import JSONResponse
 
-    tokens = api_tokens(app.state.args)
+    tokens = api_tokens(args)
     router, unauthorized = build_router(cfg, tokens)
     if tokens and not options_of(cfg).routes_require_api_key:
         logger.warning("rlprof: profiling routes are NOT guarded by the API key (routes_require_api_key=false)")
@@ -123,18 +120,58 @@ def _wrap_attach_router(wrapped, instance, args, kwargs):
                                                                   "(Authorization: Bearer <key>)"}},
         ),
     )
+
+
+def _wrap_attach_router(wrapped, instance, args, kwargs):
+    app = args[0] if args else kwargs["app"]
+    cfg = getattr(app.state.args, "profiler_config", None)
+    if not plugin_handles(cfg):
+        return wrapped(*args, **kwargs)
+    install_router(app, cfg, app.state.args)
     return None
+
+
+PATHS = ("/start_profile", "/stop_profile")
+
+
+def _wrap_build_app_env_era(wrapped, instance, args, kwargs):
+    """vLLM < 0.13: the profiling routes are module-level and exist only if
+    ``VLLM_TORCH_PROFILER_DIR`` was set at import; with rlprof configured
+    (``RLPROF_PROFILER_CONFIG``) ours replace them or are added."""
+    app = wrapped(*args, **kwargs)
+    cfg = env_profiler_config()
+    if not plugin_handles(cfg):
+        return app
+    from fastapi.routing import APIRoute
+
+    app.router.routes[:] = [r for r in app.router.routes if not (isinstance(r, APIRoute) and r.path in PATHS)]
+    install_router(app, cfg, args[0] if args else kwargs["args"])
+    return app
 
 
 ROUTER_PATCH = Patch(
     name="vllm.api_router.profile",
     engine="vllm",
-    versions=VERSIONS,
+    versions=CONFIG_VERSIONS,
     module="vllm.entrypoints.serve.profile.api_router",
     feature="rlprof HTTP profiling routes",
     why="native routes ignore global_step, answer a double stop with 500, and have no status route",
     upstream="profile routes that forward a request body and map session errors to 4xx",
     wrap={"attach_router": _wrap_attach_router},
+    area="vllm.http_routes",
 )
 
-PATCHES = (ROUTER_PATCH,)
+ENV_ERA_ROUTER_PATCH = Patch(
+    name="vllm.api_server.profile_env_era",
+    engine="vllm",
+    versions=ENV_ERA_VERSIONS,
+    module="vllm.entrypoints.openai.api_server",
+    feature="rlprof HTTP profiling routes",
+    why=("before 0.13 the routes are registered at import only when VLLM_TORCH_PROFILER_DIR is set; "
+         "build_app gets rlprof's routes when RLPROF_PROFILER_CONFIG is set"),
+    upstream="the serve/profile api_router of vLLM 0.13",
+    wrap={"build_app": _wrap_build_app_env_era},
+    area="vllm.http_routes",
+)
+
+PATCHES = (ROUTER_PATCH, ENV_ERA_ROUTER_PATCH)

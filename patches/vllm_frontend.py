@@ -23,19 +23,47 @@ from rlprof_plugins.requests import START_FIELDS, StartRequest, build_start_requ
 
 from .base import Patch
 from .vllm_engine_core import UTILITY
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of
 
 FEATURE = "rlprof step windows and global-step folders"
 RECORDER_ATTR = "_rlprof_frontend"
 _UNSET = object()
 
 
+def _validate_prefix(prefix: str | None) -> None:
+    """vLLM 0.32's rule for a trace-name prefix; the same rule on releases
+    without ``validate_profile_prefix`` (the prefix becomes a file name)."""
+    try:
+        from vllm.config.profiler import validate_profile_prefix
+    except ImportError:
+        validate_profile_prefix = None
+    if validate_profile_prefix is not None:
+        validate_profile_prefix(prefix)
+    elif prefix is not None and (
+        not isinstance(prefix, str) or not 1 <= len(prefix) <= 128 or not prefix.isascii()
+        or not prefix[0].isalnum() or any(not (c.isalnum() or c in "._-") for c in prefix[1:])
+    ):
+        raise ValueError("profile_prefix must be 1-128 ASCII characters, start with a letter or number, "
+                         "and contain only letters, numbers, '.', '_', or '-'")
+
+
+def _should_profile_frontend(cfg: Any) -> bool:
+    """``ProfilerConfig.should_profile_frontend`` (newest releases) or its rule."""
+    if hasattr(type(cfg), "should_profile_frontend"):
+        return bool(cfg.should_profile_frontend)
+    activities = getattr(cfg, "torch_profiler_activities", None)
+    return (getattr(cfg, "profiler", None) == "torch" and not getattr(cfg, "ignore_frontend", False)
+            and (activities is None or "CPU" in activities))
+
+
+def _config(llm: Any) -> Any:
+    return profiler_config_of(llm.vllm_config)
+
+
 def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None,
              global_step=None, step_start=None, step_end=_UNSET, by_stage=None) -> StartRequest:
-    from vllm.config.profiler import validate_profile_prefix
-
     try:
-        validate_profile_prefix(profile_prefix)
+        _validate_prefix(profile_prefix)
     except ValueError as e:
         raise RequestError("profile_prefix", str(e)) from None
     for name, value in (("delay_iterations", delay_iterations), ("max_iterations", max_iterations)):
@@ -67,9 +95,9 @@ def _uses_rlprof_fields(kwargs: dict) -> bool:
 
 # ---- AsyncLLM ------------------------------------------------------------
 def _recorder(llm: Any) -> FrontendRecorder | None:
-    cfg = llm.vllm_config.profiler_config
+    cfg = _config(llm)
     # vLLM profiles the front end only with one API server (its own guard).
-    if not cfg.should_profile_frontend or not getattr(llm, "_profile_session_guard_enabled", True):
+    if not _should_profile_frontend(cfg) or not getattr(llm, "_profile_session_guard_enabled", True):
         return None
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is None:
@@ -92,7 +120,7 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
 
 
 async def _async_start(llm: Any, *args, **kwargs) -> dict:
-    cfg = llm.vllm_config.profiler_config
+    cfg = _config(llm)
     request = _request(cfg, *args, **kwargs)
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
     result = combine(replies)
@@ -144,7 +172,7 @@ async def _async_status(llm: Any, global_step: int | None = None) -> dict:
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):
-    if not plugin_handles(instance.vllm_config.profiler_config):
+    if not plugin_handles(_config(instance)):
         if _uses_rlprof_fields(kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
@@ -152,7 +180,7 @@ def _wrap_async_start(wrapped, instance, args, kwargs):
 
 
 def _wrap_async_stop(wrapped, instance, args, kwargs):
-    if not plugin_handles(instance.vllm_config.profiler_config):
+    if not plugin_handles(_config(instance)):
         return wrapped(*args, **kwargs)
     return _async_stop(instance)
 
@@ -178,7 +206,7 @@ def _call_sync(llm: Any, command: dict) -> list:
 
 
 def _wrap_llm_start(wrapped, instance, args, kwargs):
-    cfg = instance.llm_engine.vllm_config.profiler_config
+    cfg = _config(instance.llm_engine)
     if not plugin_handles(cfg):
         if _uses_rlprof_fields(kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
@@ -187,7 +215,7 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
 
 
 def _wrap_llm_stop(wrapped, instance, args, kwargs):
-    if not plugin_handles(instance.llm_engine.vllm_config.profiler_config):
+    if not plugin_handles(_config(instance.llm_engine)):
         return wrapped(*args, **kwargs)
     return combine(_call_sync(instance, {"op": "stop"}))
 

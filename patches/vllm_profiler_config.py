@@ -1,5 +1,12 @@
 """vLLM: make rlprof's keys valid in ``--profiler-config`` and in-process dicts.
 
+Release eras (docs/compatibility.md): vLLM 0.13+ has ``ProfilerConfig`` and
+``--profiler-config`` (0.13-0.15 ignore unknown keys, 0.16+ reject them);
+before 0.13 profiling is configured by ``VLLM_TORCH_PROFILER_*`` variables
+only. There rlprof reads the same JSON keys from ``RLPROF_PROFILER_CONFIG``
+(validated when vLLM builds its engine config) and never exports ``VLLM_*``
+variables on any release.
+
 vLLM 0.16+ builds ``ProfilerConfig`` as a pydantic dataclass that forbids
 unknown keys, and ``LLM(profiler_config={...})`` silently drops keys it does
 not know. We split our keys out before vLLM validates the rest, validate
@@ -21,14 +28,46 @@ from typing import Any, Mapping
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
+from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
+from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
+from rlprof_plugins.profiler_config import parse_profiler_config
 
 from .base import Patch
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
 # id(config) -> (config, options): the config is held so its id is never reused.
 _options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
-VERSIONS = ">=0.32.0,<0.33"
+VERSIONS = ">=0.10,<0.33"  # every release rlprof supports
+CONFIG_VERSIONS = ">=0.13,<0.33"  # releases with ProfilerConfig and --profiler-config
+ENV_ERA_VERSIONS = ">=0.10,<0.13"  # VLLM_TORCH_PROFILER_* only
 FEATURE = "rlprof profiler-config keys"
+ENV_FEATURE = "rlprof configuration from RLPROF_PROFILER_CONFIG"
+
+
+def env_profiler_config() -> EnvProfilerConfig | None:
+    """The env-era config (vLLM < 0.13), or None when unset or invalid
+    (an invalid one already stopped the launch; see ``ENV_CONFIG_PATCH``)."""
+    try:
+        config = from_environment_cached(os.environ.get(ENV_CONFIG, ""))
+    except OptionsError:
+        return None
+    return config
+
+
+_parsed: dict[str, EnvProfilerConfig | None] = {}
+
+
+def from_environment_cached(text: str) -> EnvProfilerConfig | None:
+    if text not in _parsed:
+        _parsed[text] = parse_profiler_config(text) if text else None
+    return _parsed[text]
+
+
+def profiler_config_of(vllm_config: Any) -> Any:
+    """The profiler config of this engine: vLLM's own (0.13+) or, on the env
+    era, rlprof's from ``RLPROF_PROFILER_CONFIG`` (same attribute names)."""
+    cfg = getattr(vllm_config, "profiler_config", None)
+    return cfg if cfg is not None else env_profiler_config()
 
 
 def native_keys(config_cls: type) -> list[str]:
@@ -46,7 +85,7 @@ def plugin_handles(cfg: Any) -> bool:
     torch.profiler schedule (wait/warmup iterations), is taken over; any
     other configuration keeps vLLM's native path untouched.
     """
-    if cfg is None or getattr(cfg, "profiler", None) != "torch":
+    if cfg is None or getattr(cfg, "profiler", None) != "torch" or not getattr(cfg, "torch_profiler_dir", None):
         return False
     if _is_uri(getattr(cfg, "torch_profiler_dir", "") or ""):
         return False
@@ -60,6 +99,8 @@ def options_of(cfg: Any) -> ProfileOptions:
     map onto the same window (recording skips exactly ``delay`` iterations;
     native vLLM skips one fewer).
     """
+    if isinstance(cfg, EnvProfilerConfig):
+        return cfg.options
     entry = _options_by_config.get(id(cfg))
     if entry is not None and entry[0] is cfg:
         explicit = entry[1]
@@ -153,10 +194,34 @@ def _wrap_llm_init(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
+    # vLLM < 0.13 has no --profiler-config: validate RLPROF_PROFILER_CONFIG
+    # here, so a bad key stops the launch before the model loads.
+    text = os.environ.get(ENV_CONFIG, "")
+    if text:
+        try:
+            from_environment_cached(text)
+        except OptionsError as e:
+            raise ValueError(f"${ENV_CONFIG}: {e}") from None
+    return wrapped(*args, **kwargs)
+
+
+ENV_CONFIG_PATCH = Patch(
+    name="vllm.profiler_config.env_era",
+    engine="vllm",
+    versions=ENV_ERA_VERSIONS,
+    module="vllm.engine.arg_utils",
+    feature=ENV_FEATURE,
+    why=("vLLM < 0.13 is configured by VLLM_TORCH_PROFILER_* only; validate rlprof's JSON in "
+         "RLPROF_PROFILER_CONFIG when the engine config is built, naming a bad key"),
+    upstream="ProfilerConfig (vLLM 0.13)",
+    wrap={"EngineArgs.create_engine_config": _wrap_create_engine_config_env_era},
+)
+
 ARG_PATCH = Patch(
     name="vllm.profiler_config.engine_args",
     engine="vllm",
-    versions=VERSIONS,
+    versions=CONFIG_VERSIONS,
     module="vllm.engine.arg_utils",
     feature=FEATURE,
     why=(
@@ -174,7 +239,7 @@ ARG_PATCH = Patch(
 LLM_CONFIG_PATCH = Patch(
     name="vllm.profiler_config.llm",
     engine="vllm",
-    versions=VERSIONS,
+    versions=CONFIG_VERSIONS,
     module="vllm.entrypoints.llm",
     feature=FEATURE,
     why="LLM(profiler_config={...}) drops keys ProfilerConfig does not declare",
@@ -182,4 +247,4 @@ LLM_CONFIG_PATCH = Patch(
     wrap={"LLM.__init__": _wrap_llm_init},
 )
 
-PATCHES = (ARG_PATCH, LLM_CONFIG_PATCH)
+PATCHES = (ENV_CONFIG_PATCH, ARG_PATCH, LLM_CONFIG_PATCH)

@@ -27,7 +27,7 @@ from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 
 from .base import Patch
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
@@ -56,7 +56,9 @@ def torch_settings(cfg: Any) -> TorchSettings:
     """torch.profiler settings from vLLM's profiler config (shared with the front end)."""
     from vllm.platforms import current_platform
 
-    activities = tuple(cfg.torch_profiler_activities or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
+    # torch_profiler_activities and use_gzip are not in every release's ProfilerConfig
+    activities = tuple(getattr(cfg, "torch_profiler_activities", None)
+                       or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
     cpu_only = activities == ("CPU",)
     version = vllm_version()
     metadata = {"vllm_version": json.dumps(version)} if version else {}
@@ -66,19 +68,34 @@ def torch_settings(cfg: Any) -> TorchSettings:
         with_stack=cfg.torch_profiler_with_stack,
         with_memory=cfg.torch_profiler_with_memory,
         with_flops=cfg.torch_profiler_with_flops,
-        use_gzip=cfg.torch_profiler_use_gzip,
+        use_gzip=getattr(cfg, "torch_profiler_use_gzip", True),
         table_sort_key="self_cpu_time_total" if cpu_only else "self_device_time_total",
         extra_metadata=metadata,
     )
 
 
+def worker_profiler_config(worker: Any) -> Any:
+    """``Worker.profiler_config`` (0.17+), the engine's config (0.13-0.16) or
+    the env-era config (< 0.13)."""
+    cfg = getattr(worker, "profiler_config", None)
+    return cfg if cfg is not None else profiler_config_of(getattr(worker, "vllm_config", None))
+
+
+def rank_suffix(worker: Any) -> str:
+    """vLLM's own worker trace name (0.17+: ``dp0_pp0_tp1_dcp0_ep0_rank1``);
+    ``rank<r>`` on releases without it."""
+    try:
+        from vllm.distributed.utils import get_worker_rank_suffix
+    except ImportError:
+        return f"rank{worker.rank}"
+    return get_worker_rank_suffix(global_rank=worker.rank)
+
+
 def controller_for(worker: Any) -> ProfilerController:
     ctl = worker.__dict__.get(CONTROLLER_ATTR)
     if ctl is None:
-        from vllm.distributed.utils import get_worker_rank_suffix
-
-        cfg = worker.profiler_config
-        suffix = get_worker_rank_suffix(global_rank=worker.rank)
+        cfg = worker_profiler_config(worker)
+        suffix = rank_suffix(worker)
         settings = torch_settings(cfg)
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
@@ -99,7 +116,7 @@ def worker_control(obj: Any, command: dict) -> dict:
     worker = getattr(obj, "worker", obj)
     if not WORKER_PATCH.applied:
         return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
-    if not plugin_handles(getattr(worker, "profiler_config", None)):
+    if not plugin_handles(worker_profiler_config(worker)):
         return unavailable_reply("the profiler config is not handled by rlprof")
     return controller_for(worker).handle(command)
 
@@ -109,13 +126,31 @@ def _scheduler_output(args, kwargs) -> Any:
     return args[0] if args else kwargs.get("scheduler_output")
 
 
+def _iteration_details_before_0_15(scheduler_output: Any) -> IterationInfo:
+    """vLLM < 0.15 has no ``compute_iteration_details``: a newly scheduled
+    request is in its context phase; a cached one scheduled for more than one
+    token is a chunked-prefill continuation (speculative decoding would also
+    schedule several tokens: counted as prefill there)."""
+    new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
+    prefill = decode = prefill_reqs = decode_reqs = 0
+    for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
+        if req_id in new or tokens > 1:
+            prefill, prefill_reqs = prefill + tokens, prefill_reqs + 1
+        else:
+            decode, decode_reqs = decode + tokens, decode_reqs + 1
+    return IterationInfo(prefill_tokens=prefill, decode_tokens=decode, batch_size=prefill_reqs + decode_reqs)
+
+
 def iteration_info(scheduler_output: Any) -> IterationInfo | None:
     """Prompt vs generation tokens of one iteration, as vLLM's own trace
     annotation counts them (``compute_iteration_details``: a request is in
     its context phase until it has produced a token, so chunked-prefill
     chunks count as prompt tokens)."""
     try:
-        from vllm.v1.utils import compute_iteration_details
+        try:
+            from vllm.v1.utils import compute_iteration_details
+        except ImportError:
+            return _iteration_details_before_0_15(scheduler_output)
 
         d = compute_iteration_details(scheduler_output)
         return IterationInfo(
@@ -163,7 +198,8 @@ def _sample_tokens(wrapped, instance, args, kwargs):
 def _profile(wrapped, instance, args, kwargs):
     """Route vLLM's own profile RPC to the controller, so every caller of the
     native chain (e.g. ``EngineCore.profile``) gets the same sessions."""
-    if not plugin_handles(getattr(instance, "profiler_config", None)):
+    cfg = worker_profiler_config(instance)
+    if not plugin_handles(cfg):
         return wrapped(*args, **kwargs)
 
     def bind(is_start=True, profile_prefix=None, *, delay_iterations=None, max_iterations=None):
@@ -174,7 +210,7 @@ def _profile(wrapped, instance, args, kwargs):
     if not is_start:
         ctl.handle({"op": "stop"})
         return None
-    defaults = options_of(instance.profiler_config)
+    defaults = options_of(cfg)
     start = defaults.step_start if delay is None else delay
     end = defaults.step_end if limit is None else (start + limit if limit else None)
     request = build_start_request(defaults, step_start=start, step_end=end, step_end_given=True, profile_prefix=prefix)
@@ -209,6 +245,7 @@ WORKER_PATCH = Patch(
         "Worker.profile": _profile,
         "Worker.shutdown": _shutdown,
     },
+    optional=("Worker.sample_tokens",),  # vLLM < 0.12 samples inside execute_model
 )
 
 PATCHES = (WORKER_PATCH,)

@@ -17,4 +17,8 @@ def test_every_patch_declares_versions_targets_and_why():
         assert p.name not in names
         names.add(p.name)
         assert p.versions and p.targets and p.why and p.upstream and p.feature
-        assert p.supports("0.32.0") or p.engine != "vllm"
+    # each engine area has a patch for the newest release
+    for engine, newest in (("vllm", "0.32.0"), ("sglang", "0.5.23")):
+        areas = {p.area_name for p in ALL_PATCHES if p.engine == engine and "env_era" not in p.name}
+        covered = {p.area_name for p in ALL_PATCHES if p.engine == engine and p.supports(newest)}
+        assert areas <= covered, areas - covered

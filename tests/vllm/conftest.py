@@ -11,5 +11,7 @@ from rlprof_plugins.plugins.vllm import vllm_version
 def vllm_patched():
     """Every vLLM patch applied to the real modules (as the plugin does)."""
     for patch in VLLM_PATCHES:
+        if not patch.supports(vllm_version()):
+            continue  # the env-era patches (vLLM < 0.13)
         assert apply_guarded(patch, importlib.import_module(patch.module), vllm_version()), patch.name
     yield

@@ -1,0 +1,95 @@
+"""What every engine's contract module checks the same way."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from rlprof_plugins.patches.base import _resolve, apply_guarded
+
+ABSENT = object()
+
+
+def try_import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def snapshot(module, patch) -> dict:
+    """Identity of every attribute target of ``patch`` (absent ones too)."""
+    out = {}
+    for target in patch.targets:
+        if target in patch.install_targets:
+            continue
+        try:
+            parent, attr = _resolve(module, target)
+        except AttributeError:
+            out[target] = ABSENT
+            continue
+        out[target] = vars(parent).get(attr, ABSENT) if isinstance(parent, type) else getattr(parent, attr, ABSENT)
+    return out
+
+
+def marker(obj):
+    """The rlprof patch name carried by a wrapper (through staticmethods)."""
+    return getattr(getattr(obj, "__func__", obj), "_self_rlprof_patch", None)
+
+
+def check_patch_on_release(patch, version: str, caplog) -> None:
+    """A declared patch applies to the release's module and reverts exactly;
+    an undeclared one is refused with one warning and changes nothing."""
+    module = try_import(patch.module)
+    patch.revert()
+    if patch.supports(version):
+        assert module is not None, f"{patch.module} is missing on {patch.engine} {version}"
+        pristine = snapshot(module, patch)
+        assert apply_guarded(patch, module, version)
+        for target in patch.wrap:
+            if pristine[target] is ABSENT and target in patch.optional:
+                continue
+            parent, attr = _resolve(module, target)
+            assert marker(vars(parent)[attr]) == patch.name, target
+        patch.revert()
+        assert snapshot(module, patch) == pristine
+        return
+    if module is None:
+        return  # the module does not exist on this release: the hook never fires
+    pristine = snapshot(module, patch)
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert not apply_guarded(patch, module, version)
+        assert not apply_guarded(patch, module, version)
+    said = [r.getMessage() for r in caplog.records if patch.name in r.getMessage()]
+    assert len(said) == 1 and patch.feature in said[0] and version in said[0], said
+    assert snapshot(module, patch) == pristine
+
+
+def altered_module(real_name: str, old: str, new: str):
+    """A copy of a release's module with one edit, as a changed release would ship it."""
+    import inspect
+
+    source = inspect.getsource(importlib.import_module(real_name))
+    assert old in source, f"{old!r} not in {real_name}"
+    package, _, leaf = real_name.rpartition(".")
+    altered = type(importlib)(f"{package}.{leaf}_altered")
+    altered.__file__, altered.__package__ = "altered", package
+    import sys
+
+    sys.modules[altered.__name__] = altered  # dataclass decorators look their module up there
+    try:
+        exec(compile(source.replace(old, new), "altered", "exec"), altered.__dict__)
+    finally:
+        sys.modules.pop(altered.__name__, None)
+    return altered
+
+
+def applied_patches(patches, version: str):
+    """Apply every patch declared for ``version``; returns them (to revert)."""
+    applied = []
+    for patch in patches:
+        patch.revert()
+        if patch.supports(version):
+            assert apply_guarded(patch, importlib.import_module(patch.module), version), patch.name
+            applied.append(patch)
+    return applied

@@ -1,0 +1,308 @@
+"""Contract tests for one SGLang release, against that release's own modules.
+
+Run in a child interpreter by ``tests/compat/test_releases.py`` with the
+release first on ``sys.path`` (``RLPROF_CONTRACT_VERSION`` names it) and
+``RLPROF_DISABLE=1``, so the tests apply the patches themselves.
+
+What runs for real: the release's ``ServerArgs`` parser and
+``from_cli_args``, ``ProfileReq``/``ProfileReqOutput``, the scheduler's
+profile handler (``SchedulerProfilerMixin.profile`` or
+``SchedulerProfilerManager._profile``, built by its own constructor where it
+has one), the HTTP server's FastAPI app with rlprof's routes (driven with
+FastAPI's TestClient), torch.profiler and rlprof's sessions. What does not:
+a model and SGLang's IPC. The tokenizer side's ``profile_communicator``
+hands the ``ProfileReq`` straight to the scheduler's handler in-process, and
+a batch is the patched ``Scheduler.run_batch`` wrapper around a small torch
+computation. SGLang 0.5.23 (installed) is also served end to end by tests/e2e.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from packaging.version import Version
+
+from rlprof_plugins import compat
+from rlprof_plugins.layout import session_dir
+from rlprof_plugins.patches import SGLANG_PATCHES
+from rlprof_plugins.patches import sglang_http, sglang_scheduler
+from rlprof_plugins.patches.base import apply_guarded
+from rlprof_plugins.plugins.sglang import sglang_version
+from tests.compat.contract_common import altered_module, applied_patches, check_patch_on_release, marker, try_import
+from tests.helpers.traces import iteration_details, load_trace, manifest_traces
+
+RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
+V = Version(RELEASE)
+MIXIN_ERA = V < Version("0.5.13")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_release_under_test_is_the_one_imported():
+    import sglang
+
+    assert sglang_version() == RELEASE
+    path = os.environ.get("RLPROF_CONTRACT_PATH")
+    if path:
+        assert Path(sglang.__file__).resolve().is_relative_to(Path(path).resolve())
+
+
+@pytest.mark.parametrize("patch", SGLANG_PATCHES, ids=lambda p: p.name)
+def test_patch_applies_or_is_refused_with_one_warning(patch, caplog):
+    check_patch_on_release(patch, sglang_version(), caplog)
+
+
+def test_a_patch_whose_target_changed_is_off_and_the_rest_still_apply(caplog):
+    if MIXIN_ERA:
+        patch = sglang_scheduler.PROFILER_MIXIN_PATCH
+        altered = altered_module(patch.module, "    def profile(", "    def profile_renamed(")
+        cls = altered.SchedulerProfilerMixin
+    else:
+        patch = sglang_scheduler.PROFILER_MANAGER_PATCH
+        altered = altered_module(patch.module, "    def _profile(", "    def _profile_renamed(")
+        cls = altered.SchedulerProfilerManager
+    before = dict(vars(cls))
+    patch.revert()
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert not apply_guarded(patch, altered, sglang_version())
+    said = [r.getMessage() for r in caplog.records if patch.name in r.getMessage()]
+    assert len(said) == 1 and patch.feature in said[0] and RELEASE in said[0]
+    assert dict(vars(cls)) == before
+    other = sglang_http.HTTP_PATCH
+    import importlib
+
+    assert apply_guarded(other, importlib.import_module(other.module), sglang_version())
+    other.revert()
+
+
+def test_capabilities_in_the_table_hold_on_this_release():
+    from sglang.srt.managers.scheduler import Scheduler
+
+    caps = {c.feature: c.available for c in compat.capabilities("sglang", RELEASE)}
+    assert caps["plugin loaded by SGLang's sglang.srt.plugins entry point"] == (
+        try_import("sglang.srt.plugins") is not None)
+    assert caps["stop completed from the scheduler's on_idle hook"] == hasattr(Scheduler, "on_idle")
+
+
+def test_opt_in_autoload_loads_the_plugin_in_spawned_processes():
+    """RLPROF_SGLANG_AUTOLOAD=1: rlprof_plugins.pth loads the plugin in the
+    launching process and in every process it spawns; without it, nothing
+    loads the plugin on releases without the entry-point group."""
+    env = {k: v for k, v in os.environ.items() if k != "RLPROF_DISABLE"}
+
+    def probe(**extra) -> dict:
+        out = subprocess.run([sys.executable, "-m", "tests.compat.autoload_probe"], cwd=ROOT, timeout=600,
+                             env={**env, **extra}, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert probe(RLPROF_SGLANG_AUTOLOAD="1") == {"parent": True, "child": True}
+    if try_import("sglang.srt.plugins") is None:
+        # no entry-point group: only the opt-in loads it (load_plugins is not imported here either way)
+        assert probe() == {"parent": False, "child": False}
+
+
+# ---- the --profiler-config server argument ------------------------------------------
+@pytest.fixture
+def patched():
+    applied = applied_patches(SGLANG_PATCHES, sglang_version())
+    yield
+    for patch in applied:
+        patch.revert()
+
+
+def test_profiler_config_argument(patched, tmp_path, monkeypatch, capsys):
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    good = {"torch_profiler_dir": str(tmp_path), "step_start": 2, "step_end": 5, "by_stage": True}
+    ns = parser.parse_args(["--model-path", str(tmp_path), "--profiler-config", json.dumps(good)])
+    try:
+        ServerArgs.from_cli_args(ns)
+    except Exception:
+        pass  # SGLang's own checks of a model path that holds no model; ours ran first
+    from rlprof_plugins.profiler_config import from_environment
+
+    config = from_environment()
+    assert config.torch_profiler_dir == str(tmp_path)
+    assert (config.options.step_start, config.options.step_end, config.options.by_stage) == (2, 5, True)
+    bad = parser.parse_args(["--model-path", str(tmp_path), "--profiler-config", '{"step_strat": 2}'])
+    with pytest.raises(SystemExit) as e:
+        ServerArgs.from_cli_args(bad)
+    assert "step_strat" in str(e.value) and "--profiler-config" in str(e.value)
+
+
+# ---- scheduler plumbing: commands, window counting, stages, file naming --------------
+def _filled(cls, **given):
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given or not f.init or f.default is not dataclasses.MISSING \
+                or f.default_factory is not dataclasses.MISSING:
+            continue
+        values[f.name] = 1 if f.name.endswith("_size") else 0
+    return cls(**values, **given)
+
+
+def _scheduler():
+    """The release's scheduler object holding the profiler: the Scheduler
+    itself (mixin era) or its SchedulerProfilerManager (built by its own
+    constructor). Returns (scheduler, profile handler)."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    sched = object.__new__(Scheduler)
+    if MIXIN_ERA:
+        for name in ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank"):
+            setattr(sched, name, 0)
+        for name in ("tp_size", "pp_size", "dp_size", "moe_ep_size"):
+            setattr(sched, name, 1)
+        sched.dp_tp_cpu_group = None
+        sched.init_profiler()  # the mixin's own initialiser
+        return sched, sched.profile
+    from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    from sglang.srt.managers.scheduler_components.profiler_manager import SchedulerProfilerManager
+
+    manager = SchedulerProfilerManager(ps=_filled(ParallelState), dp_tp_cpu_group=None, get_forward_ct=lambda: 0)
+    sched.profiler_manager = manager
+    return sched, manager._profile
+
+
+def _send(handler, command: dict) -> dict:
+    from rlprof_plugins.control import combine
+
+    out = handler(sglang_http.profile_req(command))
+    assert out.success, out.message
+    return combine(json.loads(out.message))
+
+
+def _batches(sched, batches):
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    run_batch = vars(Scheduler)["run_batch"]
+    assert marker(run_batch) == sglang_scheduler.SCHEDULER_PATCH.name
+    x = torch.ones(64, 64)
+    for mode, reqs, tokens in batches:
+        batch = object.__new__(ScheduleBatch)
+        batch.forward_mode, batch.reqs, batch.extend_num_tokens = getattr(ForwardMode, mode), [object()] * reqs, tokens
+        run_batch._self_wrapper(lambda b: (x @ x).sum(), sched, (batch,), {})
+
+
+def _idle(sched):
+    from sglang.srt.managers.scheduler import Scheduler
+
+    hook = vars(Scheduler).get("on_idle") or vars(Scheduler)["self_check_during_idle"]
+    assert marker(hook) == sglang_scheduler.SCHEDULER_PATCH.name
+    hook._self_wrapper(lambda: None, sched, (), {})
+
+
+def _wait_done(handler, step: int) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = _send(handler, {"op": "status", "global_step": step})
+        if status["state"] in ("done", "failed"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"session of step {step} did not finish: {status}")
+
+
+needs_parallel_context = pytest.mark.skipif(
+    V >= Version("0.5.16") and try_import("sglang.srt.runtime_context") is not None,
+    reason="ranks come from SGLang's published runtime context, which only a running server sets up; "
+           "tests/e2e serves this release end to end")
+
+
+def _configure(monkeypatch, tmp_path, **ours):
+    from rlprof_plugins.profiler_config import ENV, parse_profiler_config
+
+    monkeypatch.setenv(ENV, json.dumps({"torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False,
+                                        **ours}))
+    return parse_profiler_config(os.environ[ENV])
+
+
+@needs_parallel_context
+def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch):
+    config = _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+    request = sglang_http.build_request({"global_step": 37, "step_start": 1, "step_end": 4, "by_stage": True}, config)
+    answer = _send(handler, request.to_command())
+    assert answer["global_step"] == 37 and answer["state"] == "waiting", answer
+    _batches(sched, [("EXTEND", 2, 8)] + [("DECODE", 2, 0)] * 5)
+    assert _wait_done(handler, 37)["state"] == "done"
+    folder = session_dir(tmp_path, 37)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["engine"] == "sglang" and manifest["engine_version"] == RELEASE
+    decode = manifest_traces(folder, "decode")
+    assert list(decode) == ["rank0"] and decode["rank0"].name.startswith("TP-0.")
+    details = iteration_details(load_trace(decode["rank0"]))
+    assert sorted(details) == [1, 2, 3] and {d[0] for d in details.values()} == {"decode"}
+
+
+@needs_parallel_context
+def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monkeypatch):
+    config = _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+    request = sglang_http.build_request({"global_step": 5, "profile_prefix": "rollout"}, config)
+    _send(handler, request.to_command())
+    _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0), ("MIXED", 2, 4)])
+    answer = _send(handler, {"op": "stop", "defer": True})
+    assert answer["state"] in ("stopping", "exporting", "done"), answer
+    _idle(sched)  # the scheduler's idle hook finishes the answered stop
+    assert _wait_done(handler, 5)["state"] == "done"
+    trace = manifest_traces(session_dir(tmp_path, 5))["rank0"]
+    assert trace.name.startswith("rollout-TP-0.")
+    details = iteration_details(load_trace(trace))
+    assert details[0] == ("prefill", 5, 0, 1) and details[1] == ("decode", 0, 1, 1) and details[2][0] == "prefill"
+    # SGLang's num_steps means a window of that many iterations from the request
+    request = sglang_http.build_request({"global_step": 6, "num_steps": 2}, config)
+    _send(handler, request.to_command())
+    _batches(sched, [("DECODE", 1, 0)] * 3)
+    assert _wait_done(handler, 6)["state"] == "done"
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0, 1]
+
+
+@needs_parallel_context
+def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
+    """The release's FastAPI app with rlprof's routes; the tokenizer side's
+    communicator hands each ProfileReq to the scheduler's handler."""
+    from fastapi.testclient import TestClient
+
+    import sglang.srt.entrypoints.http_server as http_server
+
+    _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+
+    class Communicator:  # SGLang's IPC, in-process
+        def auto_create_handle_loop(self):
+            pass
+
+        async def profile_communicator(self, req):
+            return [handler(req)]
+
+    monkeypatch.setattr(http_server, "_global_state", type("S", (), {"tokenizer_manager": Communicator()})())
+    client = TestClient(http_server.app)
+    bad = client.post("/start_profile", json={"global_step": 3, "start_step": 5})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "start_step"
+    # step_start 1: the profiler starts in the batch (main) thread, as on a server where
+    # the scheduler thread runs both; TestClient calls the handler from its own thread
+    ok = client.post("/start_profile", json={"global_step": 3, "step_start": 1, "step_end": 3})
+    assert ok.status_code == 200 and ok.json()["global_step"] == 3, ok.text
+    assert client.post("/start_profile", json={"global_step": 4}).status_code == 409
+    _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0), ("DECODE", 1, 0), ("DECODE", 1, 0)])
+    deadline = time.monotonic() + 60
+    while client.get("/profile_status", params={"global_step": 3}).json()["state"] != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 3))["rank0"]))) == [1, 2]

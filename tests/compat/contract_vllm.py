@@ -1,0 +1,318 @@
+"""Contract tests for one vLLM release, against that release's own modules.
+
+Run in a child interpreter by ``tests/compat/test_releases.py`` with the
+release first on ``sys.path`` (``RLPROF_CONTRACT_VERSION`` names it) and
+``RLPROF_DISABLE=1``, so the tests apply the patches themselves.
+
+What runs for real: the release's classes and functions the patches wrap
+or call (``EngineArgs`` and its parser, ``ProfilerConfig``, ``LLM``,
+``EngineCore``, ``UniProcExecutor.collective_rpc``, ``Worker``,
+``SchedulerOutput`` and ``compute_iteration_details``, the API server
+module), torch.profiler and rlprof's sessions. What does not: a model. An
+engine iteration is the patched ``Worker.execute_model`` wrapper around a
+small torch computation instead of the release's model runner (older
+releases' compiled ops do not load with this torch); the newest release is
+also served end to end by tests/e2e.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from packaging.version import Version
+
+from rlprof_plugins import compat
+from rlprof_plugins.layout import session_dir
+from rlprof_plugins.patches import VLLM_PATCHES
+from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
+from rlprof_plugins.patches.base import apply_guarded
+from tests.compat.contract_common import altered_module, applied_patches, check_patch_on_release, marker, try_import
+from rlprof_plugins.plugins.vllm import vllm_version
+from tests.helpers.traces import iteration_details, load_trace, manifest_traces
+
+RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
+V = Version(RELEASE)
+ENV_ERA = V < Version("0.13")
+
+
+def test_the_release_under_test_is_the_one_imported():
+    import vllm
+
+    assert vllm_version().startswith(RELEASE)
+    path = os.environ.get("RLPROF_CONTRACT_PATH")
+    if path:
+        assert Path(vllm.__file__).resolve().is_relative_to(Path(path).resolve())
+
+
+@pytest.mark.parametrize("patch", VLLM_PATCHES, ids=lambda p: p.name)
+def test_patch_applies_or_is_refused_with_one_warning(patch, caplog):
+    check_patch_on_release(patch, vllm_version(), caplog)
+
+
+def test_a_patch_whose_target_changed_is_off_and_the_rest_still_apply(caplog):
+    """The worker module as an altered release would ship it: ``profile``
+    renamed. Only the worker patch is off; the module is left as it was."""
+    altered = altered_module("vllm.v1.worker.gpu_worker", "    def profile(", "    def profile_renamed(")
+    before = dict(vars(altered.Worker))
+    patch = vllm_worker.WORKER_PATCH
+    patch.revert()
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        assert not apply_guarded(patch, altered, vllm_version())
+    said = [r.getMessage() for r in caplog.records if patch.name in r.getMessage()]
+    assert len(said) == 1 and patch.feature in said[0] and RELEASE in said[0] and "profile" in said[0]
+    assert dict(vars(altered.Worker)) == before
+    core = importlib.import_module("vllm.v1.engine.core")
+    from rlprof_plugins.patches.vllm_engine_core import ENGINE_CORE_PATCH
+
+    assert apply_guarded(ENGINE_CORE_PATCH, core, vllm_version())
+    ENGINE_CORE_PATCH.revert()
+
+
+def test_capabilities_in_the_table_hold_on_this_release():
+    caps = {c.feature: c.available for c in compat.capabilities("vllm", RELEASE)}
+    core_source = inspect.getsource(importlib.import_module("vllm.v1.engine.core"))
+    assert caps["stop answered before the profiler stops"] == ("_idle_state_callbacks" in core_source)
+    utils = importlib.import_module("vllm.v1.utils")
+    assert caps["prefill/decode from vLLM's compute_iteration_details"] == hasattr(utils, "compute_iteration_details")
+    dist = importlib.import_module("vllm.distributed.utils")
+    assert caps["vLLM's rank names in trace files (dp0_pp0_tp0_..._rank0)"] == hasattr(dist, "get_worker_rank_suffix")
+
+
+# ---- options ------------------------------------------------------------------
+@pytest.fixture
+def patched():
+    applied = applied_patches(VLLM_PATCHES, vllm_version())
+    yield
+    for patch in applied:
+        patch.revert()
+
+
+def _parser():
+    from vllm.engine.arg_utils import EngineArgs
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    return EngineArgs.add_cli_args(FlexibleArgumentParser())
+
+
+def _vllm_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
+
+
+@pytest.mark.skipif(ENV_ERA, reason="vLLM < 0.13 has no --profiler-config")
+def test_profiler_config_flag_takes_rlprof_keys(patched, tmp_path, capsys):
+    from vllm.config import ProfilerConfig
+
+    before = _vllm_env()
+    parser = _parser()
+    ns = parser.parse_args(["--profiler-config", json.dumps(
+        {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "step_start": 2, "step_end": 5, "by_stage": True})])
+    assert isinstance(ns.profiler_config, ProfilerConfig)
+    assert ns.profiler_config.torch_profiler_dir.endswith(tmp_path.name)
+    options = vllm_profiler_config.options_of(ns.profiler_config)
+    assert (options.step_start, options.step_end, options.by_stage) == (2, 5, True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--profiler-config", json.dumps(
+            {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "step_strat": 2})])
+    assert "step_strat" in capsys.readouterr().err
+    assert _vllm_env() == before, "rlprof must not export VLLM_* variables"
+
+
+@pytest.mark.skipif(not ENV_ERA, reason="vLLM 0.13+ takes --profiler-config")
+def test_env_era_config_is_validated_when_the_engine_config_is_built(patched, monkeypatch):
+    from vllm.engine.arg_utils import EngineArgs
+
+    assert "--profiler-config" not in _parser()._option_string_actions
+    monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps({"torch_profiler_dir": "/tmp/x", "step_strat": 2}))
+    before = _vllm_env()
+    args = object.__new__(EngineArgs)  # its __post_init__ would resolve a model; ours runs first anyway
+    with pytest.raises(ValueError, match="step_strat"):
+        args.create_engine_config()
+    assert _vllm_env() == before
+
+
+# ---- start/stop plumbing, window counting, file naming --------------------------
+def _filled(cls, **given):
+    """A real instance of one of the release's dataclasses; fields not given
+    get empty values of their type."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given or f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        text = str(f.type)
+        values[f.name] = ({} if "dict" in text else set() if "set" in text else [] if "list" in text
+                          else 0 if text in ("int", "<class 'int'>") else None)
+    return cls(**values, **given)
+
+
+def _scheduler_output(new: dict[str, int], cached: dict[str, int]):
+    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+    reqs = [_filled(NewRequestData, req_id=r, prompt_token_ids=[1] * n, num_computed_tokens=0) for r, n in new.items()]
+    tokens = {**new, **cached}
+    return _filled(SchedulerOutput, scheduled_new_reqs=reqs, scheduled_cached_reqs=CachedRequestData.make_empty(),
+                   num_scheduled_tokens=tokens, total_num_scheduled_tokens=sum(tokens.values()))
+
+
+def _stack(tmp_path, monkeypatch, **ours):
+    """LLM -> EngineCore -> UniProcExecutor -> Worker, the release's classes
+    wired as LLM's in-process engine wires them (no model loaded)."""
+    from vllm.config import ParallelConfig, VllmConfig
+    from vllm.entrypoints.llm import LLM
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.engine.core_client import InprocClient
+    from vllm.v1.engine.llm_engine import LLMEngine
+    from vllm.v1.worker.gpu_worker import Worker
+
+    executor_module = try_import("vllm.v1.executor.uniproc_executor") or importlib.import_module(
+        "vllm.executor.uniproc_executor")
+    data = {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False, **ours}
+    if ENV_ERA:
+        monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps(data))
+        vllm_config = VllmConfig(parallel_config=ParallelConfig())
+    else:
+        vllm_config = VllmConfig(parallel_config=ParallelConfig(),
+                                 profiler_config=vllm_profiler_config.build_profiler_config(data))
+    worker = object.__new__(Worker)
+    worker.rank, worker.vllm_config = 0, vllm_config
+    if "self.profiler_config" in inspect.getsource(Worker.__init__):
+        worker.profiler_config = vllm_config.profiler_config
+    executor = object.__new__(executor_module.UniProcExecutor)
+    executor.driver_worker = worker
+    core = object.__new__(EngineCore)
+    core.model_executor = executor
+    client = object.__new__(InprocClient)
+    client.engine_core = core
+    engine = object.__new__(LLMEngine)
+    engine.vllm_config, engine.engine_core = vllm_config, client
+    llm = object.__new__(LLM)
+    llm.llm_engine = engine
+    return llm, worker
+
+
+def _iterate(worker, schedule):
+    """Engine iterations through the patched Worker.execute_model (and
+    sample_tokens where the release defers sampling), a matmul standing in
+    for the model."""
+    from vllm.v1.worker.gpu_worker import Worker
+
+    execute = vars(Worker)["execute_model"]
+    assert marker(execute) == vllm_worker.WORKER_PATCH.name
+    sample = vars(Worker).get("sample_tokens")
+    x = torch.ones(64, 64)
+    for i, (new, cached) in enumerate(schedule):
+        deferred = sample is not None and i % 2 == 1  # exercise both paths
+
+        def forward(scheduler_output, deferred=deferred):
+            (x @ x).sum()
+            return None if deferred else "output"
+
+        execute._self_wrapper(forward, worker, (_scheduler_output(new, cached),), {})
+        if deferred:
+            sample._self_wrapper(lambda grammar_output: "output", worker, (None,), {})
+
+
+def _wait_done(llm, step: int) -> dict:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = llm.profile_status(step)
+        if status["state"] in ("done", "failed"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"session of step {step} did not finish: {status}")
+
+
+def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch):
+    llm, worker = _stack(tmp_path, monkeypatch)
+    answer = llm.start_profile(global_step=37, step_start=1, step_end=4, by_stage=True)
+    assert answer["global_step"] == 37 and answer["state"] == "waiting", answer
+    # 1 prefill (two prompts of 5 and 3 tokens), then decodes of both requests
+    schedule = [({"a": 5, "b": 3}, {})] + [({}, {"a": 1, "b": 1})] * 5
+    _iterate(worker, schedule)
+    status = _wait_done(llm, 37)
+    assert status["state"] == "done", status
+    folder = session_dir(tmp_path, 37)
+    assert folder.name == "global_step_37"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["engine"] == "vllm" and manifest["engine_version"] == vllm_version()
+    traces = manifest_traces(folder, "decode")  # by_stage: one trace per stage
+    assert list(traces) == ["rank0"]
+    expected_name = vllm_worker.rank_suffix(worker)
+    if V < Version("0.17"):
+        assert expected_name == "rank0"
+    assert traces["rank0"].name.startswith(expected_name + ".")
+    details = iteration_details(load_trace(traces["rank0"]))
+    assert sorted(details) == [1, 2, 3]  # exactly the window, counted from the request
+    assert {d[0] for d in details.values()} == {"decode"}
+    assert iteration_details(load_trace(manifest_traces(folder, "prefill")["rank0"])) == {}
+
+
+def test_prefill_counts_and_stop_driven_session(patched, tmp_path, monkeypatch):
+    llm, worker = _stack(tmp_path, monkeypatch)
+    llm.start_profile(global_step=5)
+    _iterate(worker, [({"a": 5}, {}), ({}, {"a": 1}), ({"c": 4}, {"a": 1})])
+    answer = llm.stop_profile()
+    assert answer["state"] in ("exporting", "done"), answer
+    assert _wait_done(llm, 5)["state"] == "done"
+    details = iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 5))["rank0"]))
+    assert details[0] == ("prefill", 5, 0, 1)
+    assert details[1] == ("decode", 0, 1, 1)
+    assert details[2][:3] == ("prefill", 4, 1)  # a new prompt next to a decode: prefill, both counted
+    # a second start in the same process works and writes its own step
+    llm.start_profile(global_step=6, step_start=0, step_end=1)
+    _iterate(worker, [({}, {"a": 1})])
+    assert _wait_done(llm, 6)["state"] == "done"
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0]
+
+
+def test_bad_requests_are_refused_naming_the_field(patched, tmp_path, monkeypatch):
+    from rlprof_plugins.errors import RequestError
+
+    llm, _ = _stack(tmp_path, monkeypatch)
+    for kwargs, field in (({"global_step": -1}, "global_step"), ({"step_start": 3, "step_end": 2}, "step_end"),
+                          ({"profile_prefix": "../x"}, "profile_prefix")):
+        with pytest.raises(RequestError) as e:
+            llm.start_profile(**kwargs)
+        assert e.value.field == field
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_http_routes_are_ours_when_configured(patched, tmp_path, monkeypatch):
+    """The release's own API server app gets rlprof's three routes."""
+    import argparse
+
+    from fastapi import FastAPI
+    from fastapi.routing import APIRoute
+
+    data = {"profiler": "torch", "torch_profiler_dir": str(tmp_path)}
+    if ENV_ERA:
+        monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps(data))
+        api_server = importlib.import_module("vllm.entrypoints.openai.api_server")
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser
+        app = api_server.build_app(make_arg_parser(FlexibleArgumentParser()).parse_args([]))
+    else:
+        router = importlib.import_module("vllm.entrypoints.serve.profile.api_router")
+        app = FastAPI()
+        app.state.args = argparse.Namespace(profiler_config=vllm_profiler_config.build_profiler_config(data),
+                                            api_key=None)
+        router.attach_router(app)
+    routes = {r.path: r for r in app.router.routes if isinstance(r, APIRoute)}
+    for path in ("/start_profile", "/stop_profile", "/profile_status"):
+        assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.vllm_api_router", path
+    assert [r.path for r in app.router.routes if isinstance(r, APIRoute)].count("/start_profile") == 1

@@ -1,0 +1,49 @@
+"""Run the contract tests of each tested engine release (rlprof_plugins.compat.TESTED).
+
+Each release runs in its own interpreter: the engine's test environment
+(.venv-vllm or .venv-sglang) with the release's unpacked wheel first on
+``sys.path``. CI runs ``CI_SUBSET``; ``make compat`` (``RLPROF_COMPAT=all``)
+runs every release.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.compat import CI_SUBSET, TESTED
+from tests.compat.releases import ROOT, ensure
+
+PYTHON = {
+    "vllm": Path(os.environ.get("RLPROF_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python")),
+    "sglang": Path(os.environ.get("RLPROF_SGLANG_PYTHON", ROOT / ".venv-sglang" / "bin" / "python")),
+}
+MATRIX = [(engine, version) for engine, versions in TESTED.items() for version in versions]
+
+
+def run_contract(engine: str, version: str, *pytest_args: str) -> subprocess.CompletedProcess:
+    path = ensure(engine, version)
+    env = dict(os.environ, RLPROF_CONTRACT_ENGINE=engine, RLPROF_CONTRACT_VERSION=version, RLPROF_DISABLE="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(path) if path else "", str(ROOT)) if p),
+               RLPROF_CONTRACT_PATH=str(path or ""), SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1",
+               VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore")
+    cmd = [str(PYTHON[engine]), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+           str(ROOT / "tests" / "compat" / f"contract_{engine}.py"), *pytest_args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("engine,version", MATRIX, ids=[f"{e}-{v}" for e, v in MATRIX])
+def test_release_contract(engine, version):
+    if version not in CI_SUBSET[engine] and os.environ.get("RLPROF_COMPAT") != "all":
+        pytest.skip("outside the CI subset; `make compat` runs the full matrix")
+    if not PYTHON[engine].exists():
+        pytest.skip(f"no {engine} test environment ({PYTHON[engine]}); `make env` builds it")
+    result = run_contract(engine, version)
+    tail = (result.stdout + result.stderr)[-6000:]
+    sys.stdout.write(tail)
+    assert result.returncode == 0, f"{engine} {version} contract failed:\n{tail}"
+    assert " passed" in result.stdout
