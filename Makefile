@@ -10,7 +10,7 @@ SPY := $(VENV_SGLANG)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo demo-sglang test unit patch-table bench bench-merge bench-sglang clean
+.PHONY: env tiny-model demo demo-sglang test unit compat patch-table bench bench-merge bench-sglang clean
 
 env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
 
@@ -24,8 +24,14 @@ $(VENV_VLLM)/.vllm-installed:
 	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+# Older vLLM releases' sources import these at module level; the contract
+# tests (tests/compat) import those sources. Shared engine notes, section 1.
+$(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.vllm-installed
+	$(VPY) -m pip install -q gguf==0.19.0 diskcache==5.6.3
+	touch $@
+
 # This package, editable, with its test extras.
-$(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
+$(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed $(VENV_VLLM)/.compat-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 
@@ -66,9 +72,15 @@ test: env tiny-model
 unit: env
 	$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
 
-# Regenerate docs/patches.md from the patch declarations.
+# The contract tests on every tested engine release (CI runs a subset; see
+# docs/compatibility.md). Downloads each release's wheel once into .cache/.
+compat: env
+	RLPROF_COMPAT=all $(VPY) -m pytest tests/compat $(PYTEST_ARGS)
+
+# Regenerate docs/patches.md and docs/compatibility.md from the declarations.
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
+	$(VPY) -m rlprof_plugins.compat > docs/compatibility.md
 
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info

@@ -177,12 +177,21 @@ def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool
     return True
 
 
-def install_on_import(patch: Patch, version_of: Callable[[], str | None]) -> None:
-    """Apply ``patch`` when its module is imported (at once if it already is)."""
+def install_on_import(patch: Patch, version_of: Callable[[], str | None], siblings: tuple[Patch, ...] = ()) -> None:
+    """Apply ``patch`` when its module is imported (at once if it already is).
+
+    ``siblings`` serve the same area in other release eras: when one of them
+    is declared for the running version, this patch is simply not for it,
+    and stays quiet instead of warning that its feature is off.
+    """
 
     def hook(module: ModuleType) -> None:
         try:
-            apply_guarded(patch, module, version_of())
+            version = version_of()
+            if version is not None and not patch.supports(version) and any(s.supports(version) for s in siblings):
+                logger.debug("rlprof: %s is for other %s releases (%s)", patch.name, patch.engine, patch.versions)
+                return
+            apply_guarded(patch, module, version)
         except Exception as e:  # belt and braces: a hook must never raise
             warn_once(f"hook:{patch.name}", "rlprof: %s is off: %s", patch.feature, e)
 

@@ -216,6 +216,7 @@ ENV_CONFIG_PATCH = Patch(
          "RLPROF_PROFILER_CONFIG when the engine config is built, naming a bad key"),
     upstream="ProfilerConfig (vLLM 0.13)",
     wrap={"EngineArgs.create_engine_config": _wrap_create_engine_config_env_era},
+    area="vllm.config",
 )
 
 ARG_PATCH = Patch(
@@ -230,6 +231,7 @@ ARG_PATCH = Patch(
         + ", ".join(OUR_KEYS)
     ),
     upstream="a ProfilerConfig extension point for plugin keys",
+    area="vllm.config",
     wrap={
         "EngineArgs.add_cli_args": _wrap_add_cli_args,
         "EngineArgs.create_engine_config": _wrap_create_engine_config,
@@ -245,6 +247,7 @@ LLM_CONFIG_PATCH = Patch(
     why="LLM(profiler_config={...}) drops keys ProfilerConfig does not declare",
     upstream="the same extension point",
     wrap={"LLM.__init__": _wrap_llm_init},
+    area="vllm.config",
 )
 
 PATCHES = (ENV_CONFIG_PATCH, ARG_PATCH, LLM_CONFIG_PATCH)

@@ -5,6 +5,7 @@
     rlprof split-stages TRACE [-o DIR]      per-stage traces from iteration annotations
     rlprof summary DIR [--json]             where each step's time went, step over step
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
+    rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine, and how to set it up
 
 Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
 stderr; nothing partial is left behind); 2 bad command-line usage.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -134,8 +136,33 @@ def cmd_check(args) -> int:
     return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
 
 
+# ---- doctor --------------------------------------------------------------------------
+def cmd_doctor(args) -> int:
+    from .doctor import ENGINES, diagnose, header, render
+
+    engines = [args.engine] if args.engine else list(ENGINES)
+    # Engines log to stdout while their modules import; keep stdout for the result.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        reports = [diagnose(e, dry_run=not args.no_import) for e in engines]
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    found = [r for r in reports if r.installed]
+    text = "\n".join([header()] + [render(r) for r in reports])
+    _emit(args, {"engines": [r.to_json() for r in reports]}, text)
+    if not found:
+        print("rlprof: error: no supported engine (vllm, sglang) is installed in this environment", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK if all(r.ok for r in found) else EXIT_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check)")
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check) "
+                                                                  "and the engine diagnosis (doctor)")
     parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -166,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("traces", nargs="+")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("doctor", help="the installed engine: version, features, patches, how to configure "
+                                      "(exit 1 if a patch declared for it fails)")
+    p.add_argument("--engine", choices=("vllm", "sglang"), help="only this engine (default: every one installed)")
+    p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

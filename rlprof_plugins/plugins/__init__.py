@@ -25,7 +25,9 @@ def install_patches(engine: str, group: str, version_of: Callable[[], str | None
         from .. import patches
         from ..patches.base import install_on_import
 
-        for patch in getattr(patches, group):
-            install_on_import(patch, version_of)
+        group_patches = getattr(patches, group)
+        for patch in group_patches:
+            siblings = tuple(q for q in group_patches if q is not patch and q.area_name == patch.area_name)
+            install_on_import(patch, version_of, siblings)
     except Exception as e:
         logger.warning("rlprof: %s plugin not loaded: %s: %s", engine, type(e).__name__, e)

@@ -93,3 +93,30 @@ def applied_patches(patches, version: str):
             assert apply_guarded(patch, importlib.import_module(patch.module), version), patch.name
             applied.append(patch)
     return applied
+
+
+def check_doctor(engine: str, version: str) -> dict:
+    """``rlprof doctor`` on this release reports what the table and the
+    patches say: every declared patch applies (dry run), the rest are off."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from rlprof_plugins import compat
+    from rlprof_plugins.patches import ALL_PATCHES
+
+    # the same harness adaptations as this process (tests/compat/release_env.py)
+    code = ("import sys; from tests.compat.release_env import adapt; adapt(sys.argv[1]); "
+            "from rlprof_plugins.cli import main; sys.exit(main(['doctor', '--engine', sys.argv[1], '--json']))")
+    out = subprocess.run([sys.executable, "-c", code, engine], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    report = json.loads(out.stdout)["engines"][0]
+    assert report["version"] == version and report["supported"] and report["tested"] and report["ok"]
+    expected = compat.features(engine, version) + compat.capabilities(engine, version)
+    assert [(f["feature"], f["available"]) for f in report["features"]] == [(s.feature, s.available) for s in expected]
+    states = {p["name"]: p["state"] for p in report["patches"]}
+    assert states == {p.name: "applies" if p.supports(version) else "off" for p in ALL_PATCHES if p.engine == engine}
+    assert report["configure"] == compat.how_to_configure(engine, version)
+    return report

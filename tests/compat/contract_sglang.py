@@ -37,7 +37,8 @@ from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches import sglang_http, sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.plugins.sglang import sglang_version
-from tests.compat.contract_common import altered_module, applied_patches, check_patch_on_release, marker, try_import
+from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release, marker,
+                                         try_import)
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
@@ -306,3 +307,9 @@ def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 3))["rank0"]))) == [1, 2]
+
+
+def test_doctor_reports_this_release():
+    report = check_doctor("sglang", RELEASE)
+    if try_import("sglang.srt.plugins") is None:
+        assert "RLPROF_SGLANG_AUTOLOAD" in report["plugin_loading"]

@@ -35,7 +35,8 @@ from rlprof_plugins.layout import session_dir
 from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
-from tests.compat.contract_common import altered_module, applied_patches, check_patch_on_release, marker, try_import
+from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release, marker,
+                                         try_import)
 from rlprof_plugins.plugins.vllm import vllm_version
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
@@ -316,3 +317,9 @@ def test_http_routes_are_ours_when_configured(patched, tmp_path, monkeypatch):
     for path in ("/start_profile", "/stop_profile", "/profile_status"):
         assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.vllm_api_router", path
     assert [r.path for r in app.router.routes if isinstance(r, APIRoute)].count("/start_profile") == 1
+
+
+def test_doctor_reports_this_release():
+    report = check_doctor("vllm", RELEASE)
+    if ENV_ERA:
+        assert "RLPROF_PROFILER_CONFIG" in report["configure"]

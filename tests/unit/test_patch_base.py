@@ -85,3 +85,43 @@ def test_added_attribute_must_not_exist_already():
     with pytest.raises(RuntimeError):
         patch.apply(mod)
     assert mod.Engine().run() == 1
+
+
+def test_missing_optional_target_is_skipped_and_the_rest_applied():
+    mod = make_module()
+    patch = Patch(name="t.optional", engine="fake", versions=">=1", module="fake_engine", feature="f", why="w",
+                  upstream="u", wrap={"Engine.run": lambda w, i, a, k: w(*a, **k) + 1,
+                                      "Engine.gone": lambda w, i, a, k: w(*a, **k)},
+                  optional=("Engine.gone",))
+    assert apply_guarded(patch, mod, "1.0")
+    assert mod.Engine().run() == 2 and not hasattr(mod.Engine, "gone")
+    patch.revert()
+    assert mod.Engine().run() == 1
+
+
+def test_a_patch_for_another_era_of_its_area_stays_quiet(caplog):
+    """Two patches serve one area in different releases: on a release, the
+    one declared applies and the other neither applies nor warns."""
+    import sys
+
+    import wrapt
+
+    from rlprof_plugins.patches.base import install_on_import
+
+    mod = make_module()
+    mod.__name__ = "fake_engine_eras"
+    old = Patch(name="t.old_era", engine="fake", versions="<2", module=mod.__name__, feature="f", why="w",
+                upstream="u", wrap={"Engine.run": lambda w, i, a, k: "old"}, area="t.area")
+    new = Patch(name="t.new_era", engine="fake", versions=">=2", module=mod.__name__, feature="f", why="w",
+                upstream="u", wrap={"Engine.run": lambda w, i, a, k: "new"}, area="t.area")
+    sys.modules[mod.__name__] = mod
+    try:
+        with caplog.at_level(logging.DEBUG, logger="rlprof"):
+            install_on_import(old, lambda: "2.1", (new,))
+            install_on_import(new, lambda: "2.1", (old,))
+        assert mod.Engine().run() == "new" and new.applied and not old.applied
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    finally:
+        new.revert()
+        sys.modules.pop(mod.__name__)
+        wrapt.importer._post_import_hooks.pop(mod.__name__, None)

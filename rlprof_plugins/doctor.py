@@ -1,0 +1,169 @@
+"""``rlprof doctor``: what rlprof can do with the engine installed here.
+
+For each engine it finds (vLLM, SGLang): the version and whether rlprof
+supports and was tested on it (``rlprof_plugins.compat``), each feature as
+available or not with the reason, each patch as applying, off by version,
+or failing (a dry run: applied to the real module, then reverted), whether
+the engine will load the plugin, what in the environment matters, and how to
+configure profiling on that release. Importing the engine's modules takes a
+few seconds; ``--no-import`` skips the dry run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+from dataclasses import asdict, dataclass, field
+
+from . import __version__, compat
+
+ENGINES = {"vllm": ("vLLM", "vllm.version", "vllm.general_plugins"),
+           "sglang": ("SGLang", "sglang.version", "sglang.srt.plugins")}
+LEGACY_VLLM_ENV = "VLLM_TORCH_PROFILER_"
+
+
+@dataclass
+class PatchCheck:
+    name: str
+    module: str
+    state: str  # "applies" | "off" (not for this release) | "fails"
+    detail: str
+
+
+@dataclass
+class EngineReport:
+    engine: str
+    installed: bool
+    version: str | None = None
+    location: str | None = None
+    supported: bool = False
+    tested: bool = False
+    features: list[dict] = field(default_factory=list)
+    patches: list[PatchCheck] = field(default_factory=list)
+    plugin_loading: str = ""
+    environment: list[str] = field(default_factory=list)
+    configure: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.installed and self.supported and not any(p.state == "fails" for p in self.patches)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def _version(engine: str) -> tuple[str | None, str | None]:
+    if importlib.util.find_spec(engine) is None:
+        return None, None
+    module = importlib.import_module(ENGINES[engine][1])
+    package = importlib.import_module(engine)
+    return getattr(module, "__version__", None), os.path.dirname(package.__file__)
+
+
+def _dry_run(patch, version: str) -> PatchCheck:
+    from .patches.base import apply_guarded
+
+    if not patch.supports(version):
+        return PatchCheck(patch.name, patch.module, "off", f"declared for {patch.versions}")
+    try:
+        module = importlib.import_module(patch.module)
+    except Exception as e:
+        return PatchCheck(patch.name, patch.module, "fails", f"importing {patch.module}: {type(e).__name__}: {e}")
+    if patch.applied:
+        return PatchCheck(patch.name, patch.module, "applies", "applied in this process")
+    if not apply_guarded(patch, module, version):
+        return PatchCheck(patch.name, patch.module, "fails", "a target is missing or changed (see the warning above)")
+    patch.revert()
+    return PatchCheck(patch.name, patch.module, "applies", ", ".join(patch.targets))
+
+
+def _plugin_loading(engine: str, version: str) -> str:
+    group = ENGINES[engine][2]
+    ours = [ep for ep in importlib.metadata.entry_points(group=group) if ep.value.startswith("rlprof_plugins.")]
+    if not ours:
+        return f"rlprof is not registered in the {group} entry points: reinstall rlprof-plugins"
+    if engine == "sglang" and importlib.util.find_spec("sglang.srt.plugins") is None:
+        on = os.environ.get("RLPROF_SGLANG_AUTOLOAD", "").lower() in ("1", "true", "yes")
+        return ("SGLang " + version + " has no plugin entry points; RLPROF_SGLANG_AUTOLOAD=1 is "
+                + ("set: rlprof_plugins.pth loads the plugin in every SGLang process" if on
+                   else "NOT set: export it before launching, or the plugin never loads"))
+    allow = os.environ.get("VLLM_PLUGINS") if engine == "vllm" else os.environ.get("SGLANG_PLUGINS")
+    if allow is not None and "rlprof" not in [p.strip() for p in allow.split(",")]:
+        return f"{group} lists rlprof, but {'VLLM' if engine == 'vllm' else 'SGLANG'}_PLUGINS={allow!r} leaves it out"
+    return f"loaded by the engine through the {group} entry point 'rlprof'"
+
+
+def _environment(engine: str, version: str) -> list[str]:
+    from packaging.version import Version
+
+    from .profiler_config import ENV, from_environment
+
+    notes = []
+    if os.environ.get("RLPROF_DISABLE", "").lower() in ("1", "true", "yes"):
+        notes.append("RLPROF_DISABLE is set: the plugin is turned off")
+    try:
+        config = from_environment()
+        if config is not None:
+            notes.append(f"{ENV} is set and valid (trace dir {config.torch_profiler_dir})")
+    except Exception as e:
+        notes.append(f"{ENV} is set but invalid: {e}")
+    legacy = sorted(k for k in os.environ if k.startswith(LEGACY_VLLM_ENV))
+    if engine == "vllm" and legacy:
+        v = Version(version)
+        if v >= Version("0.16"):
+            notes.append(f"{', '.join(legacy)}: not read by vLLM {version} (removed in 0.16); newer releases warn")
+        elif v >= Version("0.13"):
+            notes.append(f"{', '.join(legacy)}: on vLLM {version} these override --profiler-config; unset them")
+        else:
+            notes.append(f"{', '.join(legacy)}: vLLM's own profiler; rlprof's sessions need {ENV}")
+    return notes
+
+
+def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
+    from .patches import ALL_PATCHES
+
+    version, location = _version(engine)
+    report = EngineReport(engine=engine, installed=version is not None, version=version, location=location)
+    if version is None:
+        return report
+    report.supported = compat.supported(engine, version)
+    report.tested = any(version == t or version.startswith(t + "+") for t in compat.TESTED[engine])
+    for status in compat.features(engine, version) + compat.capabilities(engine, version):
+        report.features.append({"feature": status.feature, "available": status.available, "reason": status.reason})
+    for patch in (p for p in ALL_PATCHES if p.engine == engine):
+        report.patches.append(_dry_run(patch, version) if dry_run else
+                              PatchCheck(patch.name, patch.module, "applies" if patch.supports(version) else "off",
+                                         "not checked (--no-import)" if patch.supports(version)
+                                         else f"declared for {patch.versions}"))
+    report.plugin_loading = _plugin_loading(engine, version)
+    report.environment = _environment(engine, version)
+    report.configure = compat.how_to_configure(engine, version)
+    return report
+
+
+def render(report: EngineReport) -> str:
+    title = ENGINES[report.engine][0]
+    if not report.installed:
+        return f"{title}: not installed"
+    verdict = ("supported" if report.supported else f"NOT supported (rlprof supports {compat.SUPPORTED[report.engine]})")
+    lines = [f"{title} {report.version} at {report.location}",
+             f"  {verdict}; {'a tested release' if report.tested else 'not a tested release'} "
+             f"(tested: {', '.join(compat.TESTED[report.engine])})",
+             "  features:"]
+    for f in report.features:
+        mark = "yes" if f["available"] else "no "
+        lines.append(f"    [{mark}] {f['feature']}" + (f": {f['reason']}" if f["reason"] and not f["available"] else ""))
+    lines.append("  patches:")
+    for p in report.patches:
+        lines.append(f"    [{p.state:7}] {p.name} ({p.module}): {p.detail}")
+    lines.append(f"  plugin: {report.plugin_loading}")
+    for note in report.environment:
+        lines.append(f"  environment: {note}")
+    lines.append(f"  configure: {report.configure}")
+    return "\n".join(lines)
+
+
+def header() -> str:
+    return f"rlprof-plugins {__version__} doctor"
