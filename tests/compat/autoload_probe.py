@@ -12,7 +12,9 @@ def _loaded() -> bool:
     from tests.compat.release_env import adapt
 
     adapt("sglang")
-    import sglang.srt.server_args  # noqa: F401 -- what every SGLang process imports first
+    import importlib
+
+    importlib.import_module("sglang.srt.server_args")  # what every SGLang process imports first
     from rlprof_plugins.patches.sglang_server_args import SERVER_ARGS_PATCH
 
     return SERVER_ARGS_PATCH.applied

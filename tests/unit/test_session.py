@@ -18,7 +18,6 @@ DECODE = IterationInfo(prefill_tokens=0, decode_tokens=4, batch_size=4)
 
 
 def make_controller(root: Path, backend_factory=None, **kw) -> ProfilerController:
-    settings = TorchSettings(activities=("CPU",))
     return ProfilerController(
         root_dir=str(root),
         worker_name=lambda prefix: f"{prefix}_rank0" if prefix else "rank0",

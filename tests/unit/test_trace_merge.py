@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli import main as rlprof
-from rlprof_plugins.trace import check, merge, sources, stage_split, summary
+from rlprof_plugins.trace import check, merge, sources, stage_split
 from rlprof_plugins.trace.stream import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.helpers.traces import iteration_details
