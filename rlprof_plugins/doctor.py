@@ -62,6 +62,20 @@ def _version(engine: str) -> tuple[str | None, str | None]:
     return getattr(module, "__version__", None), os.path.dirname(package.__file__)
 
 
+def _present_targets(patch, module) -> str:
+    from .patches.base import _resolve
+
+    out = []
+    for target in patch.targets:
+        if target in patch.optional:
+            try:
+                getattr(*_resolve(module, target))
+            except AttributeError:
+                continue  # an optional hook this release does not have
+        out.append(target)
+    return ", ".join(out)
+
+
 def _dry_run(patch, version: str) -> PatchCheck:
     from .patches.base import apply_guarded
 
@@ -72,11 +86,14 @@ def _dry_run(patch, version: str) -> PatchCheck:
     except Exception as e:
         return PatchCheck(patch.name, patch.module, "fails", f"importing {patch.module}: {type(e).__name__}: {e}")
     if patch.applied:
-        return PatchCheck(patch.name, patch.module, "applies", "applied in this process")
+        return PatchCheck(patch.name, patch.module, "applies",
+                          _present_targets(patch, module) + " (applied in this process)")
     if not apply_guarded(patch, module, version):
         return PatchCheck(patch.name, patch.module, "fails", "a target is missing or changed (see the warning above)")
-    patch.revert()
-    return PatchCheck(patch.name, patch.module, "applies", ", ".join(patch.targets))
+    try:
+        return PatchCheck(patch.name, patch.module, "applies", _present_targets(patch, module))
+    finally:
+        patch.revert()
 
 
 def _plugin_loading(engine: str, version: str) -> str:

@@ -1,0 +1,44 @@
+"""rlprof doctor: what it says without an engine, and from the declarations.
+(On every tested release it runs for real in tests/compat.)"""
+
+import importlib.util
+import json
+
+import pytest
+
+from rlprof_plugins import compat
+from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.patches import ALL_PATCHES
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_engine_not_installed_exits_1_and_says_so(engine, capsys):
+    if importlib.util.find_spec(engine) is not None:
+        pytest.skip(f"{engine} is installed in this environment")
+    assert rlprof(["doctor", "--engine", engine]) == 1
+    out, err = capsys.readouterr()
+    assert "not installed" in out and "no supported engine" in err
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_no_import_answers_from_the_declarations(engine, capsys):
+    if importlib.util.find_spec(engine) is None:
+        pytest.skip(f"{engine} is not installed in this environment")
+    assert rlprof(["doctor", "--engine", engine, "--no-import", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["engines"][0]
+    version = report["version"]
+    assert report["supported"] and report["ok"]
+    assert {p["name"]: p["state"] for p in report["patches"]} == {
+        p.name: "applies" if p.supports(version) else "off" for p in ALL_PATCHES if p.engine == engine}
+    assert report["configure"] == compat.how_to_configure(engine, version)
+
+
+def test_invalid_rlprof_profiler_config_is_pointed_out(monkeypatch):
+    from rlprof_plugins.doctor import _environment
+
+    monkeypatch.setenv("RLPROF_PROFILER_CONFIG", '{"step_strat": 1}')
+    monkeypatch.setenv("VLLM_TORCH_PROFILER_DIR", "/t")
+    notes = _environment("vllm", "0.14.0")
+    assert any("invalid" in n and "step_strat" in n for n in notes)
+    assert any("override --profiler-config" in n for n in notes)
+    assert any("removed in 0.16" in n for n in _environment("vllm", "0.20.0"))
