@@ -1,7 +1,11 @@
 """The real SGLang 0.5.23 server at TP=2: every rank in one status, merge with a prefix.
 
 Configured through ``RLPROF_PROFILER_CONFIG`` (the documented fallback for
-launches that cannot take ``--profiler-config``). Native SGLang 0.5.23 with
+launches that cannot take ``--profiler-config``), and loaded the way SGLang
+releases without plugin entry points (< 0.5.12) load it: ``SGLANG_PLUGINS``
+leaves rlprof out of SGLang's own plugin loading, ``RLPROF_SGLANG_AUTOLOAD=1``
+loads it from ``rlprof_plugins.pth`` in the launcher and both spawned
+schedulers. Native SGLang 0.5.23 with
 ``merge_profiles`` and a ``profile_prefix`` logs "Merge failed: No trace
 files found" and writes nothing; with the plugin the merged trace is there.
 """
@@ -20,7 +24,8 @@ def sglang_tp2(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("sglang-tp2")
     config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False}
-    server = start_server(tmp, None, tp=2, env={"RLPROF_PROFILER_CONFIG": json.dumps(config)})
+    server = start_server(tmp, None, tp=2, env={"RLPROF_PROFILER_CONFIG": json.dumps(config),
+                                                "SGLANG_PLUGINS": "not-rlprof", "RLPROF_SGLANG_AUTOLOAD": "1"})
     server.trace_dir = tmp / "traces"
     yield server
     server.stop()
@@ -84,3 +89,14 @@ def test_stop_reaches_every_rank_and_answers_before_the_profilers_stop(sglang_tp
     assert done["state"] == "done" and all(rank["stop_seconds"] is not None for rank in done["ranks"])
     traces = manifest_traces(sglang_tp2.trace_dir / "global_step_3")
     assert [iteration_indices(load_trace(p)) for p in traces.values()] == [[0, 1, 2, 3]] * 2
+
+
+def test_the_plugin_was_loaded_by_the_opt_in_loader_not_the_entry_point(sglang_tp2):
+    # SGLANG_PLUGINS=not-rlprof makes SGLang skip rlprof's entry point (asserted on
+    # SGLang's own loader in tests/sglang); both ranks still run rlprof sessions.
+    r = sglang_tp2.post("/start_profile", {"global_step": 9, "num_steps": 1})
+    assert r.status_code == 200, r.text
+    assert [rank["worker"] for rank in r.json()["ranks"]] == ["TP-0", "TP-1"]
+    sglang_tp2.complete(max_tokens=2)
+    assert sglang_tp2.wait_state()["state"] == "done"
+    assert list(manifest_traces(sglang_tp2.trace_dir / "global_step_9")) == ["rank0", "rank1"]

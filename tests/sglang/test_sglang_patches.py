@@ -144,3 +144,14 @@ def test_stage_of_each_forward_mode():
     assert (mixed.stage, mixed.prefill_tokens, mixed.decode_tokens) == ("prefill", 10, 2)
     assert iteration_info(Batch(M.IDLE, 0)) is None
     assert iteration_info(Batch(M.PREBUILT, 2)) is None  # PD-disaggregation placeholder, no forward
+
+
+def test_sglang_plugins_allowlist_leaves_rlprof_out(monkeypatch):
+    """What the TP=2 end-to-end server relies on to prove the opt-in loader:
+    with SGLANG_PLUGINS naming another plugin, SGLang does not load ours."""
+    from sglang.srt.plugins import load_plugins_by_group
+
+    monkeypatch.setenv("SGLANG_PLUGINS", "not-rlprof")
+    assert "rlprof" not in load_plugins_by_group("sglang.srt.plugins")
+    monkeypatch.delenv("SGLANG_PLUGINS")
+    assert "rlprof" in load_plugins_by_group("sglang.srt.plugins")
