@@ -313,3 +313,30 @@ def test_doctor_reports_this_release():
     report = check_doctor("sglang", RELEASE)
     if try_import("sglang.srt.plugins") is None:
         assert "RLPROF_SGLANG_AUTOLOAD" in report["plugin_loading"]
+
+
+def test_native_requests_reach_sglangs_own_endpoint_when_unconfigured(patched, tmp_path, monkeypatch):
+    """No rlprof configuration and no rlprof field: SGLang's own /start_profile
+    runs, with the release's own body type (ProfileReqInput keywords up to
+    0.5.14, the ProfileReq struct from 0.5.15)."""
+    from fastapi.testclient import TestClient
+
+    import sglang.srt.entrypoints.http_server as http_server
+
+    monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)
+    calls = []
+
+    class TokenizerManager:  # records what SGLang's endpoint hands on
+        def auto_create_handle_loop(self):
+            pass
+
+        async def start_profile(self, *args, **kwargs):
+            calls.append((args, kwargs))
+
+    monkeypatch.setattr(http_server, "_global_state", type("S", (), {"tokenizer_manager": TokenizerManager()})())
+    r = TestClient(http_server.app).post("/start_profile", json={"output_dir": str(tmp_path), "num_steps": 3})
+    assert r.status_code == 200 and "Start profiling" in r.text, r.text
+    [(args, kwargs)] = calls
+    got = kwargs if kwargs else {k: getattr(args[0], k) for k in ("output_dir", "num_steps")}
+    assert (got["output_dir"], got["num_steps"]) == (str(tmp_path), 3)
+    assert bool(kwargs) == (try_import("sglang.srt.managers.io_struct").__dict__.get("ProfileReqInput") is not None)
