@@ -74,7 +74,7 @@ def parallel_of(manager: Any, module: Any) -> dict[str, int]:
     def num(*names: str, default: int) -> int:
         for name in names:
             value = getattr(p, name, None)
-            if value is not None:
+            if value:  # None (unset) or 0 (a size some releases leave 0): the default
                 return int(value)
         return default
 
