@@ -20,7 +20,7 @@ import dataclasses
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.plugins.vllm import vllm_version
-from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings, settings_from_config
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.requests import build_start_request
 from rlprof_plugins.session import ProfilerController
@@ -53,24 +53,14 @@ def manifest_header(vllm_config: Any) -> dict[str, Any]:
 
 
 def torch_settings(cfg: Any) -> TorchSettings:
-    """torch.profiler settings from vLLM's profiler config (shared with the front end)."""
+    """torch.profiler settings from vLLM's profiler config (shared with the front end);
+    without ``torch_profiler_activities``, the platform's devices."""
     from vllm.platforms import current_platform
 
-    # torch_profiler_activities and use_gzip are not in every release's ProfilerConfig
-    activities = tuple(getattr(cfg, "torch_profiler_activities", None)
-                       or _PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)))
-    cpu_only = activities == ("CPU",)
     version = vllm_version()
-    metadata = {"vllm_version": json.dumps(version)} if version else {}
-    return TorchSettings(
-        activities=activities,
-        record_shapes=cfg.torch_profiler_record_shapes,
-        with_stack=cfg.torch_profiler_with_stack,
-        with_memory=cfg.torch_profiler_with_memory,
-        with_flops=cfg.torch_profiler_with_flops,
-        use_gzip=getattr(cfg, "torch_profiler_use_gzip", True),
-        table_sort_key="self_cpu_time_total" if cpu_only else "self_device_time_total",
-        extra_metadata=metadata,
+    return settings_from_config(
+        cfg, default_activities=_PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)),
+        extra_metadata={"vllm_version": json.dumps(version)} if version else {},
     )
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .backends.torch_profiler import TorchSettings
+from .backends.torch_profiler import TorchSettings, settings_from_config
 from .errors import OptionsError
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
 
@@ -65,20 +65,8 @@ class ProfilerConfig:
 
     def torch_settings(self, *, cuda_available: bool, overrides: Mapping[str, Any] | None = None) -> TorchSettings:
         """The torch.profiler settings of one session (request fields win)."""
-        overrides = dict(overrides or {})
-        activities = tuple(overrides.pop("activities", None) or self.torch_profiler_activities
-                           or (("CPU", "CUDA") if cuda_available else ("CPU",)))
-        settings = TorchSettings(
-            activities=activities,
-            record_shapes=self.torch_profiler_record_shapes,
-            with_stack=self.torch_profiler_with_stack,
-            with_memory=self.torch_profiler_with_memory,
-            with_flops=self.torch_profiler_with_flops,
-            use_gzip=self.torch_profiler_use_gzip,
-            write_table=self.options.operator_table,
-            table_sort_key="self_cpu_time_total" if activities == ("CPU",) else "self_device_time_total",
-        )
-        return replace(settings, **overrides)
+        return settings_from_config(self, default_activities=("CPU", "CUDA") if cuda_available else ("CPU",),
+                                    overrides=overrides, write_table=self.options.operator_table)
 
 
 def parse_activities(key: str, value: Any, error=OptionsError) -> tuple[str, ...]:

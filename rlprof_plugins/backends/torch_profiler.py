@@ -11,8 +11,9 @@ from __future__ import annotations
 import gzip
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..layout import atomic_target, publish, trace_file_name, write_text_atomic
 from ..trace.stage_split import split_in_subprocess
@@ -35,6 +36,28 @@ class TorchSettings:
     write_table: bool = False
     table_sort_key: str = "self_cpu_time_total"
     extra_metadata: dict = field(default_factory=dict)
+
+
+def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
+                         overrides: Mapping[str, Any] | None = None, **extra: Any) -> TorchSettings:
+    """TorchSettings from any config carrying vLLM's torch profiler keys:
+    vLLM's ``ProfilerConfig`` of any release, or rlprof's own (SGLang, and
+    vLLM before 0.13). A key a release lacks takes vLLM 0.32's default;
+    ``overrides`` (a request's fields) win; ``extra`` sets the rest."""
+    overrides = dict(overrides or {})
+    activities = tuple(overrides.pop("activities", None) or getattr(cfg, "torch_profiler_activities", None)
+                       or default_activities)
+    settings = TorchSettings(
+        activities=activities,
+        record_shapes=getattr(cfg, "torch_profiler_record_shapes", False),
+        with_stack=getattr(cfg, "torch_profiler_with_stack", True),
+        with_memory=getattr(cfg, "torch_profiler_with_memory", False),
+        with_flops=getattr(cfg, "torch_profiler_with_flops", False),
+        use_gzip=getattr(cfg, "torch_profiler_use_gzip", True),
+        table_sort_key="self_cpu_time_total" if activities == ("CPU",) else "self_device_time_total",
+        **extra,
+    )
+    return replace(settings, **overrides)
 
 
 class TorchProfilerBackend:

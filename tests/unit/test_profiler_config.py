@@ -59,3 +59,24 @@ def test_environment_round_trip(monkeypatch):
     assert from_environment() is None
     monkeypatch.setenv(ENV, json.dumps({"keep_last_steps": 3}))
     assert from_environment().options.keep_last_steps == 3
+
+
+def test_settings_from_a_config_that_lacks_newer_keys():
+    """vLLM 0.13-0.31's ProfilerConfig has no torch_profiler_activities (0.13
+    no use_gzip either): those take vLLM 0.32's defaults; request fields win."""
+    from types import SimpleNamespace
+
+    from rlprof_plugins.backends.torch_profiler import settings_from_config
+
+    old = SimpleNamespace(torch_profiler_with_stack=False, torch_profiler_record_shapes=True,
+                          torch_profiler_with_memory=False, torch_profiler_with_flops=False)
+    s = settings_from_config(old, default_activities=("CPU", "CUDA"))
+    assert (s.activities, s.with_stack, s.record_shapes, s.use_gzip) == (("CPU", "CUDA"), False, True, True)
+    assert s.table_sort_key == "self_device_time_total"
+    s = settings_from_config(old, default_activities=("CPU",), overrides={"activities": ("CPU",), "with_stack": True},
+                             write_table=True)
+    assert (s.activities, s.with_stack, s.write_table, s.table_sort_key) == (("CPU",), True, True, "self_cpu_time_total")
+    # rlprof's own config (SGLang, vLLM < 0.13) goes through the same function
+    cfg = parse_profiler_config({"torch_profiler_activities": ["GPU"], "torch_profiler_use_gzip": False})
+    s = cfg.torch_settings(cuda_available=False)
+    assert (s.activities, s.use_gzip, s.with_stack) == (("CUDA",), False, True)
