@@ -13,6 +13,8 @@ from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
 logger = logging.getLogger("rlprof")
 
 KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError)
+# The engines' own profiling routes, which rlprof's replace.
+PROFILE_PATHS = ("/start_profile", "/stop_profile")
 
 
 def error_response(exc: Exception):

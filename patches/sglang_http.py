@@ -30,7 +30,7 @@ from rlprof_plugins.profiler_config import ProfilerConfig, from_environment, par
 from rlprof_plugins.requests import START_FIELDS, StartRequest, parse_start_body
 
 from .base import Patch
-from .http_common import error_response, json_body, status_step, stop_status
+from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
 from .sglang_scheduler import encode_command
 from .sglang_server_args import VERSIONS
 
@@ -52,7 +52,6 @@ REFUSED = {
 # Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
 # without it starts no profiler for an activity it does not know.
 MARKER_ACTIVITY = "RLPROF"
-PATHS = ("/start_profile", "/stop_profile")
 
 _used = False  # this process started an rlprof session: stops go to rlprof too
 
@@ -232,8 +231,8 @@ def _install_routes(module: Any):
     from fastapi.routing import APIRoute
 
     routes = module.app.router.routes
-    found = {r.path: (i, r) for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path in PATHS}
-    if set(found) != set(PATHS):
+    found = {r.path: (i, r) for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path in PROFILE_PATHS}
+    if set(found) != set(PROFILE_PATHS):
         raise RuntimeError(f"SGLang's profiling routes not found (have {sorted(found)})")
     endpoints = build_routes(module, {path: route.endpoint for path, (_, route) in found.items()})
     level = getattr(found["/start_profile"][1].endpoint, "_auth_level", None)

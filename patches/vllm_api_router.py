@@ -21,7 +21,7 @@ import secrets
 from rlprof_plugins.requests import parse_start_body
 
 from .base import Patch
-from .http_common import error_response, json_body, status_step, stop_status
+from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
 from .vllm_profiler_config import CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profiler_config, options_of, plugin_handles
 
 logger = logging.getLogger("rlprof")
@@ -131,7 +131,6 @@ def _wrap_attach_router(wrapped, instance, args, kwargs):
     return None
 
 
-PATHS = ("/start_profile", "/stop_profile")
 
 
 def _wrap_build_app_env_era(wrapped, instance, args, kwargs):
@@ -144,7 +143,7 @@ def _wrap_build_app_env_era(wrapped, instance, args, kwargs):
         return app
     from fastapi.routing import APIRoute
 
-    app.router.routes[:] = [r for r in app.router.routes if not (isinstance(r, APIRoute) and r.path in PATHS)]
+    app.router.routes[:] = [r for r in app.router.routes if not (isinstance(r, APIRoute) and r.path in PROFILE_PATHS)]
     install_router(app, cfg, args[0] if args else kwargs["args"])
     return app
 

@@ -30,7 +30,7 @@ from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
 from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
-from rlprof_plugins.profiler_config import parse_profiler_config
+from rlprof_plugins.profiler_config import from_environment
 
 from .base import Patch
 
@@ -46,21 +46,12 @@ ENV_FEATURE = "rlprof configuration from RLPROF_PROFILER_CONFIG"
 
 def env_profiler_config() -> EnvProfilerConfig | None:
     """The env-era config (vLLM < 0.13), or None when unset or invalid
-    (an invalid one already stopped the launch; see ``ENV_CONFIG_PATCH``)."""
+    (an invalid one already stopped the launch; see ``ENV_CONFIG_PATCH``).
+    Read on start/stop/status calls only, never per iteration."""
     try:
-        config = from_environment_cached(os.environ.get(ENV_CONFIG, ""))
+        return from_environment()
     except OptionsError:
         return None
-    return config
-
-
-_parsed: dict[str, EnvProfilerConfig | None] = {}
-
-
-def from_environment_cached(text: str) -> EnvProfilerConfig | None:
-    if text not in _parsed:
-        _parsed[text] = parse_profiler_config(text) if text else None
-    return _parsed[text]
 
 
 def profiler_config_of(vllm_config: Any) -> Any:
@@ -197,12 +188,10 @@ def _wrap_llm_init(wrapped, instance, args, kwargs):
 def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
     # vLLM < 0.13 has no --profiler-config: validate RLPROF_PROFILER_CONFIG
     # here, so a bad key stops the launch before the model loads.
-    text = os.environ.get(ENV_CONFIG, "")
-    if text:
-        try:
-            from_environment_cached(text)
-        except OptionsError as e:
-            raise ValueError(f"${ENV_CONFIG}: {e}") from None
+    try:
+        from_environment()
+    except OptionsError as e:
+        raise ValueError(f"${ENV_CONFIG}: {e}") from None
     return wrapped(*args, **kwargs)
 
 

@@ -10,6 +10,49 @@ from rlprof_plugins.patches.base import _resolve, apply_guarded
 ABSENT = object()
 
 
+def check_release_imported(package: str, version: str, expected: str) -> None:
+    """The engine imported is the release under test (its unpacked wheel, when
+    one is on the path), not the one installed in the environment."""
+    import os
+    from pathlib import Path
+
+    assert version.startswith(expected), (version, expected)
+    path = os.environ.get("RLPROF_CONTRACT_PATH")
+    if path:
+        module = importlib.import_module(package)
+        assert Path(module.__file__).resolve().is_relative_to(Path(path).resolve())
+
+
+def filled(cls, **given):
+    """A real instance of one of the release's dataclasses built by its own
+    constructor; required fields not given get empty values of their type
+    (``*_size`` fields 1)."""
+    import dataclasses
+
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given or not f.init or f.default is not dataclasses.MISSING \
+                or f.default_factory is not dataclasses.MISSING:
+            continue
+        text = str(f.type)
+        values[f.name] = (1 if f.name.endswith("_size") else {} if "dict" in text else set() if "set" in text
+                          else [] if "list" in text else 0 if text in ("int", "<class 'int'>") else None)
+    return cls(**values, **given)
+
+
+def wait_done(status_of, step: int, timeout: float = 60) -> dict:
+    """Poll ``status_of(step)`` until the step's session is done or failed."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = status_of(step)
+        if status["state"] in ("done", "failed"):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"session of step {step} did not finish: {status}")
+
+
 def try_import(name: str):
     try:
         return importlib.import_module(name)

@@ -18,7 +18,6 @@ computation. SGLang 0.5.23 (installed) is also served end to end by tests/e2e.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -37,8 +36,8 @@ from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches import sglang_http, sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.plugins.sglang import sglang_version
-from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release, marker,
-                                         try_import)
+from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
+                                         check_release_imported, filled, marker, try_import, wait_done)
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
@@ -48,12 +47,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_release_under_test_is_the_one_imported():
-    import sglang
-
+    check_release_imported("sglang", sglang_version(), RELEASE)
     assert sglang_version() == RELEASE
-    path = os.environ.get("RLPROF_CONTRACT_PATH")
-    if path:
-        assert Path(sglang.__file__).resolve().is_relative_to(Path(path).resolve())
 
 
 @pytest.mark.parametrize("patch", SGLANG_PATCHES, ids=lambda p: p.name)
@@ -146,16 +141,6 @@ def test_profiler_config_argument(patched, tmp_path, monkeypatch, capsys):
 
 
 # ---- scheduler plumbing: commands, window counting, stages, file naming --------------
-def _filled(cls, **given):
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name in given or not f.init or f.default is not dataclasses.MISSING \
-                or f.default_factory is not dataclasses.MISSING:
-            continue
-        values[f.name] = 1 if f.name.endswith("_size") else 0
-    return cls(**values, **given)
-
-
 def _scheduler():
     """The release's scheduler object holding the profiler: the Scheduler
     itself (mixin era) or its SchedulerProfilerManager (built by its own
@@ -174,7 +159,7 @@ def _scheduler():
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
     from sglang.srt.managers.scheduler_components.profiler_manager import SchedulerProfilerManager
 
-    manager = SchedulerProfilerManager(ps=_filled(ParallelState), dp_tp_cpu_group=None, get_forward_ct=lambda: 0)
+    manager = SchedulerProfilerManager(ps=filled(ParallelState), dp_tp_cpu_group=None, get_forward_ct=lambda: 0)
     sched.profiler_manager = manager
     return sched, manager._profile
 
@@ -209,14 +194,8 @@ def _idle(sched):
     hook._self_wrapper(lambda: None, sched, (), {})
 
 
-def _wait_done(handler, step: int) -> dict:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = _send(handler, {"op": "status", "global_step": step})
-        if status["state"] in ("done", "failed"):
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"session of step {step} did not finish: {status}")
+def _status_of(handler):
+    return lambda step: _send(handler, {"op": "status", "global_step": step})
 
 
 needs_parallel_context = pytest.mark.skipif(
@@ -241,7 +220,7 @@ def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch
     answer = _send(handler, request.to_command())
     assert answer["global_step"] == 37 and answer["state"] == "waiting", answer
     _batches(sched, [("EXTEND", 2, 8)] + [("DECODE", 2, 0)] * 5)
-    assert _wait_done(handler, 37)["state"] == "done"
+    assert wait_done(_status_of(handler), 37)["state"] == "done"
     folder = session_dir(tmp_path, 37)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["engine"] == "sglang" and manifest["engine_version"] == RELEASE
@@ -261,7 +240,7 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     answer = _send(handler, {"op": "stop", "defer": True})
     assert answer["state"] in ("stopping", "exporting", "done"), answer
     _idle(sched)  # the scheduler's idle hook finishes the answered stop
-    assert _wait_done(handler, 5)["state"] == "done"
+    assert wait_done(_status_of(handler), 5)["state"] == "done"
     trace = manifest_traces(session_dir(tmp_path, 5))["rank0"]
     assert trace.name.startswith("rollout-TP-0.")
     details = iteration_details(load_trace(trace))
@@ -270,7 +249,7 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     request = sglang_http.build_request({"global_step": 6, "num_steps": 2}, config)
     _send(handler, request.to_command())
     _batches(sched, [("DECODE", 1, 0)] * 3)
-    assert _wait_done(handler, 6)["state"] == "done"
+    assert wait_done(_status_of(handler), 6)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0, 1]
 
 
@@ -339,4 +318,6 @@ def test_native_requests_reach_sglangs_own_endpoint_when_unconfigured(patched, t
     [(args, kwargs)] = calls
     got = kwargs if kwargs else {k: getattr(args[0], k) for k in ("output_dir", "num_steps")}
     assert (got["output_dir"], got["num_steps"]) == (str(tmp_path), 3)
-    assert bool(kwargs) == (try_import("sglang.srt.managers.io_struct").__dict__.get("ProfileReqInput") is not None)
+    from sglang.srt.managers import io_struct
+
+    assert bool(kwargs) == hasattr(io_struct, "ProfileReqInput")  # keyword era up to 0.5.14

@@ -17,14 +17,11 @@ also served end to end by tests/e2e.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import json
 import logging
 import os
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -35,8 +32,8 @@ from rlprof_plugins.layout import session_dir
 from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
-from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release, marker,
-                                         try_import)
+from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
+                                         check_release_imported, filled, marker, try_import, wait_done)
 from rlprof_plugins.plugins.vllm import vllm_version
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
@@ -46,12 +43,7 @@ ENV_ERA = V < Version("0.13")
 
 
 def test_the_release_under_test_is_the_one_imported():
-    import vllm
-
-    assert vllm_version().startswith(RELEASE)
-    path = os.environ.get("RLPROF_CONTRACT_PATH")
-    if path:
-        assert Path(vllm.__file__).resolve().is_relative_to(Path(path).resolve())
+    check_release_imported("vllm", vllm_version(), RELEASE)
 
 
 @pytest.mark.parametrize("patch", VLLM_PATCHES, ids=lambda p: p.name)
@@ -144,25 +136,12 @@ def test_env_era_config_is_validated_when_the_engine_config_is_built(patched, mo
 
 
 # ---- start/stop plumbing, window counting, file naming --------------------------
-def _filled(cls, **given):
-    """A real instance of one of the release's dataclasses; fields not given
-    get empty values of their type."""
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name in given or f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        text = str(f.type)
-        values[f.name] = ({} if "dict" in text else set() if "set" in text else [] if "list" in text
-                          else 0 if text in ("int", "<class 'int'>") else None)
-    return cls(**values, **given)
-
-
 def _scheduler_output(new: dict[str, int], cached: dict[str, int]):
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
-    reqs = [_filled(NewRequestData, req_id=r, prompt_token_ids=[1] * n, num_computed_tokens=0) for r, n in new.items()]
+    reqs = [filled(NewRequestData, req_id=r, prompt_token_ids=[1] * n, num_computed_tokens=0) for r, n in new.items()]
     tokens = {**new, **cached}
-    return _filled(SchedulerOutput, scheduled_new_reqs=reqs, scheduled_cached_reqs=CachedRequestData.make_empty(),
+    return filled(SchedulerOutput, scheduled_new_reqs=reqs, scheduled_cached_reqs=CachedRequestData.make_empty(),
                    num_scheduled_tokens=tokens, total_num_scheduled_tokens=sum(tokens.values()))
 
 
@@ -224,16 +203,6 @@ def _iterate(worker, schedule):
             sample._self_wrapper(lambda grammar_output: "output", worker, (None,), {})
 
 
-def _wait_done(llm, step: int) -> dict:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = llm.profile_status(step)
-        if status["state"] in ("done", "failed"):
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"session of step {step} did not finish: {status}")
-
-
 def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch):
     llm, worker = _stack(tmp_path, monkeypatch)
     answer = llm.start_profile(global_step=37, step_start=1, step_end=4, by_stage=True)
@@ -241,7 +210,7 @@ def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch
     # 1 prefill (two prompts of 5 and 3 tokens), then decodes of both requests
     schedule = [({"a": 5, "b": 3}, {})] + [({}, {"a": 1, "b": 1})] * 5
     _iterate(worker, schedule)
-    status = _wait_done(llm, 37)
+    status = wait_done(llm.profile_status, 37)
     assert status["state"] == "done", status
     folder = session_dir(tmp_path, 37)
     assert folder.name == "global_step_37"
@@ -265,7 +234,7 @@ def test_prefill_counts_and_stop_driven_session(patched, tmp_path, monkeypatch):
     _iterate(worker, [({"a": 5}, {}), ({}, {"a": 1}), ({"c": 4}, {"a": 1})])
     answer = llm.stop_profile()
     assert answer["state"] in ("exporting", "done"), answer
-    assert _wait_done(llm, 5)["state"] == "done"
+    assert wait_done(llm.profile_status, 5)["state"] == "done"
     details = iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 5))["rank0"]))
     assert details[0] == ("prefill", 5, 0, 1)
     assert details[1] == ("decode", 0, 1, 1)
@@ -273,7 +242,7 @@ def test_prefill_counts_and_stop_driven_session(patched, tmp_path, monkeypatch):
     # a second start in the same process works and writes its own step
     llm.start_profile(global_step=6, step_start=0, step_end=1)
     _iterate(worker, [({}, {"a": 1})])
-    assert _wait_done(llm, 6)["state"] == "done"
+    assert wait_done(llm.profile_status, 6)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0]
 
 
