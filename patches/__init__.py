@@ -14,6 +14,7 @@ from . import (
     sglang_scheduler,
     sglang_server_args,
     vllm_api_router,
+    vllm_ascend_worker,
     vllm_engine_core,
     vllm_frontend,
     vllm_profiler_config,
@@ -28,13 +29,16 @@ VLLM_PATCHES: tuple[Patch, ...] = (
     *vllm_api_router.PATCHES,
 )
 
+# Installed by the vLLM plugin; versions are vllm-ascend's own.
+VLLM_ASCEND_PATCHES: tuple[Patch, ...] = vllm_ascend_worker.PATCHES
+
 SGLANG_PATCHES: tuple[Patch, ...] = (
     *sglang_server_args.PATCHES,
     *sglang_scheduler.PATCHES,
     *sglang_http.PATCHES,
 )
 
-ALL_PATCHES: tuple[Patch, ...] = VLLM_PATCHES + SGLANG_PATCHES
+ALL_PATCHES: tuple[Patch, ...] = VLLM_PATCHES + VLLM_ASCEND_PATCHES + SGLANG_PATCHES
 
 
 def markdown_table(patches: tuple[Patch, ...] = ALL_PATCHES) -> str:

@@ -34,8 +34,9 @@ import logging
 from typing import Any
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
-from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
+from rlprof_plugins.backends import choice
 from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
@@ -122,12 +123,16 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         pos = parallel_of(manager, module)
         label = rank_label(pos)
         cuda = torch.cuda.is_available()
+        # On Ascend SGLang swaps torch.profiler for torch_npu's; the npu
+        # backend records with torch_npu's own API and options instead.
+        kind = choice.resolve(config.options.backend, choice.device_type())
         ctl = ProfilerController(
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory
             worker_name=lambda prefix: f"{prefix}-{label}" if prefix else label,
             rank_name=f"rank{global_rank(pos)}",
-            backend_factory=lambda table, overrides: TorchProfilerBackend(
-                config.torch_settings(cuda_available=cuda, overrides=overrides)),
+            backend_factory=choice.factory(
+                kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
+                config.options.npu_settings),
             manifest_header=manifest_header(pos, config),
         )
         manager.__dict__[CONTROLLER_ATTR] = ctl
@@ -162,6 +167,8 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
         if command.get("op") == "stop" and native_busy and (ctl is None or not ctl.active):
             return _native_stop(manager)
         return controller_for(manager, module).handle(command)
+    except OptionsError as e:  # e.g. backend "torch" on an Ascend scheduler
+        return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
     except Exception as e:  # never raise into the scheduler loop
         logger.exception("rlprof: scheduler command failed")
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}

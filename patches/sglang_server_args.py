@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from rlprof_plugins.backends import choice
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ENV, export_to_environment, from_environment, parse_profiler_config
 
@@ -42,6 +43,8 @@ def _from_cli_args(wrapped, instance, args, kwargs):
     text = getattr(namespace, DEST, None)
     try:
         config = parse_profiler_config(text) if text is not None else from_environment()
+        if config is not None:
+            choice.resolve(config.options.backend, getattr(namespace, "device", None) or "")
     except OptionsError as e:
         source = FLAG if text is not None else f"${ENV}"
         # SystemExit: the launch stops with this one line, as argparse errors do.

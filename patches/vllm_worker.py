@@ -20,8 +20,11 @@ import dataclasses
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.plugins.vllm import vllm_version
-from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings, settings_from_config
+from rlprof_plugins.backends import choice
+from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
 from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins._log import warn_once
+from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.requests import build_start_request
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
@@ -81,17 +84,28 @@ def rank_suffix(worker: Any) -> str:
     return get_worker_rank_suffix(global_rank=worker.rank)
 
 
+def backend_factory(cfg: Any, options: Any) -> Any:
+    """The session backend of this worker: torch.profiler, or torch_npu on
+    Ascend (vllm-ascend's platform says ``npu``) or when asked for."""
+    from vllm.platforms import current_platform
+
+    settings = torch_settings(cfg)
+    kind = choice.resolve(options.backend, current_platform.device_type)
+    return choice.factory(kind, lambda table, _overrides: dataclasses.replace(settings, write_table=table),
+                          options.npu_settings, settings.extra_metadata)
+
+
 def controller_for(worker: Any) -> ProfilerController:
     ctl = worker.__dict__.get(CONTROLLER_ATTR)
     if ctl is None:
         cfg = worker_profiler_config(worker)
         suffix = rank_suffix(worker)
-        settings = torch_settings(cfg)
+        factory = backend_factory(cfg, options_of(cfg))
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
             worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
             rank_name=suffix,
-            backend_factory=lambda table, _overrides: TorchProfilerBackend(dataclasses.replace(settings, write_table=table)),
+            backend_factory=factory,
             manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
@@ -104,11 +118,24 @@ def worker_control(obj: Any, command: dict) -> dict:
     ``obj`` is vLLM's ``WorkerWrapperBase`` (or the worker itself).
     """
     worker = getattr(obj, "worker", obj)
-    if not WORKER_PATCH.applied:
+    if not hooked(worker):
         return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
     if not plugin_handles(worker_profiler_config(worker)):
         return unavailable_reply("the profiler config is not handled by rlprof")
-    return controller_for(worker).handle(command)
+    try:
+        ctl = controller_for(worker)
+    except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
+        return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
+    return ctl.handle(command)
+
+
+def hooked(worker: Any) -> bool:
+    """Whether a worker patch (vLLM's ``Worker`` or vllm-ascend's
+    ``NPUWorker``) wraps this worker's class."""
+    for klass in type(worker).__mro__:
+        if "execute_model" in vars(klass):
+            return bool(getattr(vars(klass)["execute_model"], "_self_rlprof_patch", None))
+    return False
 
 
 # ---- wrappers ----------------------------------------------------------
@@ -196,7 +223,11 @@ def _profile(wrapped, instance, args, kwargs):
         return is_start, profile_prefix, delay_iterations, max_iterations
 
     is_start, prefix, delay, limit = bind(*args, **kwargs)
-    ctl = controller_for(instance)
+    try:
+        ctl = controller_for(instance)
+    except OptionsError as e:
+        warn_once(f"profile:{e.key}", "rlprof: profiling not started: %s", e)
+        return None
     if not is_start:
         ctl.handle({"op": "stop"})
         return None

@@ -6,6 +6,7 @@
     rlprof summary DIR [--json]             where each step's time went, step over step
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine, and how to set it up
+    rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
 
 Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
 stderr; nothing partial is left behind); 2 bad command-line usage.
@@ -160,6 +161,36 @@ def cmd_doctor(args) -> int:
     return EXIT_OK if all(r.ok for r in found) else EXIT_FAILED
 
 
+# ---- npu-analyse ---------------------------------------------------------------------
+def cmd_npu_analyse(args) -> int:
+    import importlib.util
+
+    from .backends.npu_profiler import ASCEND_SUFFIX, analyse_in_subprocess, trace_view_of
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise CliError(f"{root}: not a directory")
+    found = sorted({p for pattern in ("", "*/", "*/*/") for p in root.glob(f"{pattern}*{ASCEND_SUFFIX}")
+                    if p.is_dir()} | ({root} if root.name.endswith(ASCEND_SUFFIX) else set()))
+    if not found:
+        raise CliError(f"{root}: no *{ASCEND_SUFFIX} folders (torch_npu output) found")
+    todo = [p for p in found if not trace_view_of(p).exists()]
+    if todo and importlib.util.find_spec("torch_npu") is None:
+        raise CliError(f"{len(todo)} folder(s) need torch_npu's analysis, and torch_npu is not installed here; "
+                       "run this where it is")
+    progress = _progress(args)
+    for p in todo:
+        if progress:
+            progress(f"analysing {p}")
+        try:
+            analyse_in_subprocess(p)
+        except RuntimeError as e:
+            raise CliError(str(e)) from None
+    data = {"analysed": [str(p) for p in todo], "already_analysed": [str(p) for p in found if p not in todo]}
+    _emit(args, data, f"analysed {len(todo)}, already analysed {len(found) - len(todo)}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check) "
                                                                   "and the engine diagnosis (doctor)")
@@ -200,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("npu-analyse", help="run torch_npu's analysis on *_ascend_pt folders (then merge/summary)")
+    p.add_argument("dir", help="a *_ascend_pt folder, a step folder, or the trace root")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_npu_analyse)
     return parser
 
 

@@ -95,6 +95,7 @@ class FrontendRecorder:
         self.files = []
         self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
         try:
+            backend.prepare(directory, self._name)
             await self._on_thread(backend.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)

@@ -6,9 +6,9 @@ knows only our keys: it splits them out of a mapping, validates them and
 names the key at fault. Which native keys exist is the caller's (the engine
 patch's) knowledge, passed in as ``native_keys``.
 
-Keys planned by later features (``merge``, ``backend``, NPU settings) are
-deliberately absent until they do something: an accepted key that does
-nothing would be a silent lie.
+Every key accepted here does something: an accepted key that does nothing
+would be a silent lie. The NPU keys (``npu_*``) are listed with their
+values in ``backends.npu_options``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import difflib
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable, Mapping
 
+from .backends import npu_options
+from .backends.choice import check_backend
+from .backends.npu_options import NpuSettings
 from .errors import OptionsError
 
 
@@ -37,6 +40,9 @@ class ProfileOptions:
     rank (per stage) into each step folder once all ranks have exported.
     ``routes_require_api_key`` guards the
     profiling routes with the server's API key when one is configured.
+    ``backend`` picks the recorder (``auto``: torch_npu on Ascend, else
+    torch.profiler); the ``npu_*`` keys configure torch_npu (see
+    ``backends.npu_options`` and docs/npu.md).
     """
 
     step_start: int = 0
@@ -46,6 +52,20 @@ class ProfileOptions:
     keep_last_steps: int | None = None
     merge: bool = False
     routes_require_api_key: bool = True
+    backend: str = "auto"
+    npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
+    npu_aic_metrics: str = npu_options.DEFAULTS["npu_aic_metrics"]
+    npu_export_type: tuple[str, ...] = npu_options.DEFAULTS["npu_export_type"]
+    npu_data_simplification: bool = npu_options.DEFAULTS["npu_data_simplification"]
+    npu_with_modules: bool = npu_options.DEFAULTS["npu_with_modules"]
+    npu_with_stack: bool = npu_options.DEFAULTS["npu_with_stack"]
+    npu_with_memory: bool = npu_options.DEFAULTS["npu_with_memory"]
+    npu_record_shapes: bool = npu_options.DEFAULTS["npu_record_shapes"]
+    npu_analyse: bool = npu_options.DEFAULTS["npu_analyse"]
+
+    @property
+    def npu_settings(self) -> NpuSettings:
+        return npu_options.settings_from({key: getattr(self, key) for key in npu_options.KEYS})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +120,10 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     keep = check_count("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
     if keep == 0:
         raise OptionsError("keep_last_steps", "must be >= 1 (or null to keep every step)")
+    npu = {key: npu_options.check_value(key, data[key], OptionsError) for key in npu_options.KEYS if key in data}
+    if data.get("backend") == "npu" and data.get("by_stage") and npu.get("npu_analyse") is False:
+        raise OptionsError("npu_analyse", "by_stage splits torch_npu's analysed trace_view.json; "
+                                          "it needs npu_analyse true")
     return ProfileOptions(
         step_start=step_start,
         step_end=step_end,
@@ -108,6 +132,8 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         keep_last_steps=keep,
         merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
+        backend=check_backend(data.get("backend", "auto")),
+        **npu,
     )
 
 

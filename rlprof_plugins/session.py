@@ -272,6 +272,7 @@ class ProfilerController:
     def _begin_recording(self, s: Session) -> None:
         try:
             backend = self._backend_factory(s.operator_table, s.torch_overrides)
+            backend.prepare(s.directory, s.worker_name)
             backend.start()
         except Exception as e:
             self._fail(s, e)

@@ -1,6 +1,8 @@
 """Profiler backends: how to record. They know nothing of windows or steps.
 
-A backend is created per session and used in this order: ``start()``,
+A backend is created per session and used in this order: ``prepare(dir,
+name)`` (where the session will write; backends that write while
+recording, like torch_npu's, stage there), ``start()``,
 any number of ``annotation(name)`` ranges, ``stop()`` (on the thread that
 recorded), ``export(dir, name)`` (on any thread; rlprof runs it off the
 engine loop).
@@ -16,7 +18,7 @@ from typing import ContextManager, Protocol
 @dataclass(frozen=True)
 class ExportedFile:
     path: Path
-    kind: str = "trace"  # "trace" or "table"
+    kind: str = "trace"  # "trace", "table" or "npu_profile" (a torch_npu *_ascend_pt directory)
     stage: str | None = None  # "prefill"/"decode" for by-stage traces
 
     def describe(self, directory: Path, rank: str, role: str) -> dict:
@@ -27,11 +29,20 @@ class ExportedFile:
             "role": role,
             "kind": self.kind,
             "stage": self.stage or "all",
-            "bytes": self.path.stat().st_size,
+            "bytes": size_of(self.path),
         }
 
 
+def size_of(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory."""
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
 class Backend(Protocol):
+    def prepare(self, directory: Path, worker_name: str) -> None: ...
+
     def start(self) -> None: ...
 
     def stop(self) -> None: ...

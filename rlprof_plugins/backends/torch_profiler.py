@@ -75,6 +75,9 @@ class TorchProfilerBackend:
         self._activities = [kinds[a] for a in settings.activities]
         self._prof = None
 
+    def prepare(self, directory: Path, worker_name: str) -> None:
+        """Nothing to stage: torch keeps the recording in memory until export."""
+
     def start(self) -> None:
         s = self.settings
         self._prof = self._torch.profiler.profile(

@@ -23,3 +23,10 @@ def vllm_version() -> str | None:
 
 def register() -> None:
     install_patches("vLLM", "VLLM_PATCHES", vllm_version)
+    install_patches("vllm-ascend", "VLLM_ASCEND_PATCHES", vllm_ascend_version)
+
+
+def vllm_ascend_version() -> str | None:
+    from ..patches.vllm_ascend_worker import vllm_ascend_version as version_of
+
+    return version_of()

@@ -28,14 +28,14 @@ from typing import Any, Callable
 
 from .. import __version__
 from .sources import MergeGroup, RankFile
-from .stream import TraceReader, TraceWriter, base_time_ns
+from .stream import TraceReader, TraceWriter, base_time_ns, first_ts_ns, ts_ns
 
 ID_STRIDE = 10**12
 FLOW_PHASES = frozenset("stf")
 ASYNC_PHASES = frozenset("bne")
 ID_ARGS = ("correlation", "External id")
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"})
-DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device")
+DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device", "Ascend")
 REPLACED_METADATA = frozenset({"process_name", "process_sort_index"})
 PROGRESS_EVERY = 200_000
 
@@ -61,8 +61,11 @@ class MergeResult:
 class _Rank:
     """Per-input renaming state."""
 
-    def __init__(self, rf: RankFile, order: int, shift_us: float, first_pid: int) -> None:
+    def __init__(self, rf: RankFile, order: int, shift_us: float, first_pid: int,
+                 absolute_base_ns: int | None = None) -> None:
         self.rf = rf
+        # torch_npu timelines: absolute times, rewritten relative to the merged base
+        self.absolute_base_ns = absolute_base_ns
         self.order = order
         self.id_offset = order * ID_STRIDE
         self.shift_us = shift_us
@@ -114,7 +117,11 @@ def _rename(event: dict, rank: _Rank) -> dict | None:
         event["pid"] = new_pid
         if event.get("cat") in DEVICE_CATS:
             rank.device.add(new_pid)
-    if rank.shift_us and isinstance(event.get("ts"), (int, float)):
+    if rank.absolute_base_ns is not None and "ts" in event:
+        ns = ts_ns(event["ts"])
+        if ns is not None:
+            event["ts"] = (ns - rank.absolute_base_ns) / 1000.0
+    elif rank.shift_us and isinstance(event.get("ts"), (int, float)):
         event["ts"] = event["ts"] + rank.shift_us
     if rank.order:
         if ph in FLOW_PHASES or ph in ASYNC_PHASES:
@@ -129,6 +136,11 @@ def _rename(event: dict, rank: _Rank) -> dict | None:
     if ph == "i" and event.get("s", "t") == "g":
         event["name"] = f"{rank.rf.label}: {event.get('name', '')}"
     return event
+
+
+def _absolute_base(rf: RankFile) -> int | None:
+    first = first_ts_ns(rf.path)
+    return None if first is None else first - first % 1_000_000_000
 
 
 def _metadata_events(rank: _Rank, sort_base: int) -> list[dict]:
@@ -154,7 +166,9 @@ def merge(group: MergeGroup, output: Path | None = None, *, progress: Progress |
     # before any output exists.
     readers = [TraceReader(rf.path) for rf in group.inputs]
     try:
-        bases = [base_time_ns(r) for r in readers]
+        # torch_npu timelines count from the epoch: their base is their first
+        # event's second, so a merged file keeps small, exact times.
+        bases = [_absolute_base(rf) if rf.absolute_time else base_time_ns(r) for rf, r in zip(group.inputs, readers)]
         known = [b for b in bases if b is not None]
         base_out = min(known) if known else None
         first = readers[0].header
@@ -177,7 +191,7 @@ def merge(group: MergeGroup, output: Path | None = None, *, progress: Progress |
         with TraceWriter(output, header, compresslevel=compresslevel) as writer:
             for order, (rf, reader, base) in enumerate(zip(group.inputs, readers, bases)):
                 shift = (base - base_out) / 1000.0 if base is not None and base_out is not None else 0.0
-                rank = _Rank(rf, order, shift, next_pid)
+                rank = _Rank(rf, order, shift, next_pid, (base_out or 0) if rf.absolute_time else None)
                 st = RankStats(rf.label, rf.path.name)
                 if progress:
                     progress(f"merging {rf.describe()} ({order + 1}/{len(group.inputs)}): {rf.path.name}")

@@ -11,6 +11,11 @@ engines' own naming is recognised:
 - SGLang: ``[prefix-]<profile_id>-TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>][-EXTEND|-DECODE].trace.json.gz``,
   and rlprof's SGLang files ``[prefix-]TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>].<ns>[.prefill|.decode].pt.trace.json.gz``.
 
+- torch_npu (Ascend): a directory ``<worker>_<pid>_<time>_ascend_pt`` per
+  rank, where ``<worker>`` is one of the rank names above; its analysed
+  timeline ``ASCEND_PROFILER_OUTPUT/trace_view.json`` is the rank's trace.
+  A directory not analysed yet is reported with the command to run first.
+
 Files that match neither, or that would put two files of one rank into one
 merge, are reported as unplaced with the reason, never guessed.
 """
@@ -37,6 +42,10 @@ _SGLANG = re.compile(
     r"^(?P<group>.+?)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
     r"(?:-(?P<stage>EXTEND|DECODE))?\.trace\.json(?:\.gz)?$"
 )
+_ASCEND = re.compile(r"^(?P<worker>.+)_(?P<pid>\d+)_(?P<time>\d{17})_ascend_pt$")
+TRACE_VIEW = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
+NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
+                "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")
 _SGLANG_STAGES = {"EXTEND": "prefill", "DECODE": "decode", "prefill": "prefill", "decode": "decode"}
 _RLPROF_SGLANG = re.compile(
     r"^(?:(?P<group>.+?)-)?TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
@@ -52,6 +61,9 @@ class RankFile:
     label: str  # "rank1", "TP1-PP0", "frontend"
     role: str = "worker"  # or "frontend"
     order: tuple = ()
+    # torch_npu's trace_view.json: an event array whose ``ts`` are absolute
+    # (epoch) microseconds, as strings; Kineto traces count from a base time.
+    absolute_time: bool = False
     position: dict[str, int] = field(default_factory=dict)  # tp/pp/dp/ep where known
 
     def describe(self) -> str:
@@ -116,7 +128,13 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
     parallel = data.get("parallel")
     for f in data["files"]:
         path = directory / f["path"]
-        if f.get("kind", "trace") != "trace" or not is_trace(path):
+        npu = f.get("kind") == "npu_profile"
+        if npu:
+            if not (path / TRACE_VIEW).exists():
+                unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
+                continue
+            path = path / TRACE_VIEW
+        elif f.get("kind", "trace") != "trace" or not is_trace(path):
             continue
         if not path.exists():
             unplaced.append((path, "listed in manifest.json but missing"))
@@ -131,6 +149,7 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
             role=role,
             order=(1, 0, path.name) if role == "frontend" else (0, number if number is not None else 1 << 30, rank),
             position=positions_from_rank(number, parallel) if number is not None else {},
+            absolute_time=npu,
         )
         stage = f.get("stage")
         groups.setdefault(None if stage in (None, "all") else stage, []).append(rf)
@@ -169,6 +188,14 @@ def _from_names(directory: Path) -> Plan:
             unplaced.append((path, "file name matches neither vLLM's nor SGLang's rank naming"))
             continue
         groups.setdefault(key, []).append(rf)
+    for path in sorted(p for p in directory.iterdir() if p.is_dir() and _ASCEND.match(p.name)):
+        rf, key = _recognise_ascend(path)
+        if rf is None:
+            unplaced.append((path, "torch_npu directory whose worker name is neither vLLM's nor SGLang's rank name"))
+        elif not rf.path.exists():
+            unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
+        else:
+            groups.setdefault(key, []).append(rf)
     out = [_group(directory, stage, files, unplaced, group) for (group, stage), files in
            sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or ""))]
     if len({g for g, _ in groups}) <= 1:
@@ -196,3 +223,13 @@ def _recognise(path: Path) -> tuple[RankFile | None, tuple[str, str | None]]:
         stage = _SGLANG_STAGES.get(m.group("stage") or "")
         return RankFile(path, label, "worker", order, pos), (m.group("group") or "", stage)
     return None, ("", None)
+
+
+def _recognise_ascend(path: Path) -> tuple[RankFile | None, tuple[str, str | None]]:
+    """A torch_npu directory, through the rank name it was recorded under."""
+    worker = _ASCEND.match(path.name).group("worker")
+    rf, key = _recognise(Path(f"{worker}.0.pt.trace.json"))  # as rlprof names that rank's torch traces
+    if rf is None:
+        return None, ("", None)
+    rf.path, rf.absolute_time = path / TRACE_VIEW, True
+    return rf, key

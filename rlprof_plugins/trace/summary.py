@@ -30,10 +30,12 @@ from typing import Any, Callable
 from ..layout import STEP_DIR_PREFIX
 from ..stages import ITERATION_RE
 from .sources import plan
-from .stream import TraceReader
+from .stream import TraceReader, ts_ns
 
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_OP_CATS = frozenset({"cpu_op"})
+# torch records rlprof's ranges as user annotations; torch_npu as framework ops.
+ITERATION_CATS = frozenset({"user_annotation", "cpu_op"})
 TOP = 10
 _STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 
@@ -86,13 +88,16 @@ def trace_stats(path: Path, rank: str, stage: str | None) -> TraceStats:
             if e.get("ph") != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur", 0)
+            if isinstance(ts, str):  # torch_npu's absolute microseconds
+                ns = ts_ns(ts)
+                ts = None if ns is None else ns / 1000.0
             if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
                 continue
             st.first_us = ts if st.first_us is None else min(st.first_us, ts)
             st.last_us = ts + dur if st.last_us is None else max(st.last_us, ts + dur)
             cat = e.get("cat")
             name = str(e.get("name", ""))
-            if cat == "user_annotation" and ITERATION_RE.match(name):
+            if cat in ITERATION_CATS and ITERATION_RE.match(name):
                 st.iterations += 1
                 st.busy_us += dur
             elif cat in DEVICE_CATS:

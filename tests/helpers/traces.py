@@ -17,7 +17,8 @@ def load_trace(path: str | Path) -> dict:
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
-        return json.load(f)
+        data = json.load(f)
+    return {"traceEvents": data} if isinstance(data, list) else data  # torch_npu's trace_view.json is an array
 
 
 def iteration_indices(trace: dict) -> list[int]:

@@ -9,7 +9,9 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
     assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
-                        "routes_require_api_key")
+                        "routes_require_api_key", "backend", "npu_profiler_level", "npu_aic_metrics",
+                        "npu_export_type", "npu_data_simplification", "npu_with_modules", "npu_with_stack",
+                        "npu_with_memory", "npu_record_shapes", "npu_analyse")
     d = ProfileOptions()
     assert (d.by_stage, d.operator_table, d.keep_last_steps, d.merge, d.routes_require_api_key) == (
         False, False, None, False, True)
@@ -63,7 +65,9 @@ def test_merge_must_be_a_flag():
         parse_options({"merge": "yes"})
 
 
-def test_keys_of_later_features_are_not_accepted_yet():
-    for later in ("backend", "npu_profiler_level"):
-        with pytest.raises(OptionsError):
-            split_options({later: True}, NATIVE)
+def test_backend_and_npu_keys_are_ours_and_validated():
+    native, ours = split_options({"backend": "auto", "npu_profiler_level": "Level1"}, NATIVE)
+    assert native == {} and parse_options(ours).npu_settings.profiler_level == "Level1"
+    with pytest.raises(OptionsError) as e:
+        parse_options({"npu_profiler_level": True})
+    assert e.value.key == "npu_profiler_level"

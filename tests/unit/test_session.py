@@ -186,6 +186,9 @@ def test_backend_that_cannot_start_fails_the_session(tmp_path):
         def __init__(self, table, overrides=None):
             pass
 
+        def prepare(self, directory, worker_name):
+            pass
+
         def start(self):
             raise RuntimeError("profiler busy")
 
