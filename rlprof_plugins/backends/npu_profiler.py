@@ -87,9 +87,16 @@ class NpuProfilerBackend:
         self._worker_name = worker_name
 
     def start(self) -> None:
-        import torch_npu
-
         assert self._staging is not None, "start() before prepare()"
+        try:
+            import torch_npu
+
+            self._start(torch_npu)
+        except BaseException:
+            shutil.rmtree(self._staging, ignore_errors=True)  # a session that never recorded leaves nothing
+            raise
+
+    def _start(self, torch_npu: Any) -> None:
         s = self.settings
         p = torch_npu.profiler
         self._prof = p.profile(

@@ -180,3 +180,16 @@ def test_by_stage_without_analysis_is_refused(torch_npu):
     with pytest.raises(OptionsError) as e:
         parse_options({"backend": "npu", "by_stage": True, "npu_analyse": False})
     assert e.value.key == "npu_analyse"
+
+
+def test_a_backend_that_cannot_start_fails_the_session_and_leaves_nothing(torch_npu, tmp_path):
+    from rlprof_plugins.backends.npu_options import NpuSettings
+
+    broken = NpuSettings(profiler_level="Level9")  # unvalidated: torch_npu has no such level
+    ctl = ProfilerController(root_dir=str(tmp_path), worker_name=lambda prefix: "rank0",
+                             backend_factory=choice.factory("npu", lambda t, o: TorchSettings(), broken),
+                             manifest_header={"engine": "test", "expected_ranks": 1})
+    reply = start(ctl, global_step=2, step_start=0, step_end=1)
+    assert reply["session"]["state"] == "failed" and "Level9" in reply["session"]["error"]
+    assert [p.name for p in (tmp_path / "global_step_2").iterdir()] in (["manifest.json"],
+                                                                        [".manifest.lock", "manifest.json"])
