@@ -33,8 +33,9 @@ from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
-                                         check_release_imported, filled, marker, try_import, wait_done)
+                                         check_release_imported, marker, wait_done)
 from rlprof_plugins.plugins.vllm import vllm_version
+from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
@@ -136,27 +137,12 @@ def test_env_era_config_is_validated_when_the_engine_config_is_built(patched, mo
 
 
 # ---- start/stop plumbing, window counting, file naming --------------------------
-def _scheduler_output(new: dict[str, int], cached: dict[str, int]):
-    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
-
-    reqs = [filled(NewRequestData, req_id=r, prompt_token_ids=[1] * n, num_computed_tokens=0) for r, n in new.items()]
-    tokens = {**new, **cached}
-    return filled(SchedulerOutput, scheduled_new_reqs=reqs, scheduled_cached_reqs=CachedRequestData.make_empty(),
-                   num_scheduled_tokens=tokens, total_num_scheduled_tokens=sum(tokens.values()))
-
-
 def _stack(tmp_path, monkeypatch, **ours):
     """LLM -> EngineCore -> UniProcExecutor -> Worker, the release's classes
     wired as LLM's in-process engine wires them (no model loaded)."""
     from vllm.config import ParallelConfig, VllmConfig
-    from vllm.entrypoints.llm import LLM
-    from vllm.v1.engine.core import EngineCore
-    from vllm.v1.engine.core_client import InprocClient
-    from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.worker.gpu_worker import Worker
 
-    executor_module = try_import("vllm.v1.executor.uniproc_executor") or importlib.import_module(
-        "vllm.executor.uniproc_executor")
     data = {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False, **ours}
     if ENV_ERA:
         monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps(data))
@@ -168,17 +154,7 @@ def _stack(tmp_path, monkeypatch, **ours):
     worker.rank, worker.vllm_config = 0, vllm_config
     if "self.profiler_config" in inspect.getsource(Worker.__init__):
         worker.profiler_config = vllm_config.profiler_config
-    executor = object.__new__(executor_module.UniProcExecutor)
-    executor.driver_worker = worker
-    core = object.__new__(EngineCore)
-    core.model_executor = executor
-    client = object.__new__(InprocClient)
-    client.engine_core = core
-    engine = object.__new__(LLMEngine)
-    engine.vllm_config, engine.engine_core = vllm_config, client
-    llm = object.__new__(LLM)
-    llm.llm_engine = engine
-    return llm, worker
+    return llm_over(worker, vllm_config), worker
 
 
 def _iterate(worker, schedule):
@@ -198,7 +174,7 @@ def _iterate(worker, schedule):
             (x @ x).sum()
             return None if deferred else "output"
 
-        execute._self_wrapper(forward, worker, (_scheduler_output(new, cached),), {})
+        execute._self_wrapper(forward, worker, (scheduler_output(new, cached),), {})
         if deferred:
             sample._self_wrapper(lambda grammar_output: "output", worker, (None,), {})
 

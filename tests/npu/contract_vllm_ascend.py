@@ -20,7 +20,8 @@ from rlprof_plugins.patches import vllm_profiler_config
 from rlprof_plugins.patches.vllm_ascend_worker import NPU_WORKER_PATCH, vllm_ascend_version
 from rlprof_plugins.patches.vllm_worker import rank_suffix
 from rlprof_plugins.plugins.vllm import vllm_version
-from tests.compat.contract_common import applied_patches, check_patch_on_release, filled, marker, wait_done
+from tests.compat.contract_common import applied_patches, check_patch_on_release, marker, wait_done
+from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace
 
 
@@ -38,13 +39,7 @@ def test_vllm_workers_patch_does_not_reach_the_npu_worker():
 
 def test_global_step_window_on_the_npu_worker(tmp_path, caplog):
     from vllm.config import DeviceConfig, ParallelConfig, VllmConfig
-    from vllm.entrypoints.llm import LLM
     from vllm.platforms import current_platform
-    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
-    from vllm.v1.engine.core import EngineCore
-    from vllm.v1.engine.core_client import InprocClient
-    from vllm.v1.engine.llm_engine import LLMEngine
-    from vllm.v1.executor.uniproc_executor import UniProcExecutor
     from vllm_ascend.worker.worker import NPUWorker
 
     assert current_platform.device_type == "npu"  # vllm-ascend's platform: backend auto -> npu
@@ -58,27 +53,15 @@ def test_global_step_window_on_the_npu_worker(tmp_path, caplog):
                                  device_config=DeviceConfig(device="cpu"))
         worker = object.__new__(NPUWorker)
         worker.rank, worker.vllm_config, worker.profiler_config = 0, vllm_config, cfg
-        executor = object.__new__(UniProcExecutor)
-        executor.driver_worker = worker
-        core = object.__new__(EngineCore)
-        core.model_executor = executor
-        client = object.__new__(InprocClient)
-        client.engine_core = core
-        engine = object.__new__(LLMEngine)
-        engine.vllm_config, engine.engine_core = vllm_config, client
-        llm = object.__new__(LLM)
-        llm.llm_engine = engine
+        llm = llm_over(worker, vllm_config)
 
         answer = llm.start_profile(global_step=37, step_start=1, step_end=4)
         assert answer["state"] == "waiting", answer
         execute = vars(NPUWorker)["execute_model"]
         assert marker(execute) == NPU_WORKER_PATCH.name
         x = torch.ones(64, 64)
-        for i in range(6):
-            new = [filled(NewRequestData, req_id="a", prompt_token_ids=[1] * 5, num_computed_tokens=0)] if i == 0 else []
-            tokens = {"a": 5 if i == 0 else 1}
-            out = filled(SchedulerOutput, scheduled_new_reqs=new, scheduled_cached_reqs=CachedRequestData.make_empty(),
-                         num_scheduled_tokens=tokens, total_num_scheduled_tokens=sum(tokens.values()))
+        for i in range(6):  # one prompt of 5 tokens, then its decodes
+            out = scheduler_output({"a": 5}, {}) if i == 0 else scheduler_output({}, {"a": 1})
             execute._self_wrapper(lambda so: ((x @ x).sum(), "output")[1], worker, (out,), {})
         status = wait_done(llm.profile_status, 37)
         assert status["state"] == "done", status
