@@ -30,8 +30,14 @@ $(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.vllm-installed
 	$(VPY) -m pip install -q gguf==0.19.0 diskcache==5.6.3 scipy==1.17.1
 	touch $@
 
+# The routers RL fleets put in front of rollout servers (Rust programs in PyPI
+# wheels); the trainer-control tests discover servers through them.
+$(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.vllm-installed
+	$(VPY) -m pip install -q vllm-router==0.1.17 sglang-router==0.3.2
+	touch $@
+
 # This package, editable, with its test extras.
-$(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed $(VENV_VLLM)/.compat-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
+$(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
 

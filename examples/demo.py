@@ -3,9 +3,12 @@
 ``python examples/demo.py [vllm|sglang]``. Starts vLLM 0.32 or SGLang 0.5.23
 (CPU) serving the tiny test model with the plugin and
 ``--profiler-config '{"profiler":"torch", ..., "step_start":2, "step_end":6}'``,
-then for global steps 36 and 37 does what an RL trainer would: start a
-profile for the step (step 37 with ``"by_stage": true`` and the window
-overridden to ``[0, 6)``: prefill and decode apart), run a rollout batch, wait until the traces are written. Prints the
+then runs RL global steps 35-37 as a trainer would, with the trainer-side
+client (``RolloutProfiler(steps=[36, 37])``, docs/trainer.md): each step a
+rollout batch inside ``profiler.step(global_step)``, which starts a profile
+for steps 36 and 37 only (step 37 with ``"by_stage": true`` and the window
+overridden to ``[0, 6)``: prefill and decode apart), stops it and waits until
+the traces are written. Prints the
 files written, the engine iterations each trace holds, each step's manifest,
 and how to open the traces. Run with ``make demo`` / ``make demo-sglang``:
 the same JSON configuration and the same requests on both engines.
@@ -27,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.helpers import sglang_server, vllm_server  # noqa: E402
+from rlprof_plugins.client import RolloutProfiler  # noqa: E402
+from rlprof_plugins.client.cli import render  # noqa: E402
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace  # noqa: E402
 
 ENGINES = {"vllm": ("vLLM", vllm_server.start_server), "sglang": ("SGLang", sglang_server.start_server)}
@@ -63,18 +68,21 @@ def main() -> int:
     server = start_server(OUT, config)
     print(f"Server ready in {time.time() - t0:.0f} s at {server.url}\n")
     try:
-        # step 37 also overrides the window per request, to catch the prompts (prefill) too
-        for step, body in ((36, {}), (37, {"by_stage": True, "step_start": 0})):
-            body = {"global_step": step, **body}
-            r = server.post("/start_profile", body)
-            r.raise_for_status()
-            print(f"POST /start_profile {json.dumps(body)} -> {r.status_code} state={r.json()['state']}")
-            rollout(server, step)
-            status = server.wait_state()
-            print(f"GET /profile_status -> state={status['state']}, "
-                  f"{sum(x['iterations_recorded'] for x in status['ranks'])} iterations recorded")
-            stop = server.post("/stop_profile")
-            print(f"POST /stop_profile -> {stop.status_code} {stop.json()['status']}\n")
+        # The trainer's loop: RL steps 35-37 each run a rollout batch; the client profiles steps 36
+        # and 37 only, and step 37 also overrides the window, to catch the prompts (prefill) too.
+        profiler = RolloutProfiler([server.url], steps=[36, 37], wait_timeout=120)
+        for step in (35, 36, 37):
+            overrides = {"by_stage": True, "step_start": 0} if step == 37 else {}
+            with profiler.step(step, **overrides) as run:
+                rollout(server, step)
+            if not run.profiled:
+                print(f"global step {step}: rollout only (not a configured step, nothing sent)\n")
+                continue
+            ranks = run.wait.results[0].body["ranks"]
+            print(f"global step {step} {json.dumps(overrides)}: start -> {run.start.results[0].state}, "
+                  f"stop -> {run.stop.results[0].body['status']}, "
+                  f"{sum(x['iterations_recorded'] for x in ranks)} iterations recorded")
+            print(render(run.wait) + "\n")
         bad = server.post("/start_profile", {"global_step": "../../etc"})
         print(f"A bad body is refused: {bad.status_code} {bad.json()}\n")
     finally:

@@ -134,6 +134,8 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
                 kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
                 config.options.npu_settings),
             manifest_header=manifest_header(pos, config),
+            # The idle scheduler busy-polls: recording it would grow without bound.
+            record_from_request=False,
         )
         manager.__dict__[CONTROLLER_ATTR] = ctl
     return ctl

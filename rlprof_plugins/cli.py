@@ -7,9 +7,12 @@
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine, and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
+    rlprof start|stop|status --url U | --router R [--global-step N ...]
+                                            profile a global step on every rollout server (rlprof_plugins.client)
 
 Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
-stderr; nothing partial is left behind); 2 bad command-line usage.
+stderr; nothing partial is left behind), or a server failed (start/stop/status);
+2 bad command-line usage.
 Progress goes to stderr (``--quiet`` silences it), results to stdout.
 """
 
@@ -192,8 +195,9 @@ def cmd_npu_analyse(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check) "
-                                                                  "and the engine diagnosis (doctor)")
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check), "
+                                                                  "the engine diagnosis (doctor) and fleet control "
+                                                                  "(start, stop, status)")
     parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -237,12 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_npu_analyse)
+
+    from .client.cli import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .client.cli import check_usage
+
+    check_usage(parser, args)
     try:
         return args.func(args)
     except CliError as e:

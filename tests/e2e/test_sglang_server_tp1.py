@@ -6,6 +6,7 @@ TP=1 server). One request of 8 tokens is 8 scheduler iterations: 1 prefill
 """
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,10 @@ def test_three_consecutive_global_steps_each_complete(sglang_tp1):
 
 def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
     r = sglang_tp1.post("/start_profile", {"global_step": 10, "step_start": 0, "step_end": None})
-    assert r.status_code == 200 and r.json()["state"] == "recording"
+    # The idle scheduler's busy loop is not recorded: recording begins with the first iteration.
+    assert r.status_code == 200 and r.json()["state"] == "waiting"
+    time.sleep(2)
+    assert sglang_tp1.get("/profile_status").json()["state"] == "waiting"
     sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
     stop = sglang_tp1.post("/stop_profile")
     assert stop.status_code == 200 and stop.json()["status"] == "stopped", stop.text

@@ -62,13 +62,18 @@ class VllmServer:
     process: subprocess.Popen
     log_path: Path
     trace_dir: Path
+    api_key: str | None = None  # sent with every request when the server was started with one
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def post(self, path: str, body=None, **kw) -> requests.Response:
         data = None if body is None else (body if isinstance(body, (str, bytes)) else json.dumps(body))
-        return requests.post(self.url + path, data=data, headers={"content-type": "application/json"}, timeout=120, **kw)
+        return requests.post(self.url + path, data=data, headers={"content-type": "application/json", **self._headers()},
+                             timeout=120, **kw)
 
     def get(self, path: str) -> requests.Response:
-        return requests.get(self.url + path, timeout=60)
+        return requests.get(self.url + path, headers=self._headers(), timeout=60)
 
     def complete(self, prompt: str = "the rollout engine", max_tokens: int = 8) -> dict:
         r = self.post("/v1/completions", {"model": str(TINY_MODEL), "prompt": prompt, "max_tokens": max_tokens,

@@ -1,0 +1,130 @@
+"""``rlprof start|stop|status``: the client's actions from a shell.
+
+Each prints one row per server (ok or the reason it failed) and exits 1 when
+any server failed, 2 on bad usage, so a shell script or a job scheduler can
+tell a partial profile from a complete one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .profiler import API_KEY_ENV, RolloutProfiler
+from .results import FleetResult
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def render(result: FleetResult) -> str:
+    """A per-server table and a closing line, for one action."""
+    show_role = any(r.role for r in result.results)
+    header = ["SERVER"] + (["ROLE"] if show_role else []) + ["RESULT", "STATE", "STEP", "DETAIL"]
+    rows = [header]
+    for r in result.results:
+        detail = (r.directory or "") if r.ok else (r.error or "")
+        if r.ok and r.files:
+            detail += f" ({len(r.files)} file{'s' * (len(r.files) != 1)})"
+        rows.append([r.url] + ([r.role or "-"] if show_role else []) +
+                    ["ok" if r.ok else "FAILED", r.state or "-", "-" if r.global_step is None else str(r.global_step),
+                     detail])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    step = "" if result.global_step is None else f" global step {result.global_step}"
+    if result.error:
+        lines.append(f"error: {result.error}")
+    lines.append(f"{result.action}{step}: {len(result.succeeded)} of {len(result.results)} server(s) ok")
+    return "\n".join(lines)
+
+
+def _profiler(args) -> RolloutProfiler:
+    urls = [u for given in args.url or [] for u in given.split(",") if u.strip()]
+    return RolloutProfiler(urls, router=args.router, api_key=args.api_key, request_timeout=args.request_timeout,
+                           wait_timeout=args.timeout)
+
+
+def _finish(args, results: list[FleetResult]) -> int:
+    if args.json:
+        print(json.dumps({"ok": all(r.ok for r in results), "actions": [r.to_json() for r in results]}, indent=2))
+    else:
+        print("\n\n".join(render(r) for r in results))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_FAILED
+
+
+def cmd_start(args) -> int:
+    profiler = _profiler(args)
+    servers = None
+    results = [profiler.start(args.global_step, step_start=args.step_start, step_end=args.step_end,
+                              by_stage=args.by_stage)]
+    if args.wait and results[0].succeeded:
+        servers = [r.url for r in results[0].succeeded]
+        results.append(profiler.wait(args.global_step, servers=servers))
+    return _finish(args, results)
+
+
+def cmd_stop(args) -> int:
+    profiler = _profiler(args)
+    results = [profiler.stop()]
+    if args.wait and results[0].succeeded:
+        results.append(profiler.wait(args.global_step, servers=[r.url for r in results[0].succeeded]))
+    return _finish(args, results)
+
+
+def cmd_status(args) -> int:
+    profiler = _profiler(args)
+    result = profiler.wait(args.global_step) if args.wait else profiler.status(args.global_step)
+    return _finish(args, [result])
+
+
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    where = p.add_argument_group("servers (one of them, or both)")
+    where.add_argument("--url", action="append", metavar="URL",
+                       help="a rollout server (repeat, or comma-separate, for several)")
+    where.add_argument("--router", metavar="URL", help="a router (sglang-router, vllm-router, ...): every worker it lists")
+    p.add_argument("--api-key", help=f"the servers' API key (default: ${API_KEY_ENV})")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
+    p.add_argument("--request-timeout", type=float, default=30.0,
+                   help="seconds one server has to answer (default 30)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_parsers(sub) -> None:
+    """``start``, ``stop`` and ``status`` on the ``rlprof`` parser."""
+    p = sub.add_parser("start", help="start profiling a global step on every server (exit 1 if any failed)")
+    _common(p)
+    p.add_argument("--global-step", type=_step, required=True, help="the RL global step: global_step_<N>/ folders")
+    p.add_argument("--step-start", type=_step, help="first engine iteration recorded (default: the server's)")
+    p.add_argument("--step-end", type=_step, help="engine iteration the window ends before (default: the server's)")
+    p.add_argument("--by-stage", action=argparse.BooleanOptionalAction, default=None,
+                   help="one trace per stage (prefill/decode)")
+    p.add_argument("--wait", action="store_true", help="then wait until every server has written its files "
+                                                       "(needs a window: --step-end or the server's)")
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("stop", help="stop the running session on every server (exit 1 if any failed)")
+    _common(p)
+    p.add_argument("--wait", action="store_true", help="then wait until every server has written its files")
+    p.add_argument("--global-step", type=_step, help="with --wait: the step to wait for (default: the last session)")
+    p.set_defaults(func=cmd_stop)
+
+    p = sub.add_parser("status", help="every server's profiling session (exit 1 if any failed)")
+    _common(p)
+    p.add_argument("--global-step", type=_step, help="that step's session (default: the current or last one)")
+    p.add_argument("--wait", action="store_true", help="wait until every session is done or failed")
+    p.set_defaults(func=cmd_status)
+
+
+def check_usage(parser: argparse.ArgumentParser, args) -> None:
+    """Exit 2 (argparse's usage error) when no server was named."""
+    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status) and not (args.url or args.router):
+        parser.error(f"{args.command}: give --url URL (one or more) or --router URL")
