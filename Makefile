@@ -10,7 +10,7 @@ SPY := $(VENV_SGLANG)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo demo-sglang test unit compat patch-table bench bench-merge bench-sglang clean
+.PHONY: env tiny-model demo demo-sglang test unit compat patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
 env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
 
@@ -101,3 +101,7 @@ bench-merge: env
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server (~3 min).
 bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_sglang_stop.py
+
+# docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
+bench-sglang-idle: env tiny-model
+	$(VPY) benchmarks/bench_sglang_idle.py

@@ -143,7 +143,7 @@ def main() -> int:
         for mb in (int(s) for s in args.sizes.split(",")):
             work = root / f"syn{mb}"
             work.mkdir()
-            results.append({"input": f"synthetic CUDA-shaped, 2 ranks", **measure(synthetic_inputs(work, mb), work, merger)})
+            results.append({"input": "synthetic CUDA-shaped, 2 ranks", **measure(synthetic_inputs(work, mb), work, merger)})
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(render_markdown(results))

@@ -113,7 +113,7 @@ class ProfilerController:
     SGLang's scheduler polls for requests in a busy loop while idle; a
     profiler running then records every operation of that loop, ~10 MB of
     host memory a second on the CPU server, without bound until traffic
-    comes (11 GB after 15 idle minutes, seen while building issue 8).
+    comes (11 GB after 15 idle minutes on the CPU test server).
     """
 
     def __init__(

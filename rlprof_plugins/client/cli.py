@@ -53,12 +53,10 @@ def _finish(args, results: list[FleetResult]) -> int:
 
 def cmd_start(args) -> int:
     profiler = _profiler(args)
-    servers = None
     results = [profiler.start(args.global_step, step_start=args.step_start, step_end=args.step_end,
                               by_stage=args.by_stage)]
     if args.wait and results[0].succeeded:
-        servers = [r.url for r in results[0].succeeded]
-        results.append(profiler.wait(args.global_step, servers=servers))
+        results.append(profiler.wait(args.global_step, servers=[r.url for r in results[0].succeeded]))
     return _finish(args, results)
 
 

@@ -4,8 +4,8 @@ vllm-router and sglang-router are Rust programs shipped in PyPI wheels
 (installed into .venv-vllm by ``make env``). The tests only need what a
 trainer needs from them: their worker listing, ``GET /workers``. The two
 list a worker that is down differently, and both ways are exercised:
-vllm-router keeps it (``is_healthy`` is a health flag), sglang-router
-(SGLang Model Gateway) drops a worker whose registration failed.
+vllm-router keeps listing it, sglang-router (SGLang Model Gateway) drops a
+worker whose registration failed.
 """
 
 from __future__ import annotations

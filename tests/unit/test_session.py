@@ -340,3 +340,20 @@ def test_deferred_stop_is_completed_at_shutdown(tmp_path):
     ctl.shutdown()
     assert ctl.handle({"op": "status", "global_step": 9})["session"]["state"] == "done"
     assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_9"))) == [0, 1]
+
+
+def test_window_from_zero_can_wait_for_the_first_iteration(tmp_path):
+    """SGLang's controller (record_from_request=False): nothing records until an iteration begins,
+    so an idle busy-polling scheduler is not recorded; then iteration 0 is the first recorded."""
+    ctl = make_controller(tmp_path, record_from_request=False)
+    assert start(ctl, global_step=1, step_end=3)["session"]["state"] == "waiting"
+    torch.randn(64, 64).sum()  # work between the request and the first iteration: not recorded
+    assert ctl.handle({"op": "status", "global_step": 1})["session"]["state"] == "waiting"
+    run_iterations(ctl, 5)
+    assert settle(ctl, 1)["state"] == "done"
+    assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_1"))) == [0, 1, 2]
+
+    start(ctl, global_step=2)  # no traffic, then a stop: no trace, nothing recorded
+    stopped = ctl.handle({"op": "stop"})
+    assert stopped["ok"] and stopped["session"]["iterations_recorded"] == 0
+    assert not list((tmp_path / "global_step_2").glob("*.pt.trace.json.gz"))
