@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .profiler import API_KEY_ENV, RolloutProfiler
+from .discovery import Server
+from .profiler import API_KEY_ENV, ROUTER_API_KEY_ENV, RolloutProfiler
 from .results import FleetResult
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -39,8 +40,8 @@ def render(result: FleetResult) -> str:
 
 def _profiler(args) -> RolloutProfiler:
     urls = [u for given in args.url or [] for u in given.split(",") if u.strip()]
-    return RolloutProfiler(urls, router=args.router, api_key=args.api_key, request_timeout=args.request_timeout,
-                           wait_timeout=args.timeout)
+    return RolloutProfiler(urls, router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
+                           request_timeout=args.request_timeout, wait_timeout=args.timeout)
 
 
 def _finish(args, results: list[FleetResult]) -> int:
@@ -56,15 +57,20 @@ def cmd_start(args) -> int:
     results = [profiler.start(args.global_step, step_start=args.step_start, step_end=args.step_end,
                               by_stage=args.by_stage)]
     if args.wait and results[0].succeeded:
-        results.append(profiler.wait(args.global_step, servers=[r.url for r in results[0].succeeded]))
+        results.append(profiler.wait(args.global_step, servers=_answered(results[0])))
     return _finish(args, results)
+
+
+def _answered(result: FleetResult) -> list[Server]:
+    """The servers that succeeded, keeping the router's role for the next table."""
+    return [Server(r.url, r.role) for r in result.succeeded]
 
 
 def cmd_stop(args) -> int:
     profiler = _profiler(args)
     results = [profiler.stop()]
     if args.wait and results[0].succeeded:
-        results.append(profiler.wait(args.global_step, servers=[r.url for r in results[0].succeeded]))
+        results.append(profiler.wait(args.global_step, servers=_answered(results[0])))
     return _finish(args, results)
 
 
@@ -90,6 +96,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                        help="a rollout server (repeat, or comma-separate, for several)")
     where.add_argument("--router", metavar="URL", help="a router (sglang-router, vllm-router, ...): every worker it lists")
     p.add_argument("--api-key", help=f"the servers' API key (default: ${API_KEY_ENV})")
+    p.add_argument("--router-api-key", help=f"the router's key for its worker list "
+                                            f"(default: ${ROUTER_API_KEY_ENV}, else the servers' key)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
     p.add_argument("--request-timeout", type=float, default=30.0,
                    help="seconds one server has to answer (default 30)")

@@ -81,5 +81,16 @@ def router_servers(router_url: str, *, api_key: str | None = None,
         servers = from_listing(reply.body) if reply.status == 200 else None
         if servers:
             return servers
+        if reply.status in (401, 403):  # the router guards its listing (e.g. sglang-router's control-plane keys)
+            raise DiscoveryError(f"router {router_url}: {path}: HTTP {reply.status}: {_text(reply)} (give the "
+                                 f"router's admin key: router_api_key= or $RLPROF_ROUTER_API_KEY)")
         tried.append(f"{path}: " + ("no workers" if servers == [] else reply.error or f"HTTP {reply.status}"))
     raise DiscoveryError(f"router {router_url} listed no workers ({'; '.join(tried)})")
+
+
+def _text(reply: Any) -> str:
+    body = reply.body
+    if isinstance(body, dict):
+        err = body.get("error")
+        return str((err.get("message") if isinstance(err, dict) else err) or body.get("message") or body)
+    return str(body if body is not None else reply.error or "no details")

@@ -32,6 +32,7 @@ from .results import FleetError, FleetResult, ServerResult
 logger = logging.getLogger("rlprof.client")
 
 API_KEY_ENV = "RLPROF_API_KEY"
+ROUTER_API_KEY_ENV = "RLPROF_ROUTER_API_KEY"
 BUSY_STATES = ("waiting", "recording", "exporting")
 MAX_THREADS = 32
 # A server that cannot be reached this many polls in a row stops being waited for.
@@ -70,15 +71,18 @@ class RolloutProfiler:
 
     ``urls``: the servers (``http://host:port``, or ``host:port``); ``router``:
     a router whose workers are profiled (read again at each action, so workers
-    added later are included); both may be given. ``api_key``: sent as
-    ``Authorization: Bearer``, to the router too (default: ``$RLPROF_API_KEY``).
+    added later are included); both may be given. ``api_key``: the servers'
+    key, sent as ``Authorization: Bearer`` (default: ``$RLPROF_API_KEY``);
+    ``router_api_key``: the key for the router's worker listing (default:
+    ``$RLPROF_ROUTER_API_KEY``, else ``api_key``).
     ``steps``: the global steps ``step()`` profiles (None: every step).
     ``step_start``/``step_end``/``by_stage``: the window sent with each start
     (None: the servers' configured defaults).
     """
 
     def __init__(self, urls: Iterable[str] | str | None = None, *, router: str | None = None,
-                 api_key: str | None = None, steps: Iterable[int] | None = None,
+                 api_key: str | None = None, router_api_key: str | None = None,
+                 steps: Iterable[int] | None = None,
                  step_start: int | None = None, step_end: int | None = None, by_stage: bool | None = None,
                  wait: bool = True, wait_timeout: float = 600.0, request_timeout: float = DEFAULT_TIMEOUT_S,
                  poll_interval: float = 0.5, on_error: str = "warn") -> None:
@@ -89,6 +93,8 @@ class RolloutProfiler:
         if not self.urls and not self.router:
             raise ValueError("urls/router: give the servers' URLs, a router's URL, or both")
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        self.router_api_key = (router_api_key if router_api_key is not None
+                               else os.environ.get(ROUTER_API_KEY_ENV) or self.api_key)
         self.steps = None if steps is None else frozenset(check_step("steps", s) for s in steps)
         self.step_start = check_step("step_start", step_start, allow_none=True)
         self.step_end = check_step("step_end", step_end, allow_none=True)
@@ -108,7 +114,7 @@ class RolloutProfiler:
         """The servers an action goes to now; raises ``DiscoveryError`` if the router cannot list them."""
         found = [Server(u) for u in self.urls]
         if self.router:
-            found += router_servers(self.router, api_key=self.api_key, timeout=self.request_timeout)
+            found += router_servers(self.router, api_key=self.router_api_key, timeout=self.request_timeout)
         return unique(found)
 
     def profiles(self, global_step: int) -> bool:

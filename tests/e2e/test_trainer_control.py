@@ -19,13 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlprof_plugins.client import FleetError, RolloutProfiler
+from rlprof_plugins.client import DiscoveryError, FleetError, RolloutProfiler
 from tests.helpers import sglang_server
 from tests.helpers.routers import start_router
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces
 from tests.helpers.vllm_server import REPO, free_port, start_server
 
 KEY = "rollout-secret"
+ROUTER_KEY = "router-admin-secret"
 TOKENS = 8  # one request: 8 engine iterations on either engine
 
 
@@ -79,15 +80,16 @@ def fleet(tmp_path_factory):
 @pytest.fixture(scope="module")
 def routers(fleet, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("routers")
-    vllm_router = start_router("vllm-router", tmp, fleet.urls, expect_workers=3)
+    started = {}
     try:
-        sglang_router = start_router("sglang-router", tmp, fleet.urls, expect_workers=2)
-    except Exception:
-        vllm_router.stop()
-        raise
-    yield {"vllm-router": vllm_router, "sglang-router": sglang_router}
-    vllm_router.stop()
-    sglang_router.stop()
+        started["vllm-router"] = start_router("vllm-router", tmp, fleet.urls, expect_workers=3)
+        started["sglang-router"] = start_router("sglang-router", tmp, fleet.urls, expect_workers=2)
+        started["guarded"] = start_router("sglang-router", tmp, fleet.urls[:2], expect_workers=2,
+                                          admin_key=ROUTER_KEY)
+        yield started
+    finally:
+        for router in started.values():
+            router.stop()
 
 
 def rlprof(*args: str) -> subprocess.CompletedProcess:
@@ -226,9 +228,29 @@ def test_cli_through_sglang_router_start_stop_wait(fleet, routers):
     stopped = rlprof("stop", "--router", router.url, "--wait", "--global-step", "8", "--api-key", KEY)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert "stop: 2 of 2 server(s) ok" in stopped.stdout and "wait global step 8: 2 of 2 server(s) ok" in stopped.stdout
+    wait_rows = table_rows(stopped.stdout.split("\n\n")[1])
+    assert set(wait_rows) == {s.url for s in fleet.live}
+    assert all(" regular " in row and " done " in row for row in wait_rows.values()), stopped.stdout  # router's role kept
     for server in fleet.live:
         # no window: everything from the start to the stop, two rollouts of 8 iterations
         assert recorded_iterations(server, 8) == list(range(2 * TOKENS))
+
+
+def test_a_guarded_router_needs_its_own_key(fleet, routers):
+    """sglang-router with control-plane keys: its worker list needs the router's admin key,
+    which is not the servers' key."""
+    router = routers["guarded"]
+    with pytest.raises(DiscoveryError, match="HTTP 401.*router_api_key"):
+        RolloutProfiler(router=router.url, api_key=KEY).servers()
+    refused = rlprof("status", "--router", router.url, "--api-key", KEY)
+    assert refused.returncode == 1 and "error: router" in refused.stdout and "RLPROF_ROUTER_API_KEY" in refused.stdout
+
+    listed = RolloutProfiler(router=router.url, api_key=KEY, router_api_key=ROUTER_KEY).servers()
+    assert sorted(s.url for s in listed) == sorted(s.url for s in fleet.live)
+    status = rlprof("status", "--router", router.url, "--api-key", KEY, "--router-api-key", ROUTER_KEY, "--json")
+    assert status.returncode == 0, status.stdout
+    assert sorted(a["url"] for a in json.loads(status.stdout)["actions"][0]["servers"]) == sorted(
+        s.url for s in fleet.live)
 
 
 def test_cli_usage_errors_exit_2():

@@ -32,9 +32,11 @@ class Router:
     url: str
     process: subprocess.Popen
     log_path: Path
+    admin_key: str | None = None  # for a router that guards its control plane
 
     def workers(self) -> list[str]:
-        r = requests.get(self.url + "/workers", timeout=10)
+        headers = {"Authorization": f"Bearer {self.admin_key}"} if self.admin_key else {}
+        r = requests.get(self.url + "/workers", headers=headers, timeout=10)
         r.raise_for_status()
         return [w["url"] for w in r.json()["workers"]]
 
@@ -52,8 +54,11 @@ class Router:
 
 
 def start_router(name: str, tmp: Path, worker_urls: list[str], *, expect_workers: int,
-                 timeout: float = 60) -> Router:
-    """``name`` in front of ``worker_urls``; returns once it lists ``expect_workers`` workers."""
+                 admin_key: str | None = None, timeout: float = 60) -> Router:
+    """``name`` in front of ``worker_urls``; returns once it lists ``expect_workers`` workers.
+
+    ``admin_key`` (sglang-router): its control plane, worker listing included,
+    then needs that key (``--control-plane-api-keys``, admin role)."""
     port = free_port()
     log_path = tmp / f"{name}-{port}.log"
     command = COMMANDS[name] + ["--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
@@ -61,9 +66,11 @@ def start_router(name: str, tmp: Path, worker_urls: list[str], *, expect_workers
                                 "--log-level", "error",
                                 # each exports Prometheus metrics, on the same default port: one each
                                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+    if admin_key:
+        command += ["--control-plane-api-keys", f"trainer:trainer:admin:{admin_key}"]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
-    router = Router(name, f"http://127.0.0.1:{port}", process, log_path)
+    router = Router(name, f"http://127.0.0.1:{port}", process, log_path, admin_key)
     deadline = time.time() + timeout
     listed: list[str] = []
     while time.time() < deadline:
