@@ -129,3 +129,15 @@ def test_cli_usage_and_a_down_server(capsys):
     assert main(["status", "--url", down]) == 1
     out = capsys.readouterr().out
     assert f"http://{down}" in out and "FAILED" in out and "status: 0 of 1 server(s) ok" in out
+
+
+def test_the_client_imports_no_engine_and_no_torch():
+    """Trainers install it next to their own stack: importing it (and the CLI) must not pull in
+    an engine or torch, even where they are installed (as in this environment)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlprof_plugins.client, rlprof_plugins.client.cli, rlprof_plugins.cli; "
+            "print(sorted(m for m in ('torch', 'vllm', 'sglang', 'requests') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
