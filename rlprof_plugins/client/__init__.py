@@ -9,8 +9,8 @@
 
 ``http`` makes one JSON call with the standard library, ``discovery`` finds
 the servers behind a router, ``profiler`` sends each action to all servers
-at once, ``results`` holds every server's outcome; ``cli`` is
-``rlprof start|stop|status``.
+at once, ``answers`` reads what each server answered, ``results`` holds
+every server's outcome; ``cli`` is ``rlprof start|stop|status``.
 """
 
 from .discovery import DiscoveryError, Server

@@ -11,7 +11,8 @@ import argparse
 import json
 
 from .discovery import Server
-from .profiler import API_KEY_ENV, ROUTER_API_KEY_ENV, RolloutProfiler
+from .http import API_KEY_ENV, ROUTER_API_KEY_ENV
+from .profiler import RolloutProfiler
 from .results import FleetResult
 
 EXIT_OK, EXIT_FAILED = 0, 1

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .http import DEFAULT_TIMEOUT_S, call
+from .http import DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, call
 
 LISTINGS = ("/workers", "/list_workers")
 _DP_RANK = re.compile(r"@\d+$")
@@ -83,7 +83,7 @@ def router_servers(router_url: str, *, api_key: str | None = None,
             return servers
         if reply.status in (401, 403):  # the router guards its listing (e.g. sglang-router's control-plane keys)
             raise DiscoveryError(f"router {router_url}: {path}: HTTP {reply.status}: {_text(reply)} (give the "
-                                 f"router's admin key: router_api_key= or $RLPROF_ROUTER_API_KEY)")
+                                 f"router's admin key: router_api_key= or ${ROUTER_API_KEY_ENV})")
         tried.append(f"{path}: " + ("no workers" if servers == [] else reply.error or f"HTTP {reply.status}"))
     raise DiscoveryError(f"router {router_url} listed no workers ({'; '.join(tried)})")
 

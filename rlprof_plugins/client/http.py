@@ -17,6 +17,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 DEFAULT_TIMEOUT_S = 30.0
+# Where the keys come from when the caller gives none: the servers' key, and
+# a router's own key for its worker listing.
+API_KEY_ENV = "RLPROF_API_KEY"
+ROUTER_API_KEY_ENV = "RLPROF_ROUTER_API_KEY"
 # Error bodies are reported, not kept whole: a proxy's HTML page can be long.
 _MAX_TEXT = 500
 

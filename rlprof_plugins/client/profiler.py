@@ -25,14 +25,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from .answers import session_answer, settled, stop_answer
 from .discovery import DiscoveryError, Server, normalise, router_servers, unique
-from .http import DEFAULT_TIMEOUT_S, Reply, call
+from .http import API_KEY_ENV, DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, Reply, call
 from .results import FleetError, FleetResult, ServerResult
 
 logger = logging.getLogger("rlprof.client")
 
-API_KEY_ENV = "RLPROF_API_KEY"
-ROUTER_API_KEY_ENV = "RLPROF_ROUTER_API_KEY"
 BUSY_STATES = ("waiting", "recording", "exporting")
 MAX_THREADS = 32
 # A server that cannot be reached this many polls in a row stops being waited for.
@@ -135,19 +134,19 @@ class RolloutProfiler:
         if chosen_stage is not None:
             body["by_stage"] = bool(chosen_stage)
         return self._act("start", global_step, servers,
-                         lambda s: self._call(s, "POST", "/start_profile", body=body), _session_answer)
+                         lambda s: self._call(s, "POST", "/start_profile", body=body), session_answer)
 
     def stop(self, *, servers: Iterable[Server | str] | None = None) -> FleetResult:
         """Stop the running session on every server (their files are written in the background)."""
         return self._act("stop", None, servers, lambda s: self._call(s, "POST", "/stop_profile", body={}),
-                         _stop_answer)
+                         stop_answer)
 
     def status(self, global_step: int | None = None, *,
                servers: Iterable[Server | str] | None = None) -> FleetResult:
         """Each server's session for ``global_step`` (None: its current or last session)."""
         query = None if global_step is None else {"global_step": check_step("global_step", global_step)}
         return self._act("status", global_step, servers,
-                         lambda s: self._call(s, "GET", "/profile_status", query=query), _session_answer)
+                         lambda s: self._call(s, "GET", "/profile_status", query=query), session_answer)
 
     def wait(self, global_step: int | None = None, *, timeout: float | None = None,
              servers: Iterable[Server | str] | None = None) -> FleetResult:
@@ -182,7 +181,7 @@ class RolloutProfiler:
             if not pending or remaining <= 0:
                 break
             time.sleep(min(self.poll_interval, remaining))
-        return FleetResult("wait", [_settled(last[s.url], global_step, timeout, s.url in pending)
+        return FleetResult("wait", [settled(last[s.url], global_step, timeout, s.url in pending)
                                     for s in targets], global_step)
 
     @contextmanager
@@ -271,77 +270,3 @@ class RolloutProfiler:
 
 def path_of(action: str) -> str:
     return {"start": "/start_profile", "stop": "/stop_profile"}.get(action, "/profile_status")
-
-
-# ---- reading one server's answer ---------------------------------------------------
-def _base(reply: Reply) -> ServerResult:
-    return ServerResult(url="", ok=False, http_status=reply.status, body=reply.body)
-
-
-def _session_answer(path: str, reply: Reply) -> ServerResult:
-    """A start or status answer: ok with the session's state, or the reason it failed."""
-    result = _base(reply)
-    body = reply.body if isinstance(reply.body, dict) else {}
-    if reply.status == 200 and reply.error is None and "state" in body:
-        result.ok = True
-        _fill(result, body)
-        if result.state == "failed":  # the server answered; its session did not succeed
-            errors = body.get("errors") or []
-            result.ok, result.error = False, "session failed: " + ("; ".join(map(str, errors)) or "no reason given")
-    else:
-        result.error = _failure(path, reply)
-    return result
-
-
-def _stop_answer(path: str, reply: Reply) -> ServerResult:
-    result = _base(reply)
-    body = reply.body if isinstance(reply.body, dict) else {}
-    if reply.status == 200 and body.get("status") in ("stopped", "already_finished"):
-        result.ok = True
-        _fill(result, body)
-    else:
-        result.error = _failure(path, reply)
-    return result
-
-
-def _fill(result: ServerResult, body: dict) -> None:
-    result.state = body.get("state")
-    result.global_step = body.get("global_step")
-    result.directory = body.get("directory")
-    result.files = [f for f in body.get("files") or [] if isinstance(f, str)]
-
-
-def _failure(path: str, reply: Reply) -> str:
-    """One line saying why a server's answer is not a success, naming the field when there is one."""
-    if not reply.reached:
-        return str(reply.error)
-    body = reply.body
-    if reply.status == 200:
-        return (f"answered {path} without rlprof's session state (is rlprof-plugins installed there, "
-                f"with a profiler configured?)")
-    if reply.status == 404:
-        return (f"HTTP 404: no {path} route (is rlprof-plugins installed there, with a profiler configured?)")
-    detail = reply.error
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        err = body["error"]
-        parts = [err.get("type"), err.get("field") or err.get("feature"), err.get("message")]
-        detail = ": ".join(str(p) for p in parts if p)
-    elif isinstance(body, dict) and body:
-        detail = str(body.get("error") or body.get("detail") or body.get("message") or body)
-    if reply.status == 401:
-        detail = f"{detail or 'unauthorized'} (give the servers' API key: api_key= or ${API_KEY_ENV})"
-    return f"HTTP {reply.status}: {detail or 'no details'}"
-
-
-def _settled(result: ServerResult, global_step: int | None, timeout: float, timed_out: bool) -> ServerResult:
-    """A server's last status as the outcome of waiting for it."""
-    if not result.ok:
-        return result
-    step = "" if global_step is None else f" for global step {global_step}"
-    if timed_out:
-        result.ok, result.error = False, f"still {result.state} after {timeout:g} s"
-    elif result.state == "idle":
-        result.ok, result.error = False, f"no profiling session{step}"
-    elif result.state != "done":
-        result.ok, result.error = False, f"unexpected state {result.state!r}"
-    return result

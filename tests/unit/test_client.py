@@ -12,7 +12,7 @@ from rlprof_plugins.client import FleetError, FleetResult, RolloutProfiler, Serv
 from rlprof_plugins.client.cli import render
 from rlprof_plugins.client.discovery import from_listing, normalise
 from rlprof_plugins.client.http import Reply, call
-from rlprof_plugins.client.profiler import _session_answer, _settled, _stop_answer
+from rlprof_plugins.client.answers import session_answer, settled, stop_answer
 from tests.helpers.vllm_server import free_port
 
 # vllm-router 0.1.17 and sglang-router 0.3.2 answers to GET /workers (trimmed), and /list_workers
@@ -77,34 +77,34 @@ def test_call_never_raises_for_an_unreachable_server():
 
 
 def test_answers_become_results_naming_the_field():
-    started = _session_answer("/start_profile", Reply(200, {"status": "started", "state": "waiting", "global_step": 7,
+    started = session_answer("/start_profile", Reply(200, {"status": "started", "state": "waiting", "global_step": 7,
                                                             "directory": "/t/global_step_7", "files": []}))
     assert started.ok and started.state == "waiting" and started.directory == "/t/global_step_7"
-    bad = _session_answer("/start_profile", Reply(400, {"error": {"type": "invalid_request", "field": "step_end",
+    bad = session_answer("/start_profile", Reply(400, {"error": {"type": "invalid_request", "field": "step_end",
                                                                   "message": "must be greater than step_start (5)"}}))
     assert not bad.ok and bad.error == "HTTP 400: invalid_request: step_end: must be greater than step_start (5)"
-    busy = _session_answer("/start_profile", Reply(409, {"error": {"type": "conflict",
+    busy = session_answer("/start_profile", Reply(409, {"error": {"type": "conflict",
                                                                    "message": "a profiling session is already running"}}))
     assert busy.error == "HTTP 409: conflict: a profiling session is already running"
-    keyless = _session_answer("/start_profile", Reply(401, {"error": "Unauthorized"}))
+    keyless = session_answer("/start_profile", Reply(401, {"error": "Unauthorized"}))
     assert keyless.error.startswith("HTTP 401: Unauthorized") and "RLPROF_API_KEY" in keyless.error
-    assert "no /profile_status route" in _session_answer("/profile_status", Reply(404, {"detail": "Not Found"})).error
-    native = _session_answer("/start_profile", Reply(200, {"message": "Start profiling."}))
+    assert "no /profile_status route" in session_answer("/profile_status", Reply(404, {"detail": "Not Found"})).error
+    native = session_answer("/start_profile", Reply(200, {"message": "Start profiling."}))
     assert not native.ok and "without rlprof's session state" in native.error
-    failed = _session_answer("/profile_status", Reply(200, {"state": "failed", "errors": ["rank0: disk full"]}))
+    failed = session_answer("/profile_status", Reply(200, {"state": "failed", "errors": ["rank0: disk full"]}))
     assert not failed.ok and failed.error == "session failed: rank0: disk full"
-    assert _stop_answer("/stop_profile", Reply(200, {"status": "already_finished", "state": "done"})).ok
-    assert not _stop_answer("/stop_profile", Reply(409, {"error": {"type": "conflict", "message": "no profiling "
+    assert stop_answer("/stop_profile", Reply(200, {"status": "already_finished", "state": "done"})).ok
+    assert not stop_answer("/stop_profile", Reply(409, {"error": {"type": "conflict", "message": "no profiling "
                                                                    "session is running"}})).ok
 
 
 def test_waiting_outcomes():
     def status(state):
-        return _session_answer("/profile_status", Reply(200, {"state": state}))
+        return session_answer("/profile_status", Reply(200, {"state": state}))
 
-    assert _settled(status("done"), 3, 10, timed_out=False).ok
-    assert _settled(status("recording"), 3, 10, timed_out=True).error == "still recording after 10 s"
-    assert _settled(status("idle"), 3, 10, timed_out=False).error == "no profiling session for global step 3"
+    assert settled(status("done"), 3, 10, timed_out=False).ok
+    assert settled(status("recording"), 3, 10, timed_out=True).error == "still recording after 10 s"
+    assert settled(status("idle"), 3, 10, timed_out=False).error == "no profiling session for global step 3"
 
 
 def test_table_names_every_server_and_counts():
