@@ -43,7 +43,7 @@ class NpuSettings:
     analyse: bool = True  # write ASCEND_PROFILER_OUTPUT (trace_view.json) before publishing
 
 
-# key -> (NpuSettings field, default)
+# key -> NpuSettings field (defaults: DEFAULTS, from NpuSettings)
 KEYS: dict[str, str] = {
     "npu_profiler_level": "profiler_level",
     "npu_aic_metrics": "aic_metrics",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest
+from ..backends.npu_profiler import ASCEND_SUFFIX, trace_view_of
 
 MERGED_NAME = "merged"
 
@@ -42,8 +43,7 @@ _SGLANG = re.compile(
     r"^(?P<group>.+?)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
     r"(?:-(?P<stage>EXTEND|DECODE))?\.trace\.json(?:\.gz)?$"
 )
-_ASCEND = re.compile(r"^(?P<worker>.+)_(?P<pid>\d+)_(?P<time>\d{17})_ascend_pt$")
-TRACE_VIEW = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
+_ASCEND = re.compile(r"^(?P<worker>.+)_(?P<pid>\d+)_(?P<time>\d{17})" + re.escape(ASCEND_SUFFIX) + "$")
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
                 "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")
 _SGLANG_STAGES = {"EXTEND": "prefill", "DECODE": "decode", "prefill": "prefill", "decode": "decode"}
@@ -130,10 +130,10 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
         path = directory / f["path"]
         npu = f.get("kind") == "npu_profile"
         if npu:
-            if not (path / TRACE_VIEW).exists():
+            if not trace_view_of(path).exists():
                 unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
                 continue
-            path = path / TRACE_VIEW
+            path = trace_view_of(path)
         elif f.get("kind", "trace") != "trace" or not is_trace(path):
             continue
         if not path.exists():
@@ -231,5 +231,5 @@ def _recognise_ascend(path: Path) -> tuple[RankFile | None, tuple[str, str | Non
     rf, key = _recognise(Path(f"{worker}.0.pt.trace.json"))  # as rlprof names that rank's torch traces
     if rf is None:
         return None, ("", None)
-    rf.path, rf.absolute_time = path / TRACE_VIEW, True
+    rf.path, rf.absolute_time = trace_view_of(path), True
     return rf, key
