@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
+from ..errors import RequestError
+from ..options import check_count, check_flag
 from .answers import session_answer, settled, stop_answer
 from .discovery import DiscoveryError, Server, normalise, router_servers, unique
 from .http import API_KEY_ENV, DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, Reply, call
@@ -58,11 +60,8 @@ class StepRun:
 
 
 def check_step(name: str, value: Any, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name}: must be an integer >= 0, got {value!r}")
-    return value
+    """An integer >= 0, checked as the servers check it, raising a ``ValueError`` naming ``name``."""
+    return check_count(name, value, allow_none=allow_none, error=RequestError)
 
 
 class RolloutProfiler:
@@ -97,9 +96,7 @@ class RolloutProfiler:
         self.steps = None if steps is None else frozenset(check_step("steps", s) for s in steps)
         self.step_start = check_step("step_start", step_start, allow_none=True)
         self.step_end = check_step("step_end", step_end, allow_none=True)
-        if by_stage is not None and not isinstance(by_stage, bool):
-            raise ValueError(f"by_stage: must be true or false, got {by_stage!r}")
-        self.by_stage = by_stage
+        self.by_stage = None if by_stage is None else check_flag("by_stage", by_stage, error=RequestError)
         if on_error not in ("warn", "raise"):
             raise ValueError(f"on_error: must be 'warn' or 'raise', got {on_error!r}")
         self.on_error = on_error
