@@ -54,22 +54,28 @@ def failure(path: str, reply: Reply) -> str:
     """One line saying why a server's answer is not a success, naming the field when there is one."""
     if not reply.reached:
         return str(reply.error)
-    body = reply.body
     if reply.status == 200:
         return (f"answered {path} without rlprof's session state (is rlprof-plugins installed there, "
                 f"with a profiler configured?)")
     if reply.status == 404:
         return (f"HTTP 404: no {path} route (is rlprof-plugins installed there, with a profiler configured?)")
-    detail = reply.error
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        err = body["error"]
-        parts = [err.get("type"), err.get("field") or err.get("feature"), err.get("message")]
-        detail = ": ".join(str(p) for p in parts if p)
-    elif isinstance(body, dict) and body:
-        detail = str(body.get("error") or body.get("detail") or body.get("message") or body)
+    detail = error_detail(reply)
     if reply.status == 401:
         detail = f"{detail or 'unauthorized'} (give the servers' API key: api_key= or ${API_KEY_ENV})"
     return f"HTTP {reply.status}: {detail or 'no details'}"
+
+
+def error_detail(reply: Reply) -> str | None:
+    """The reason an error answer gives: rlprof's ``{"error": {type, field|feature, message}}``,
+    another service's ``error``/``detail``/``message``, or why the answer was not JSON."""
+    body = reply.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        err = body["error"]
+        parts = [err.get("type"), err.get("field") or err.get("feature"), err.get("message")]
+        return ": ".join(str(p) for p in parts if p)
+    if isinstance(body, dict) and body:
+        return str(body.get("error") or body.get("detail") or body.get("message") or body)
+    return reply.error
 
 
 def settled(result: ServerResult, global_step: int | None, timeout: float, timed_out: bool) -> ServerResult:

@@ -95,7 +95,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     where = p.add_argument_group("servers (one of them, or both)")
     where.add_argument("--url", action="append", metavar="URL",
                        help="a rollout server (repeat, or comma-separate, for several)")
-    where.add_argument("--router", metavar="URL", help="a router (sglang-router, vllm-router, ...): every worker it lists")
+    where.add_argument("--router", metavar="URL",
+                       help="a router (sglang-router, vllm-router, ...): every worker it lists")
     p.add_argument("--api-key", help=f"the servers' API key (default: ${API_KEY_ENV})")
     p.add_argument("--router-api-key", help=f"the router's key for its worker list "
                                             f"(default: ${ROUTER_API_KEY_ENV}, else the servers' key)")

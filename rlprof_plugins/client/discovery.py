@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .answers import error_detail
 from .http import DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, call
 
 LISTINGS = ("/workers", "/list_workers")
@@ -82,15 +83,9 @@ def router_servers(router_url: str, *, api_key: str | None = None,
         if servers:
             return servers
         if reply.status in (401, 403):  # the router guards its listing (e.g. sglang-router's control-plane keys)
-            raise DiscoveryError(f"router {router_url}: {path}: HTTP {reply.status}: {_text(reply)} (give the "
-                                 f"router's admin key: router_api_key= or ${ROUTER_API_KEY_ENV})")
+            raise DiscoveryError(f"router {router_url}: {path}: HTTP {reply.status}: "
+                                 f"{error_detail(reply) or 'no details'} (give the router's admin key: "
+                                 f"router_api_key= or ${ROUTER_API_KEY_ENV})")
         tried.append(f"{path}: " + ("no workers" if servers == [] else reply.error or f"HTTP {reply.status}"))
     raise DiscoveryError(f"router {router_url} listed no workers ({'; '.join(tried)})")
 
-
-def _text(reply: Any) -> str:
-    body = reply.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        return str((err.get("message") if isinstance(err, dict) else err) or body.get("message") or body)
-    return str(body if body is not None else reply.error or "no details")
