@@ -10,7 +10,7 @@ SPY := $(VENV_SGLANG)/bin/python
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
-.PHONY: env tiny-model demo demo-sglang test unit compat patch-table bench bench-merge bench-sglang bench-sglang-idle clean
+.PHONY: env tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
 env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
 
@@ -82,6 +82,17 @@ unit: env
 # docs/compatibility.md). Downloads each release's wheel once into .cache/.
 compat: env
 	RLPROF_COMPAT=all $(VPY) -m pytest tests/compat $(PYTEST_ARGS)
+
+# Rewrite patches/shape_records/ from each tested release's own modules (what
+# the patches rely on; the rule for untested releases reads them), running
+# every release's contract tests. Commit the result with the change that needs it.
+shapes: env
+	RLPROF_UPDATE_SHAPES=1 RLPROF_COMPAT=all $(VPY) -m pytest tests/compat/test_releases.py $(PYTEST_ARGS)
+
+# The contract tests on the newest vLLM and SGLang releases PyPI serves today,
+# with a table (not in CI: it depends on what PyPI serves). docs/testing.md.
+compat-latest: env
+	$(VPY) -m tests.compat.latest
 
 # Regenerate docs/patches.md and docs/compatibility.md from the declarations.
 patch-table: env

@@ -8,6 +8,12 @@ a post-import hook so loading the plugin imports nothing heavy.
 Never break serving: a patch whose version does not match, or whose target
 is missing or changed, logs one warning naming the feature and the engine
 version, and leaves the module exactly as it was.
+
+Beyond the declared range: on a release newer than the newest tested one
+(same major), a patch declared for that newest release applies when what it
+relies on still has the recorded shape (``shapes.py``); otherwise it is off
+with one warning naming what changed. ``RLPROF_STRICT_VERSIONS=1`` refuses
+every release outside the declared ranges.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from rlprof_plugins._log import logger, warn_once
+
+from . import shapes
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple, dict], Any]
 
@@ -57,6 +65,11 @@ class Patch:
     # SGLang scheduler mixin vs its profiler manager) share an area: a feature
     # needs one patch per area on a given release. Empty: the patch's name.
     area: str = ""
+    # What else the patch reads in the engine, with the kind of shape to
+    # check on untested releases (see shapes.py): ``"module:name"`` or
+    # ``"Class.attr"`` -> ``"signature"``, ``"present"``, ``"params:a,b"``,
+    # ``"fields:a,b"``. Also overrides the default kind of a wrap target.
+    relies_on: dict[str, str] = field(default_factory=dict)
 
     @property
     def area_name(self) -> str:
@@ -71,6 +84,17 @@ class Patch:
             return Version(version) in SpecifierSet(self.versions)
         except InvalidVersion:
             return False
+
+    def covers(self, version: str | None) -> str | None:
+        """How this patch may apply to ``version``: ``"declared"`` (in its
+        range), ``"shape"`` (an untested newer release, if its shape holds:
+        see ``shapes.changes``) or None."""
+        if version is None:
+            return None
+        if self.supports(version):
+            return "declared"
+        newest = shapes.untested_newer(self.engine, version)
+        return "shape" if newest is not None and self.supports(newest) else None
 
     # ---- apply / revert -------------------------------------------------
     def apply(self, module: ModuleType) -> None:
@@ -150,19 +174,32 @@ _undo_log: dict[str, list[tuple[Any, str, Any, bool]]] = {}
 
 
 def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool:
-    """Apply ``patch`` if the engine version is supported; never raise.
+    """Apply ``patch`` if the engine version is covered; never raise.
 
     Returns whether the patch is in place. Each refusal is logged once.
     """
     shown = version or "unknown"
-    if version is None or not patch.supports(version):
+    how = patch.covers(version)
+    if how is None:
+        strict = " (RLPROF_STRICT_VERSIONS is set)" if version and shapes.strict() else ""
         warn_once(
             f"version:{patch.name}",
-            "rlprof: %s is off: %s %s is outside the range %s verified for patch %s; "
+            "rlprof: %s is off: %s %s is outside the range %s verified for patch %s%s; "
             "the engine runs without it",
-            patch.feature, patch.engine, shown, patch.versions, patch.name,
+            patch.feature, patch.engine, shown, patch.versions, patch.name, strict,
         )
         return False
+    if how == "shape":
+        newest = shapes.untested_newer(patch.engine, version)
+        changed = shapes.changes(patch, module, newest)
+        if changed:
+            warn_once(
+                f"shape:{patch.name}",
+                "rlprof: %s is off on %s %s (an untested release): patch %s relies on what changed since "
+                "the tested %s: %s; the engine runs without it",
+                patch.feature, patch.engine, shown, patch.name, newest, "; ".join(changed),
+            )
+            return False
     try:
         patch.apply(module)
     except Exception as e:
@@ -173,8 +210,21 @@ def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool
             patch.feature, patch.engine, shown, patch.name, type(e).__name__, e,
         )
         return False
-    logger.debug("rlprof: applied %s on %s %s", patch.name, patch.engine, shown)
+    logger.debug("rlprof: applied %s on %s %s%s", patch.name, patch.engine, shown,
+                 " (untested release, shape checked)" if how == "shape" else "")
     return True
+
+
+def announce_untested(engine: str, version: str | None) -> None:
+    """One line per process naming an untested release the shape rule covers."""
+    newest = shapes.untested_newer(engine, version)
+    if newest is not None:
+        warn_once(
+            f"untested:{engine}",
+            "rlprof: %s %s is newer than the newest tested release %s; each rlprof patch applies only where "
+            "what it relies on keeps the shape verified on %s (RLPROF_STRICT_VERSIONS=1 refuses this release)",
+            engine, version, newest, newest,
+        )
 
 
 def install_on_import(patch: Patch, version_of: Callable[[], str | None], siblings: tuple[Patch, ...] = ()) -> None:
@@ -188,7 +238,8 @@ def install_on_import(patch: Patch, version_of: Callable[[], str | None], siblin
     def hook(module: ModuleType) -> None:
         try:
             version = version_of()
-            if version is not None and not patch.supports(version) and any(s.supports(version) for s in siblings):
+            announce_untested(patch.engine, version)
+            if not patch.covers(version) and any(s.covers(version) for s in siblings):
                 logger.debug("rlprof: %s is for other %s releases (%s)", patch.name, patch.engine, patch.versions)
                 return
             apply_guarded(patch, module, version)

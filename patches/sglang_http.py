@@ -22,11 +22,13 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from rlprof_plugins.control import combine, with_step_manifest
+from rlprof_plugins._log import session_event
+from rlprof_plugins.control import check_wait, combine, wait_until_written, with_step_manifest
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.options import ProfileOptions, check_count, check_flag
-from rlprof_plugins.profiler_config import ProfilerConfig, from_environment, parse_activities
+from rlprof_plugins.backends import choice
+from rlprof_plugins.profiler_config import ProfilerConfig, check_activities_on_host, from_environment, parse_activities
 from rlprof_plugins.requests import START_FIELDS, StartRequest, parse_start_body
 
 from .base import Patch
@@ -41,6 +43,7 @@ logger = logging.getLogger("rlprof")
 NATIVE_START_FIELDS = (
     "output_dir", "start_step", "num_steps", "activities", "with_stack", "record_shapes", "profile_by_stage",
     "profile_id", "merge_profiles", "profile_prefix", "profile_stages", "detailed_annotations",
+    "profiler_kwargs",  # vLLM's per-session torch settings: the same meaning here (rlprof handles it)
 )
 # Native fields rlprof cannot honour, with what to do instead.
 REFUSED = {
@@ -56,6 +59,16 @@ MARKER_ACTIVITY = "RLPROF"
 _used = False  # this process started an rlprof session: stops go to rlprof too
 
 
+def mark_used() -> None:
+    """An rlprof session was started from this process (route or in-process call)."""
+    global _used
+    _used = True
+
+
+def was_used() -> bool:
+    return _used
+
+
 def server_config() -> Optional[ProfilerConfig]:
     try:
         return from_environment()
@@ -64,7 +77,9 @@ def server_config() -> Optional[ProfilerConfig]:
 
 
 def uses_rlprof(body: dict) -> bool:
-    return any(k in body for k in START_FIELDS)
+    """Whether a body needs rlprof: one of its fields, or vLLM's ``profiler_kwargs``
+    (SGLang's own profiler has no such field)."""
+    return any(k in body for k in START_FIELDS + ("profiler_kwargs",))
 
 
 def _output_root(output_dir: Any, config: Optional[ProfilerConfig]) -> str:
@@ -107,12 +122,16 @@ def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
             if ours in body and body[ours] != value:
                 raise RequestError(theirs, f"contradicts {ours}")
             changes[ours] = value
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = dict(request.torch_overrides or {})  # profiler_kwargs, parsed
     if "activities" in native:
         overrides["activities"] = parse_activities("activities", native["activities"], error=RequestError)
+        check_activities_on_host("activities", overrides["activities"], choice.device_type(), error=RequestError)
     for name in ("with_stack", "record_shapes"):
         if name in native:
-            overrides[name] = check_flag(name, native[name], error=RequestError)
+            value = check_flag(name, native[name], error=RequestError)
+            if overrides.get(name, value) != value:
+                raise RequestError(name, f"contradicts profiler_kwargs.{name}")
+            overrides[name] = value
     if overrides:
         changes["torch_overrides"] = overrides
     if "profile_id" in native:
@@ -176,7 +195,6 @@ def build_routes(module: Any, native: dict):
         return module._global_state.tokenizer_manager
 
     async def start_profile(raw_request: Request):
-        global _used
         try:
             body = await _body(raw_request)
             config = server_config()
@@ -184,33 +202,56 @@ def build_routes(module: Any, native: dict):
                 return await _native_start(native["/start_profile"], body)
             request = build_request(body, config)
             result = combine(await send(manager(), request.to_command()))
-            _used = True
+            mark_used()
         except Exception as e:
             return error_response(e)
-        logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
+        session_event("started", result)
         return JSONResponse({"status": "started", **result})
 
     async def stop_profile(raw_request: Request):
         try:
-            if server_config() is None and not _used:
+            if server_config() is None and not was_used():
                 return await native["/stop_profile"]()
+            body = await json_body(raw_request)  # SGLang's stop takes no body; rlprof reads "wait" only
+            wait = check_wait(body.get("wait")) if isinstance(body, dict) else None  # before anything stops
             replies = await send(manager(), {"op": "stop", "defer": True})
             if replies and all("native" in r for r in replies):
                 return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
-            result = combine(replies)
+            result = await until_written(manager(), replies, wait)
         except Exception as e:
             return error_response(e)
         return JSONResponse({"status": stop_status(result), **result})
 
     async def profile_status(raw_request: Request):
         try:
-            command = {"op": "status", "global_step": status_step(raw_request)}
-            result = with_step_manifest(combine(await send(manager(), command)))
+            result = await status(manager(), status_step(raw_request))
         except Exception as e:
             return error_response(e)
         return JSONResponse(result)
 
     return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status}
+
+
+async def stop(tokenizer_manager: Any, wait: Any = None) -> dict:
+    """Stop the session on every scheduler; returns once its files are written (see ``until_written``)."""
+    return await until_written(tokenizer_manager, await send(tokenizer_manager, {"op": "stop", "defer": True}), wait)
+
+
+async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dict:
+    """The schedulers' stop replies as one status, once the files are written:
+    polled from here (the schedulers keep serving), at most ``stop_wait_seconds``;
+    ``wait`` false: at once."""
+    config = server_config()
+    timeout = 0 if check_wait(wait) is False else (config.options if config else ProfileOptions()).stop_wait_seconds
+    result = with_step_manifest(combine(replies))
+    if timeout:
+        result = await wait_until_written(result, lambda step: status(tokenizer_manager, step), timeout)
+    session_event("stopped", result)
+    return result
+
+
+async def status(tokenizer_manager: Any, global_step: Optional[int]) -> dict:
+    return with_step_manifest(combine(await send(tokenizer_manager, {"op": "status", "global_step": global_step})))
 
 
 async def _native_start(endpoint, body: dict):
@@ -268,6 +309,12 @@ HTTP_PATCH = Patch(
     upstream="profile routes that forward the whole body and a status route",
     install=_install_routes,
     install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status (added)",),
+    relies_on={
+        "app": "present",
+        "_global_state": "present",
+        "sglang.srt.managers.tokenizer_manager:TokenizerManager.auto_create_handle_loop": "signature",
+        "sglang.srt.managers.io_struct:ProfileReq": "fields:profile_id,activities",
+    },
 )
 
 PATCHES = (HTTP_PATCH,)

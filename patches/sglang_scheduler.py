@@ -35,6 +35,7 @@ from typing import Any
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.backends import choice
+from rlprof_plugins.compat import versions_from
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
@@ -44,7 +45,7 @@ from rlprof_plugins.stages import IterationInfo
 from .base import Patch
 from .sglang_server_args import VERSIONS
 
-MANAGER_VERSIONS = ">=0.5.13,<0.5.24"
+MANAGER_VERSIONS = versions_from("sglang", "0.5.13")
 MIXIN_VERSIONS = ">=0.5.5,<0.5.13"
 
 logger = logging.getLogger("rlprof")
@@ -278,6 +279,10 @@ PROFILER_MANAGER_PATCH = Patch(
     upstream="a per-request window counted from the request, non-blocking export and a status request",
     wrap={"SchedulerProfilerManager._profile": _wrap_profile},
     area="sglang.scheduler.profile_requests",
+    relies_on={
+        "sglang.srt.managers.io_struct:ProfileReq": "fields:profile_id,activities",
+        "sglang.srt.managers.io_struct:ProfileReqOutput": "fields:success,message",
+    },
 )
 
 PROFILER_MIXIN_PATCH = Patch(
@@ -304,6 +309,8 @@ SCHEDULER_PATCH = Patch(
           "Scheduler.self_check_during_idle": _on_idle},
     # one idle hook per release: on_idle (0.5.12+), self_check_during_idle before
     optional=("Scheduler.on_idle", "Scheduler.self_check_during_idle"),
+    relies_on={"sglang.srt.managers.schedule_batch:ScheduleBatch":
+               "fields:forward_mode,reqs,extend_num_tokens,decoding_reqs"},
 )
 
 PATCHES = (PROFILER_MANAGER_PATCH, PROFILER_MIXIN_PATCH, SCHEDULER_PATCH)

@@ -12,14 +12,17 @@ variable is the documented way in.
 from __future__ import annotations
 
 import argparse
+import json
 
 from rlprof_plugins.backends import choice
+from rlprof_plugins.compat import versions_from
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.profiler_config import ENV, export_to_environment, from_environment, parse_profiler_config
+from rlprof_plugins.profiler_config import (ENV, export_to_environment, from_environment, merge_over,
+                                            parse_profiler_config, user_overlay)
 
 from .base import Patch
 
-VERSIONS = ">=0.5.5,<0.5.24"  # every release rlprof supports
+VERSIONS = versions_from("sglang")  # every release rlprof supports
 FLAG = "--profiler-config"
 DEST = "rlprof_profiler_config"
 HELP = (
@@ -37,12 +40,22 @@ def _add_cli_args(wrapped, instance, args, kwargs):
     return result
 
 
+def _merged(text: str) -> str | dict:
+    """``--profiler-config`` with a user-set ``RLPROF_PROFILER_CONFIG`` merged under it
+    (a key both set differently is refused naming it)."""
+    overlay = user_overlay()
+    if not overlay:
+        return text
+    parse_profiler_config(text)  # the flag's own JSON first: its errors name its keys
+    return merge_over(json.loads(text), overlay, FLAG)
+
+
 def _from_cli_args(wrapped, instance, args, kwargs):
     # a classmethod's function: (cls, args) or, bound by wrapt, (args,)
     namespace = args[-1] if args else kwargs.get("args")
     text = getattr(namespace, DEST, None)
     try:
-        config = parse_profiler_config(text) if text is not None else from_environment()
+        config = parse_profiler_config(_merged(text)) if text is not None else from_environment()
         if config is not None:
             choice.resolve(config.options.backend, getattr(namespace, "device", None) or "")
     except OptionsError as e:

@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 
+from rlprof_plugins.control import check_wait
 from rlprof_plugins.requests import parse_start_body
 
 from .base import Patch
@@ -26,8 +27,8 @@ from .vllm_profiler_config import CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profile
 
 logger = logging.getLogger("rlprof")
 
-# vLLM 0.32's StartProfileRequest fields, still accepted.
-NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations")
+# vLLM's StartProfileRequest fields (profiler_kwargs: 0.33), accepted on every release.
+NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations", "profiler_kwargs")
 
 
 def api_tokens(args) -> list[str]:
@@ -76,13 +77,14 @@ def build_router(profiler_config, tokens: list[str]):
             result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
         except Exception as e:
             return error_response(e)
-        logger.info("rlprof: profiling started: %s", {k: result.get(k) for k in ("global_step", "directory", "state")})
         return JSONResponse({"status": "started", **result})
 
     @router.post("/stop_profile")
     async def stop_profile(raw_request: Request):
         try:
-            result = await raw_request.app.state.engine_client.stop_profile()
+            body = await json_body(raw_request)  # vLLM ignores a stop's body; rlprof reads "wait" only
+            wait = check_wait(body.get("wait")) if isinstance(body, dict) else None
+            result = await raw_request.app.state.engine_client.stop_profile(**({} if wait is None else {"wait": wait}))
         except Exception as e:
             return error_response(e)
         return JSONResponse({"status": stop_status(result), **result})
@@ -158,6 +160,7 @@ ROUTER_PATCH = Patch(
     upstream="profile routes that forward a request body and map session errors to 4xx",
     wrap={"attach_router": _wrap_attach_router},
     area="vllm.http_routes",
+    relies_on={"router": "present"},
 )
 
 ENV_ERA_ROUTER_PATCH = Patch(

@@ -77,6 +77,11 @@ ENGINE_CORE_PATCH = Patch(
     why="the native profile utility cannot carry a global step or a status query",
     upstream="a profile utility taking a request object",
     add={"EngineCore." + UTILITY: rlprof_control},
+    relies_on={
+        "vllm.v1.executor.abstract:Executor.collective_rpc": "signature",
+        # the busy loop's idle callbacks complete a deferred stop (0.17+)
+        "EngineCoreProc._notify_idle_state_callbacks": "present",
+    },
 )
 
 PATCHES = (ENGINE_CORE_PATCH,)

@@ -14,7 +14,9 @@ import os
 import socket
 from typing import Any
 
-from rlprof_plugins.control import combine, with_step_manifest
+from rlprof_plugins._log import session_event
+from rlprof_plugins.control import (check_wait, combine, wait_until_written, wait_until_written_sync,
+                                    with_step_manifest)
 from rlprof_plugins.errors import RequestError, UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
@@ -60,7 +62,7 @@ def _config(llm: Any) -> Any:
     return profiler_config_of(llm.vllm_config)
 
 
-def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None,
+def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None, profiler_kwargs=None,
              global_step=None, step_start=None, step_end=_UNSET, by_stage=None) -> StartRequest:
     try:
         _validate_prefix(profile_prefix)
@@ -84,6 +86,7 @@ def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterat
         step_end_given=step_end is not _UNSET,
         profile_prefix=profile_prefix,
         by_stage=by_stage,
+        profiler_kwargs=profiler_kwargs,
     )
     session_dir(cfg.torch_profiler_dir, request.global_step)  # containment check before any write
     return request
@@ -105,14 +108,15 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
 
         from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
 
-        from .vllm_worker import torch_settings
+        from .vllm_worker import torch_settings, with_overrides
 
         # The worker's settings, CPU only: the front end runs no device work.
         settings = dataclasses.replace(torch_settings(cfg), activities=("CPU",), table_sort_key="self_cpu_time_total",
                                        write_table=options_of(cfg).operator_table)
         base_name = f"{socket.gethostname()}_{os.getpid()}.async_llm"
         recorder = FrontendRecorder(
-            backend_factory=lambda: TorchProfilerBackend(settings),
+            backend_factory=lambda overrides: TorchProfilerBackend(
+                with_overrides(settings, {k: v for k, v in (overrides or {}).items() if k != "activities"})),
             worker_name=lambda prefix: f"{prefix}_{base_name}" if prefix else base_name,
         )
         llm.__dict__[RECORDER_ATTR] = recorder
@@ -139,7 +143,8 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
             header = {**manifest_header(llm.vllm_config), "global_step": request.global_step}
             info = {"session_id": request.session_id, "header": header}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
-                             manifest_info=info, session_id=request.session_id)
+                             manifest_info=info, session_id=request.session_id, overrides=request.torch_overrides)
+    session_event("started", result)
     return result
 
 
@@ -158,12 +163,22 @@ def _with_frontend(llm: Any, result: dict) -> dict:
     return result
 
 
-async def _async_stop(llm: Any) -> dict:
+def _stop_wait_seconds(cfg: Any, wait: Any) -> float:
+    """How long a stop waits for the session's files: the configured bound
+    (``stop_wait_seconds``), or 0 for ``wait=False``."""
+    return 0 if check_wait(wait) is False else options_of(cfg).stop_wait_seconds
+
+
+async def _async_stop(llm: Any, wait: Any = None) -> dict:
+    timeout = _stop_wait_seconds(_config(llm), wait)
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is not None:
-        recorder.stop_soon()  # its export must not delay the answer either
-    result = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"}))
-    return _with_frontend(llm, result)
+        recorder.stop_soon()  # its export runs beside the workers'
+    result = _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"})))
+    if timeout:
+        result = await wait_until_written(with_step_manifest(result), lambda step: _async_status(llm, step), timeout)
+    session_event("stopped", result)
+    return result
 
 
 async def _async_status(llm: Any, global_step: int | None = None) -> dict:
@@ -182,7 +197,7 @@ def _wrap_async_start(wrapped, instance, args, kwargs):
 def _wrap_async_stop(wrapped, instance, args, kwargs):
     if not plugin_handles(_config(instance)):
         return wrapped(*args, **kwargs)
-    return _async_stop(instance)
+    return _async_stop(instance, *args, **kwargs)
 
 
 def _wrap_async_shutdown(wrapped, instance, args, kwargs):
@@ -211,13 +226,26 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
         if _uses_rlprof_fields(kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
-    return combine(_call_sync(instance, _request(cfg, *args, **kwargs).to_command()))
+    result = combine(_call_sync(instance, _request(cfg, *args, **kwargs).to_command()))
+    session_event("started", result)
+    return result
 
 
 def _wrap_llm_stop(wrapped, instance, args, kwargs):
-    if not plugin_handles(_config(instance.llm_engine)):
+    cfg = _config(instance.llm_engine)
+    if not plugin_handles(cfg):
         return wrapped(*args, **kwargs)
-    return combine(_call_sync(instance, {"op": "stop"}))
+
+    def stop(wait=None):
+        timeout = _stop_wait_seconds(cfg, wait)
+        result = combine(_call_sync(instance, {"op": "stop"}))
+        if timeout:
+            result = wait_until_written_sync(with_step_manifest(result),
+                                             lambda step: llm_profile_status(instance, step), timeout)
+        session_event("stopped", result)
+        return result
+
+    return stop(*args, **kwargs)
 
 
 def llm_profile_status(self, global_step: int | None = None) -> dict:
@@ -239,6 +267,10 @@ ASYNC_LLM_PATCH = Patch(
         "AsyncLLM.shutdown": _wrap_async_shutdown,
     },
     add={"AsyncLLM.profile_status": profile_status},
+    relies_on={
+        "vllm.v1.engine.core_client:AsyncMPClient.call_utility_async": "signature",
+        "vllm.config.profiler:validate_profile_prefix": "signature",
+    },
 )
 
 LLM_PATCH = Patch(
@@ -251,6 +283,11 @@ LLM_PATCH = Patch(
     upstream="the same as for AsyncLLM",
     wrap={"LLM.start_profile": _wrap_llm_start, "LLM.stop_profile": _wrap_llm_stop},
     add={"LLM.profile_status": llm_profile_status},
+    relies_on={
+        "vllm.v1.engine.core_client:SyncMPClient.call_utility": "signature",
+        "vllm.v1.engine.core_client:InprocClient": "present",
+        "vllm.config.profiler:validate_profile_prefix": "signature",
+    },
 )
 
 PATCHES = (ASYNC_LLM_PATCH, LLM_PATCH)

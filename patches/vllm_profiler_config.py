@@ -26,21 +26,27 @@ import os
 from typing import Any, Mapping
 
 from rlprof_plugins._log import warn_once
+from rlprof_plugins.compat import versions_from
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
 from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
-from rlprof_plugins.profiler_config import from_environment
+from rlprof_plugins.profiler_config import from_environment, merge_over, user_overlay
 
 from .base import Patch
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
 # id(config) -> (config, options): the config is held so its id is never reused.
 _options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
-VERSIONS = ">=0.10,<0.33"  # every release rlprof supports
-CONFIG_VERSIONS = ">=0.13,<0.33"  # releases with ProfilerConfig and --profiler-config
+VERSIONS = versions_from("vllm")  # every release rlprof supports
+CONFIG_VERSIONS = versions_from("vllm", "0.13")  # releases with ProfilerConfig and --profiler-config
 ENV_ERA_VERSIONS = ">=0.10,<0.13"  # VLLM_TORCH_PROFILER_* only
 FEATURE = "rlprof profiler-config keys"
+# The ProfilerConfig fields rlprof reads (plugin_handles, options_of, the torch settings).
+PROFILER_CONFIG_FIELDS = ("fields:profiler,torch_profiler_dir,delay_iterations,max_iterations,wait_iterations,"
+                          "warmup_iterations,ignore_frontend,torch_profiler_activities,torch_profiler_with_stack,"
+                          "torch_profiler_record_shapes,torch_profiler_with_memory,torch_profiler_with_flops,"
+                          "torch_profiler_use_gzip")
 ENV_FEATURE = "rlprof configuration from RLPROF_PROFILER_CONFIG"
 
 
@@ -120,7 +126,24 @@ def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
             raise OptionsError(key, f"cannot be combined with {native}; use step_start/step_end alone")
 
 
+def with_user_overlay(cfg: Any, ours: Mapping[str, Any]) -> dict[str, Any]:
+    """``ours`` with the rlprof keys of ``RLPROF_PROFILER_CONFIG`` merged in, for
+    frameworks that build ``--profiler-config`` themselves (verl). vLLM's own
+    keys stay vLLM's: one there must equal the engine's value, or start-up stops
+    naming it."""
+    overlay = user_overlay()
+    if not overlay:
+        return dict(ours)
+    native, extra = split_options(overlay, native_keys(type(cfg)))
+    for key, value in native.items():
+        if getattr(cfg, key, None) != value:
+            raise OptionsError(key, f"is {getattr(cfg, key, None)!r} in vLLM's profiler config but {value!r} in "
+                                    f"${ENV_CONFIG}; vLLM's own keys go in --profiler-config, rlprof's may go in either")
+    return merge_over(ours, extra, "--profiler-config")
+
+
 def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
+    ours = with_user_overlay(cfg, ours)
     options = parse_options(ours)
     _check_compatible(cfg, ours)
     explicit = options.to_dict() if ours else {}
@@ -225,6 +248,7 @@ ARG_PATCH = Patch(
         "EngineArgs.add_cli_args": _wrap_add_cli_args,
         "EngineArgs.create_engine_config": _wrap_create_engine_config,
     },
+    relies_on={"EngineArgs": "fields:profiler_config", "vllm.config:ProfilerConfig": PROFILER_CONFIG_FIELDS},
 )
 
 LLM_CONFIG_PATCH = Patch(
@@ -237,6 +261,8 @@ LLM_CONFIG_PATCH = Patch(
     upstream="the same extension point",
     wrap={"LLM.__init__": _wrap_llm_init},
     area="vllm.config",
+    # LLM.__init__ gains parameters every release; the wrapper only reads profiler_config.
+    relies_on={"LLM.__init__": "params:profiler_config", "vllm.config:ProfilerConfig": PROFILER_CONFIG_FIELDS},
 )
 
 PATCHES = (ENV_CONFIG_PATCH, ARG_PATCH, LLM_CONFIG_PATCH)

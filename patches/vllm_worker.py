@@ -30,7 +30,7 @@ from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 
 from .base import Patch
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of
+from .vllm_profiler_config import PROFILER_CONFIG_FIELDS, VERSIONS, options_of, plugin_handles, profiler_config_of
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
@@ -91,8 +91,17 @@ def backend_factory(cfg: Any, options: Any) -> Any:
 
     settings = torch_settings(cfg)
     kind = choice.resolve(options.backend, current_platform.device_type)
-    return choice.factory(kind, lambda table, _overrides: dataclasses.replace(settings, write_table=table),
+    return choice.factory(kind, lambda table, overrides: with_overrides(settings, overrides, write_table=table),
                           options.npu_settings, settings.extra_metadata)
+
+
+def with_overrides(settings: TorchSettings, overrides: dict | None, **more: Any) -> TorchSettings:
+    """One session's torch settings: the configured ones, the request's own
+    (``profiler_kwargs``, SGLang-style ``activities``/``with_stack``) over them."""
+    changes = dict(overrides or {})
+    if "activities" in changes:
+        changes["activities"] = tuple(changes["activities"])
+    return dataclasses.replace(settings, **changes, **more)
 
 
 def controller_for(worker: Any) -> ProfilerController:
@@ -219,10 +228,10 @@ def _profile(wrapped, instance, args, kwargs):
     if not plugin_handles(cfg):
         return wrapped(*args, **kwargs)
 
-    def bind(is_start=True, profile_prefix=None, *, delay_iterations=None, max_iterations=None):
-        return is_start, profile_prefix, delay_iterations, max_iterations
+    def bind(is_start=True, profile_prefix=None, *, delay_iterations=None, max_iterations=None, profiler_kwargs=None):
+        return is_start, profile_prefix, delay_iterations, max_iterations, profiler_kwargs
 
-    is_start, prefix, delay, limit = bind(*args, **kwargs)
+    is_start, prefix, delay, limit, profiler_kwargs = bind(*args, **kwargs)
     try:
         ctl = controller_for(instance)
     except OptionsError as e:
@@ -234,7 +243,8 @@ def _profile(wrapped, instance, args, kwargs):
     defaults = options_of(cfg)
     start = defaults.step_start if delay is None else delay
     end = defaults.step_end if limit is None else (start + limit if limit else None)
-    request = build_start_request(defaults, step_start=start, step_end=end, step_end_given=True, profile_prefix=prefix)
+    request = build_start_request(defaults, step_start=start, step_end=end, step_end_given=True, profile_prefix=prefix,
+                                  profiler_kwargs=profiler_kwargs)
     ctl.handle(request.to_command())
     return None
 
@@ -267,6 +277,14 @@ WORKER_PATCH = Patch(
         "Worker.shutdown": _shutdown,
     },
     optional=("Worker.sample_tokens",),  # vLLM < 0.12 samples inside execute_model
+    relies_on={
+        "vllm.distributed.utils:get_worker_rank_suffix": "signature",
+        "vllm.v1.utils:compute_iteration_details": "signature",
+        "vllm.v1.core.sched.output:SchedulerOutput":
+            "fields:scheduled_new_reqs,num_scheduled_tokens,total_num_scheduled_tokens",
+        "vllm.platforms:current_platform": "present",
+        "vllm.config:ProfilerConfig": PROFILER_CONFIG_FIELDS,
+    },
 )
 
 PATCHES = (WORKER_PATCH,)

@@ -15,19 +15,33 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-# Releases whose real modules the contract tests run against. The newest of
-# each engine is the installed one (served end to end by tests/e2e); the
-# others are unpacked from their published wheels (tests/compat/releases.py).
+# Releases whose real modules the contract tests run against, unpacked from
+# their published wheels (tests/compat/releases.py), except the one installed
+# in each test environment, which tests/e2e also serves end to end (vLLM 0.32:
+# 0.33 has no CPU build). Each has its recorded shapes (patches/shape_records/).
 TESTED: dict[str, tuple[str, ...]] = {
-    "vllm": ("0.10.2.post2", "0.12.0.post2", "0.13.0", "0.15.1", "0.16.0", "0.17.1", "0.24.0", "0.32.0"),
+    "vllm": ("0.10.2.post2", "0.12.0.post2", "0.13.0", "0.15.1", "0.16.0", "0.17.1", "0.24.0", "0.32.0", "0.33.0"),
     "sglang": ("0.5.5", "0.5.9", "0.5.12", "0.5.13", "0.5.15", "0.5.23"),
 }
 # The subset CI runs (one per era boundary that matters most); `make compat` runs all.
 CI_SUBSET: dict[str, tuple[str, ...]] = {
-    "vllm": ("0.12.0.post2", "0.16.0", "0.32.0"),
+    "vllm": ("0.12.0.post2", "0.16.0", "0.32.0", "0.33.0"),
     "sglang": ("0.5.9", "0.5.15", "0.5.23"),
 }
-SUPPORTED = {"vllm": ">=0.10,<0.33", "sglang": ">=0.5.5,<0.5.24"}
+# The declared range of each engine: from its oldest supported release to just
+# past its newest tested one. Patches declare their ranges with
+# ``versions_from`` so this upper bound is written once. Newer releases of the
+# same major are covered by the shape rule (patches/shapes.py), not by this range.
+_FIRST = {"vllm": "0.10", "sglang": "0.5.5"}
+_BELOW = {"vllm": "0.34", "sglang": "0.5.24"}
+
+
+def versions_from(engine: str, first: str | None = None) -> str:
+    """The specifier ``>=first,<(past the newest tested release)`` for ``engine``."""
+    return f">={first or _FIRST[engine]},<{_BELOW[engine]}"
+
+
+SUPPORTED = {engine: versions_from(engine) for engine in _FIRST}
 
 # How profiling is configured on each era (first matching range wins).
 HOW_TO_CONFIGURE: dict[str, tuple[tuple[str, str], ...]] = {
@@ -88,20 +102,26 @@ def _in(version: str, spec: str) -> bool:
     return not spec or Version(version) in SpecifierSet(spec)
 
 
-def features(engine: str, version: str) -> list[FeatureStatus]:
-    """Each rlprof feature of ``engine`` on ``version``, from the declarations."""
+def features(engine: str, version: str, applies=None) -> list[FeatureStatus]:
+    """Each rlprof feature of ``engine`` on ``version``: from the declarations,
+    or from ``applies(patch)`` (what a dry run found, e.g. on an untested release)."""
     from .patches import ALL_PATCHES
 
     mine = [p for p in ALL_PATCHES if p.engine == engine]
+    fits_release = applies or (lambda p: p.supports(version))
     out = []
     for feature in dict.fromkeys(p.feature for p in mine):
         serving = [p for p in mine if p.feature == feature]
         areas = dict.fromkeys(p.area_name for p in serving)
         chosen, missing = [], []
         for area in areas:
-            fits = [p for p in serving if p.area_name == area and p.supports(version)]
+            fits = [p for p in serving if p.area_name == area and fits_release(p)]
             (chosen.extend(fits) if fits else missing.append(area))
-        if missing:
+        # declared for (or covered by the shape rule on) this release, yet not applying
+        refused = [p.name for p in serving if p.area_name in missing and p.covers(version)]
+        if refused:
+            reason = f"not on {engine} {version}: patch {', '.join(refused)} is off (see the patches: what changed)"
+        elif missing:
             ranges = ", ".join(sorted({p.versions for p in serving}))
             reason = f"not on {engine} {version}: verified for {ranges}"
         else:
@@ -140,8 +160,29 @@ def markdown() -> str:
         "contract tests (`make compat`; CI runs the releases marked CI) assert every cell on the",
         "release's own modules. How the releases are tested: docs/testing.md.",
         "",
-        f"Supported: vLLM `{SUPPORTED['vllm']}`, SGLang `{SUPPORTED['sglang']}`. `rlprof doctor` tells what the",
-        "installed engine supports.",
+        f"Supported: vLLM `{SUPPORTED['vllm']}`, SGLang `{SUPPORTED['sglang']}`, and newer releases of the same",
+        "major version under the rule below. `rlprof doctor` tells what the installed engine supports.",
+        "",
+        "## Releases newer than the tested ones",
+        "",
+        "An engine ships a release every few weeks; rlprof does not go dark on each one. On a release",
+        "newer than the newest tested one (same major version), each patch declared for that newest",
+        "release applies when everything it relies on still has the shape it had there: the",
+        "signatures of the callables it wraps, the attributes it adds still free, and the helpers, fields",
+        "and parameters it reads (the *relies on* column of docs/patches.md). Those shapes are recorded",
+        "per tested release in `patches/shape_records/<engine>/<release>.json`, generated from the",
+        "release's own modules (`make shapes`) and checked against them by its contract tests, so a",
+        "record cannot drift from the release it describes.",
+        "",
+        "- The engine logs one line naming the untested release at start-up.",
+        "- A patch whose targets changed is off, with one warning naming the patch, the release and",
+        "  what changed (e.g. `Worker.profile: (self, is_start=, ...) -> (self, is_start=, mode, ...)`);",
+        "  the other patches keep working, and the engine runs as if that patch were absent.",
+        "- `rlprof doctor` shows each patch as `applies (untested release, shape checked ...)` or `off`",
+        "  with what changed.",
+        "- `RLPROF_STRICT_VERSIONS=1` refuses every release outside the declared ranges, as before.",
+        "- `make compat-latest` runs the contract tests on the newest vLLM and SGLang on PyPI that day",
+        "  (docs/testing.md).",
     ]
     for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
         releases = TESTED[engine]

@@ -63,6 +63,71 @@ def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) 
     }
 
 
+# A session in one of these states has written (or given up on) its files.
+FINISHED = ("done", "failed", "idle")
+WAIT_POLL_S = (0.02, 0.25)  # first and longest pause between two status polls
+
+
+def check_wait(value: Any) -> bool | None:
+    """A stop's ``wait`` (true: return once the files are written; false: at once)."""
+    if value is not None and not isinstance(value, bool):
+        raise RequestError("wait", f"must be true or false, got {value!r}")
+    return value
+
+
+class _StopWait:
+    """When to poll again, and the answer, for a stop that waits for its session's files."""
+
+    def __init__(self, result: dict[str, Any], timeout: float) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self.result, self.timeout = result, timeout
+        self.started, self._pause = self._clock(), WAIT_POLL_S[0]
+        self.timed_out = False
+
+    def pending(self, status: dict[str, Any]) -> bool:
+        writing = (self.result.get("state") not in FINISHED and status.get("state") not in FINISHED
+                   and status.get("session_id") == self.result.get("session_id"))
+        self.timed_out = writing and self._clock() - self.started >= self.timeout
+        return writing and not self.timed_out
+
+    def pause(self) -> float:
+        pause, self._pause = self._pause, min(self._pause * 2, WAIT_POLL_S[1])
+        return pause
+
+    def answer(self, status: dict[str, Any]) -> dict[str, Any]:
+        out = status if status.get("session_id") == self.result.get("session_id") else self.result
+        out["waited_seconds"] = round(self._clock() - self.started, 3)
+        if self.timed_out:
+            out["wait_timed_out"] = True  # state stays "exporting": ask /profile_status later
+        return out
+
+
+async def wait_until_written(result: dict[str, Any], status_of, timeout: float) -> dict[str, Any]:
+    """Poll ``await status_of(global_step)`` until the stopped session's files
+    are written (or it failed), at most ``timeout`` seconds. The wait is the
+    caller's: the engine keeps serving, each poll is one short status command."""
+    import asyncio
+
+    wait, status = _StopWait(result, timeout), result
+    while wait.pending(status):
+        await asyncio.sleep(wait.pause())
+        status = await status_of(result.get("global_step"))
+    return wait.answer(status)
+
+
+def wait_until_written_sync(result: dict[str, Any], status_of, timeout: float) -> dict[str, Any]:
+    """``wait_until_written`` for synchronous callers (``LLM.stop_profile``)."""
+    import time
+
+    wait, status = _StopWait(result, timeout), result
+    while wait.pending(status):
+        time.sleep(wait.pause())
+        status = status_of(result.get("global_step"))
+    return wait.answer(status)
+
+
 def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     """Fold the step folder's completion work (the ``merge`` option's merged
     trace) into a status: the workers are done before it is."""

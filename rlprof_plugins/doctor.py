@@ -40,6 +40,8 @@ class EngineReport:
     location: str | None = None
     supported: bool = False
     tested: bool = False
+    # Newer than the newest tested release: patches apply where their shape holds.
+    untested_newer: str | None = None  # the newest tested release it is checked against
     features: list[dict] = field(default_factory=list)
     patches: list[PatchCheck] = field(default_factory=list)
     plugin_loading: str = ""
@@ -76,22 +78,36 @@ def _present_targets(patch, module) -> str:
     return ", ".join(out)
 
 
+UNTESTED_OK = "untested release, shape checked"
+
+
 def _dry_run(patch, version: str) -> PatchCheck:
+    from .patches import shapes
     from .patches.base import apply_guarded
 
-    if not patch.supports(version):
-        return PatchCheck(patch.name, patch.module, "off", f"declared for {patch.versions}")
+    how = patch.covers(version)
+    if how is None:
+        strict = " (RLPROF_STRICT_VERSIONS is set)" if shapes.strict() and shapes.newest_tested(patch.engine) else ""
+        return PatchCheck(patch.name, patch.module, "off", f"declared for {patch.versions}{strict}")
     try:
         module = importlib.import_module(patch.module)
     except Exception as e:
         return PatchCheck(patch.name, patch.module, "fails", f"importing {patch.module}: {type(e).__name__}: {e}")
+    note = ""
+    if how == "shape":
+        newest = shapes.untested_newer(patch.engine, version)
+        changed = shapes.changes(patch, module, newest)
+        if changed:
+            return PatchCheck(patch.name, patch.module, "off",
+                              f"untested release; changed since the tested {newest}: " + "; ".join(changed))
+        note = f" ({UNTESTED_OK} against {newest})"
     if patch.applied:
         return PatchCheck(patch.name, patch.module, "applies",
-                          _present_targets(patch, module) + " (applied in this process)")
+                          _present_targets(patch, module) + note + " (applied in this process)")
     if not apply_guarded(patch, module, version):
         return PatchCheck(patch.name, patch.module, "fails", "a target is missing or changed (see the warning above)")
     try:
-        return PatchCheck(patch.name, patch.module, "applies", _present_targets(patch, module))
+        return PatchCheck(patch.name, patch.module, "applies", _present_targets(patch, module) + note)
     finally:
         patch.revert()
 
@@ -112,6 +128,19 @@ def _plugin_loading(engine: str, version: str) -> str:
     return f"loaded by the engine through the {group} entry point 'rlprof'"
 
 
+def _given_keys() -> set[str]:
+    """rlprof's keys that ``RLPROF_PROFILER_CONFIG`` itself names."""
+    import json
+
+    from .options import OUR_KEYS
+    from .profiler_config import ENV
+
+    try:
+        return set(json.loads(os.environ.get(ENV, "{}"))) & set(OUR_KEYS)
+    except ValueError:
+        return set()
+
+
 def _environment(engine: str, version: str) -> list[str]:
     from packaging.version import Version
 
@@ -124,6 +153,10 @@ def _environment(engine: str, version: str) -> list[str]:
         config = from_environment()
         if config is not None:
             notes.append(f"{ENV} is set and valid (trace dir {config.torch_profiler_dir})")
+            ours = {k: v for k, v in config.options.to_dict().items() if k in _given_keys()}
+            if ours:
+                notes.append(f"{ENV} merges these rlprof keys over the engine's own profiler configuration "
+                             f"(a key set differently in both stops the launch): {ours}")
     except Exception as e:
         notes.append(f"{ENV} is set but invalid: {e}")
     legacy = sorted(k for k in os.environ if k.startswith(LEGACY_VLLM_ENV))
@@ -145,15 +178,20 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report = EngineReport(engine=engine, installed=version is not None, version=version, location=location)
     if version is None:
         return report
-    report.supported = compat.supported(engine, version)
+    from .patches import shapes
+
+    report.untested_newer = shapes.untested_newer(engine, version)
+    report.supported = compat.supported(engine, version) or report.untested_newer is not None
     report.tested = any(version == t or version.startswith(t + "+") for t in compat.TESTED[engine])
-    for status in compat.features(engine, version) + compat.capabilities(engine, version):
-        report.features.append({"feature": status.feature, "available": status.available, "reason": status.reason})
     for patch in (p for p in ALL_PATCHES if p.engine == engine):
         report.patches.append(_dry_run(patch, version) if dry_run else
-                              PatchCheck(patch.name, patch.module, "applies" if patch.supports(version) else "off",
-                                         "not checked (--no-import)" if patch.supports(version)
+                              PatchCheck(patch.name, patch.module, "applies" if patch.covers(version) else "off",
+                                         "not checked (--no-import)" if patch.covers(version)
                                          else f"declared for {patch.versions}"))
+    applying = {p.name for p in report.patches if p.state == "applies"}
+    for status in (compat.features(engine, version, applies=lambda p: p.name in applying)
+                   + compat.capabilities(engine, version)):
+        report.features.append({"feature": status.feature, "available": status.available, "reason": status.reason})
     report.plugin_loading = _plugin_loading(engine, version)
     report.environment = _environment(engine, version)
     report.configure = compat.how_to_configure(engine, version)
@@ -164,7 +202,14 @@ def render(report: EngineReport) -> str:
     title = ENGINES[report.engine][0]
     if not report.installed:
         return f"{title}: not installed"
-    verdict = ("supported" if report.supported else f"NOT supported (rlprof supports {compat.SUPPORTED[report.engine]})")
+    if report.untested_newer:
+        verdict = (f"supported: newer than the newest tested release {report.untested_newer}; each patch applies "
+                   f"where what it relies on keeps the shape verified on {report.untested_newer} "
+                   "(RLPROF_STRICT_VERSIONS=1 refuses this release)")
+    elif report.supported:
+        verdict = "supported"
+    else:
+        verdict = f"NOT supported (rlprof supports {compat.SUPPORTED[report.engine]})"
     lines = [f"{title} {report.version} at {report.location}",
              f"  {verdict}; {'a tested release' if report.tested else 'not a tested release'} "
              f"(tested: {', '.join(compat.TESTED[report.engine])})",

@@ -28,7 +28,8 @@ POLL_INTERVAL_S = 0.25
 
 
 class FrontendRecorder:
-    def __init__(self, *, backend_factory: Callable[[], Backend], worker_name: Callable[[str | None], str]) -> None:
+    def __init__(self, *, backend_factory: Callable[[dict | None], Backend],
+                 worker_name: Callable[[str | None], str]) -> None:
         self._backend_factory = backend_factory
         self._worker_name = worker_name
         self._backend: Backend | None = None
@@ -86,12 +87,14 @@ class FrontendRecorder:
         poll: Callable[[], Awaitable[bool]] | None,
         manifest_info: dict | None = None,
         session_id: str | None = None,
+        overrides: dict | None = None,
     ) -> None:
-        """``manifest_info`` (``session_id``, ``header``) for global-step sessions."""
+        """``manifest_info`` (``session_id``, ``header``) for global-step sessions;
+        ``overrides``: the request's own recorder settings."""
         if self._backend is not None:
             await self.stop()
         self.session_id = session_id
-        backend = self._backend_factory()
+        backend = self._backend_factory(overrides)
         self.files = []
         self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
         try:

@@ -43,6 +43,11 @@ class ProfileOptions:
     ``backend`` picks the recorder (``auto``: torch_npu on Ascend, else
     torch.profiler); the ``npu_*`` keys configure torch_npu (see
     ``backends.npu_options`` and docs/npu.md).
+
+    ``stop_wait_seconds``: a stop returns once the session's files are
+    written, as the engines' native stops do (clients move the files right
+    after), waiting at most this long (0: answer at once); the engine keeps
+    serving meanwhile: the caller polls the session's state.
     """
 
     step_start: int = 0
@@ -52,6 +57,7 @@ class ProfileOptions:
     keep_last_steps: int | None = None
     merge: bool = False
     routes_require_api_key: bool = True
+    stop_wait_seconds: int = 120
     backend: str = "auto"
     npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
     npu_aic_metrics: str = npu_options.DEFAULTS["npu_aic_metrics"]
@@ -132,6 +138,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         keep_last_steps=keep,
         merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
+        stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
         backend=check_backend(data.get("backend", "auto")),
         **npu,
     )

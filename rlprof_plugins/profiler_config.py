@@ -83,6 +83,19 @@ def parse_activities(key: str, value: Any, error=OptionsError) -> tuple[str, ...
     return tuple(out)
 
 
+def check_activities_on_host(key: str, activities: tuple[str, ...], device: str, error=OptionsError) -> None:
+    """Refuse device activities this host cannot record (``device``: ``cuda``,
+    ``npu``, ``xpu`` or ``cpu``, as ``backends.choice.device_type`` finds it).
+    Without the device, torch.profiler records nothing for them and the
+    session fails later ("No activities specified"); on Ascend, SGLang maps
+    ``GPU`` to the NPU, so CUDA is accepted there."""
+    have = {"cuda": {"CUDA"}, "npu": {"CUDA"}, "xpu": {"XPU"}}.get(device, set())
+    missing = [a for a in activities if a != "CPU" and a not in have]
+    if missing:
+        raise error(key, f"asks for {', '.join(missing)} (GPU means CUDA), but this host has no such device "
+                         f"(found: {device}); record [\"CPU\"] here")
+
+
 def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
     """Validate a whole ``--profiler-config``; errors name the key."""
     if isinstance(data, str):
@@ -126,4 +139,33 @@ def from_environment() -> ProfilerConfig | None:
 
 def export_to_environment(config: ProfilerConfig) -> None:
     """Hand the validated config to every process the engine spawns later."""
-    os.environ[ENV] = config.to_json()
+    global _exported
+    _exported = os.environ[ENV] = config.to_json()
+
+
+_exported: str | None = None  # what this process put into the environment itself
+
+
+def user_overlay() -> dict[str, Any]:
+    """``RLPROF_PROFILER_CONFIG`` as the user set it, to merge over the engine's
+    own profiler configuration ({} when unset, or when this process exported it)."""
+    text = os.environ.get(ENV)
+    if not text or text == _exported:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise OptionsError(f"${ENV}", f"not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise OptionsError(f"${ENV}", f"must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def merge_over(engine: Mapping[str, Any], overlay: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The engine's profiler keys and ``RLPROF_PROFILER_CONFIG``'s together; a
+    key both set to different values is refused naming it (one place per key)."""
+    for key in engine.keys() & overlay.keys():
+        if engine[key] != overlay[key]:
+            raise OptionsError(key, f"is {engine[key]!r} in {source} but {overlay[key]!r} in ${ENV}; "
+                                    "set it in one place")
+    return {**overlay, **engine}

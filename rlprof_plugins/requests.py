@@ -18,6 +18,26 @@ from .options import ProfileOptions, check_count, check_flag, check_window
 
 # Fields our start request understands, next to the engine's native ones.
 START_FIELDS = ("global_step", "step_start", "step_end", "by_stage")
+# vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
+# TorchSettings field each one sets. rlprof accepts them on every release and
+# on SGLang; any other key is refused (vLLM would hand it to torch.profiler).
+PROFILER_KWARGS = {"record_shapes": "record_shapes", "profile_memory": "with_memory", "with_stack": "with_stack",
+                   "with_flops": "with_flops", "with_modules": "with_modules"}
+
+
+def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
+    """``profiler_kwargs`` as TorchSettings overrides; a bad key or value names it."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RequestError("profiler_kwargs", f"must be an object of torch.profiler settings, got {value!r}")
+    out = {}
+    for key, flag in value.items():
+        if key not in PROFILER_KWARGS:
+            raise RequestError(f"profiler_kwargs.{key}", "not a per-session setting rlprof records; accepted: "
+                                                         + ", ".join(PROFILER_KWARGS))
+        out[PROFILER_KWARGS[key]] = check_flag(f"profiler_kwargs.{key}", flag, error=RequestError)
+    return out
 
 
 @dataclass(frozen=True)
@@ -36,7 +56,8 @@ class StartRequest:
     # (SGLang's ``output_dir``); None: the configured directory.
     output_dir: str | None = None
     # Per-request torch.profiler settings (SGLang's ``activities``,
-    # ``with_stack``, ``record_shapes``), over the configured ones.
+    # ``with_stack``, ``record_shapes``; vLLM's ``profiler_kwargs``), over
+    # the configured ones, as TorchSettings field names.
     torch_overrides: dict[str, Any] | None = None
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
@@ -53,6 +74,7 @@ def build_start_request(
     step_end_given: bool = False,
     profile_prefix: str | None = None,
     by_stage: Any = None,
+    profiler_kwargs: Any = None,
 ) -> StartRequest:
     """Merge request overrides over server defaults and validate.
 
@@ -69,6 +91,7 @@ def build_start_request(
     check_window(start, end, error=RequestError)
     if by_stage is not None:
         check_flag("by_stage", by_stage, error=RequestError)
+    overrides = parse_profiler_kwargs(profiler_kwargs)
     return StartRequest(
         global_step=gs,
         step_start=start,
@@ -78,6 +101,7 @@ def build_start_request(
         operator_table=defaults.operator_table,
         keep_last_steps=defaults.keep_last_steps,
         merge=defaults.merge,
+        torch_overrides=overrides or None,
     )
 
 
@@ -106,5 +130,6 @@ def parse_start_body(
         step_end_given="step_end" in body,
         profile_prefix=prefix,
         by_stage=body.get("by_stage"),
+        profiler_kwargs=native.get("profiler_kwargs"),
     )
     return request, native

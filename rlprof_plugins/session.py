@@ -356,7 +356,8 @@ class ProfilerController:
             s.export_seconds = time.perf_counter() - t0
             s.state = DONE
             self._write_manifest(s)
-        logger.info("rlprof: wrote %s in %.2f s", ", ".join(f["path"] for f in files), s.export_seconds)
+        logger.info("rlprof: wrote %s into %s in %.2f s (global step %s)", ", ".join(f["path"] for f in files),
+                    s.directory, s.export_seconds, s.global_step)
 
     def _fail(self, s: Session, exc: BaseException) -> None:
         logger.warning("rlprof: profiling session failed: %s: %s", type(exc).__name__, exc)

@@ -29,6 +29,7 @@ class TorchSettings:
     with_stack: bool = False
     with_memory: bool = False
     with_flops: bool = False
+    with_modules: bool = False
     use_gzip: bool = True
     # torch's operator table (profiler_out.txt). Building it parses every event
     # in Python while holding the GIL (8 s in 640 ms chunks for a 50 MB trace,
@@ -86,6 +87,7 @@ class TorchProfilerBackend:
             profile_memory=s.with_memory,
             with_stack=s.with_stack,
             with_flops=s.with_flops,
+            with_modules=s.with_modules,
         )
         self._prof.start()
         for key, value in s.extra_metadata.items():

@@ -134,9 +134,12 @@ class RolloutProfiler:
                          lambda s: self._call(s, "POST", "/start_profile", body=body), session_answer)
 
     def stop(self, *, servers: Iterable[Server | str] | None = None) -> FleetResult:
-        """Stop the running session on every server (their files are written in the background)."""
-        return self._act("stop", None, servers, lambda s: self._call(s, "POST", "/stop_profile", body={}),
-                         stop_answer)
+        """Stop the running session on every server (their files are written in the background).
+
+        Each server is asked not to hold the answer until its files are
+        written (``wait: false``): ``wait()`` polls every server at once instead."""
+        return self._act("stop", None, servers,
+                         lambda s: self._call(s, "POST", "/stop_profile", body={"wait": False}), stop_answer)
 
     def status(self, global_step: int | None = None, *,
                servers: Iterable[Server | str] | None = None) -> FleetResult:

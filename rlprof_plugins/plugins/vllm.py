@@ -22,6 +22,9 @@ def vllm_version() -> str | None:
 
 
 def register() -> None:
+    from .._log import join_engine_log
+
+    join_engine_log("vllm")  # rlprof's lines in vLLM's log, in its format and at its level
     install_patches("vLLM", "VLLM_PATCHES", vllm_version)
     install_patches("vllm-ascend", "VLLM_ASCEND_PATCHES", vllm_ascend_version)
 

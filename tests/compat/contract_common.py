@@ -81,11 +81,12 @@ def marker(obj):
 
 
 def check_patch_on_release(patch, version: str, caplog) -> None:
-    """A declared patch applies to the release's module and reverts exactly;
-    an undeclared one is refused with one warning and changes nothing."""
+    """A declared patch applies to the release's module and reverts exactly
+    (on an untested newer release: one whose recorded shape holds); an
+    undeclared one is refused with one warning and changes nothing."""
     module = try_import(patch.module)
     patch.revert()
-    if patch.supports(version):
+    if patch.covers(version):
         assert module is not None, f"{patch.module} is missing on {patch.engine} {version}"
         pristine = snapshot(module, patch)
         assert apply_guarded(patch, module, version)
@@ -138,6 +139,33 @@ def applied_patches(patches, version: str):
     return applied
 
 
+def check_recorded_shapes(patches, engine: str, release: str) -> None:
+    """The shapes recorded for this tested release (patches/shape_records/)
+    are what its own modules have; ``RLPROF_UPDATE_SHAPES=1`` rewrites them."""
+    import json
+    import os
+
+    from rlprof_plugins.compat import TESTED
+    from rlprof_plugins.patches import shapes
+
+    import pytest
+
+    if release not in TESTED[engine]:
+        pytest.skip(f"{engine} {release} is not a tested release: no shapes are recorded for it")
+    now = {p.name: shapes.current(p, importlib.import_module(p.module)) for p in patches if p.supports(release)}
+    path = shapes.record_path(engine, release)
+    if os.environ.get("RLPROF_UPDATE_SHAPES") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(shapes.record_text(engine, release, now))
+        return
+    assert path.exists(), f"no shapes recorded for {engine} {release}: run `make shapes`"
+    recorded = json.loads(path.read_text())["patches"]
+    drift = {name: {t: (recorded.get(name, {}).get(t), shape) for t, shape in now[name].items()
+                    if recorded.get(name, {}).get(t) != shape} for name in now}
+    assert recorded == now, f"{path.name} drifted from {engine} {release} (recorded, now): " + json.dumps(
+        {k: v for k, v in drift.items() if v}, indent=1) + "\nrun `make shapes` if the change is intended"
+
+
 def check_doctor(engine: str, version: str) -> dict:
     """``rlprof doctor`` on this release reports what the table and the
     patches say: every declared patch applies (dry run), the rest are off."""
@@ -156,10 +184,13 @@ def check_doctor(engine: str, version: str) -> dict:
                          env=dict(os.environ))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     report = json.loads(out.stdout)["engines"][0]
-    assert report["version"] == version and report["supported"] and report["tested"] and report["ok"]
-    expected = compat.features(engine, version) + compat.capabilities(engine, version)
+    tested = version in compat.TESTED[engine]
+    assert report["version"] == version and report["supported"] and report["tested"] == tested and report["ok"]
+    applies = {p.name: bool(p.covers(version)) for p in ALL_PATCHES if p.engine == engine}
+    expected = (compat.features(engine, version, applies=lambda p: applies[p.name])
+                + compat.capabilities(engine, version))
     assert [(f["feature"], f["available"]) for f in report["features"]] == [(s.feature, s.available) for s in expected]
     states = {p["name"]: p["state"] for p in report["patches"]}
-    assert states == {p.name: "applies" if p.supports(version) else "off" for p in ALL_PATCHES if p.engine == engine}
+    assert states == {name: "applies" if on else "off" for name, on in applies.items()}
     assert report["configure"] == compat.how_to_configure(engine, version)
     return report

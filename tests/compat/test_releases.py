@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.compat import CI_SUBSET, TESTED
-from tests.compat.releases import ROOT, ensure
+from tests.compat.releases import ROOT, contract_environment, ensure
 
 PYTHON = {
     "vllm": Path(os.environ.get("RLPROF_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python")),
@@ -30,7 +30,7 @@ def run_contract(engine: str, version: str, *pytest_args: str) -> subprocess.Com
     env = dict(os.environ, RLPROF_CONTRACT_ENGINE=engine, RLPROF_CONTRACT_VERSION=version, RLPROF_DISABLE="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(path) if path else "", str(ROOT)) if p),
                RLPROF_CONTRACT_PATH=str(path or ""), SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1",
-               VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore")
+               VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore", **contract_environment(engine, version))
     cmd = [str(PYTHON[engine]), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
            str(ROOT / "tests" / "compat" / f"contract_{engine}.py"), *pytest_args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

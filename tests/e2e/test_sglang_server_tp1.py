@@ -75,7 +75,7 @@ def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
     time.sleep(2)
     assert sglang_tp1.get("/profile_status").json()["state"] == "waiting"
     sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-    stop = sglang_tp1.post("/stop_profile")
+    stop = sglang_tp1.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200 and stop.json()["status"] == "stopped", stop.text
     assert stop.json()["state"] == "exporting"
     assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None]  # answered first
@@ -84,6 +84,19 @@ def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
     details = iteration_details(only_trace(sglang_tp1.trace_dir / "global_step_10"))
     assert sorted(details) == list(range(ONE_REQUEST_TOKENS))
     assert [details[i][0] for i in sorted(details)] == ["prefill"] + ["decode"] * (ONE_REQUEST_TOKENS - 1)
+
+
+def test_stop_returns_once_the_files_are_written(sglang_tp1):
+    """SGLang's own stop returns after its export; rlprof's returns once the
+    background export is done (the scheduler served meanwhile)."""
+    assert sglang_tp1.post("/start_profile", {"global_step": 12, "step_start": 0, "step_end": None}).status_code == 200
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    stop = sglang_tp1.post("/stop_profile")
+    assert stop.status_code == 200 and stop.json()["state"] == "done", stop.text
+    assert stop.json()["files"] and all(Path(f).exists() for f in stop.json()["files"])
+    log = sglang_tp1.log()
+    folder = sglang_tp1.trace_dir / "global_step_12"
+    assert f"rlprof: profiling stopped: global step 12, state done, folder {folder}" in log
 
 
 def test_native_fields_map_onto_rlprof_sessions(sglang_tp1):

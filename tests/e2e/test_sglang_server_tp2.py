@@ -82,7 +82,7 @@ def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
 def test_stop_reaches_every_rank_and_answers_before_the_profilers_stop(sglang_tp2):
     assert sglang_tp2.post("/start_profile", {"global_step": 3}).status_code == 200
     sglang_tp2.complete(max_tokens=4)
-    stop = sglang_tp2.post("/stop_profile")
+    stop = sglang_tp2.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200, stop.text
     assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None, None]
     done = sglang_tp2.wait_state()

@@ -51,15 +51,34 @@ def test_stop_driven_session_counts_every_engine_iteration(server_tp1):
     r = server_tp1.post("/start_profile", {"global_step": 10, "step_start": 0, "step_end": None})
     assert r.status_code == 200 and r.json()["state"] == "recording"
     server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-    stop = server_tp1.post("/stop_profile")
+    stop = server_tp1.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200 and stop.json()["status"] == "stopped"
-    assert stop.json()["state"] == "exporting"  # the export does not hold the answer
+    assert stop.json()["state"] == "exporting"  # with wait false the export does not hold the answer
     # nor does torch's own stop: the worker answered before stopping the profiler
     assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None]
     done = server_tp1.wait_state()
     assert done["state"] == "done" and done["ranks"][0]["stop_seconds"] is not None
     trace = load_trace(rank_traces(server_tp1.trace_dir / "global_step_10")["rank0"])
     assert iteration_indices(trace) == list(range(ONE_REQUEST_TOKENS))
+
+
+def test_stop_returns_once_the_files_are_written_and_the_log_says_so(server_tp1):
+    """vLLM's own contract (clients move the files when the stop returns), with
+    rlprof's lines in vLLM's log: start, stop and the write, naming the folder."""
+    assert server_tp1.post("/stop_profile", {"wait": "no"}).json()["error"]["field"] == "wait"
+    assert server_tp1.post("/start_profile", {"global_step": 11, "step_start": 0, "step_end": None}).status_code == 200
+    server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    stop = server_tp1.post("/stop_profile")
+    assert stop.status_code == 200 and stop.json()["state"] == "done", stop.text
+    files = [Path(f) for f in stop.json()["files"]]
+    assert len(files) == 2 and all(f.exists() for f in files)  # the worker's trace and the API server's
+    assert stop.json()["waited_seconds"] >= 0 and "wait_timed_out" not in stop.json()
+    folder = server_tp1.trace_dir / "global_step_11"
+    log = server_tp1.log()
+    assert f"rlprof: profiling started: global step 11, state recording, folder {folder}" in log
+    assert f"rlprof: profiling stopped: global step 11, state done, folder {folder}" in log
+    assert f"into {folder} in" in log  # the worker's write
+    assert " INFO " in log.split("rlprof: profiling started: global step 11")[0].splitlines()[-1]  # vLLM's format
 
 
 def test_without_global_step_files_land_where_vllm_puts_them(server_tp1):

@@ -34,6 +34,20 @@ def torch_npu_wheel() -> Path:
     return found[0]
 
 
+def _sdist_url(index: str, filename: str) -> str:
+    """A file's URL from a simple-repository page: JSON (PEP 691), or the HTML
+    form (PEP 503) that some indexes serve whatever the Accept header asks."""
+    import re
+    from urllib.parse import urljoin
+
+    if index.lstrip().startswith("{"):
+        return next(f["url"] for f in json.loads(index)["files"] if f["filename"] == filename)
+    for href, text in re.findall(r'<a[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', index):
+        if text.strip() == filename:
+            return urljoin("https://pypi.org/simple/vllm-ascend/", href.replace("&amp;", "&"))
+    raise FileNotFoundError(f"{filename} is not on the vllm-ascend index page")
+
+
 def vllm_ascend_source() -> Path:
     """The unpacked sdist, with the ``_build_info.py`` its build writes."""
     target = CACHE / "engines" / f"vllm_ascend-{VLLM_ASCEND}"
@@ -42,8 +56,8 @@ def vllm_ascend_source() -> Path:
     req = urllib.request.Request("https://pypi.org/simple/vllm-ascend/",
                                  headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(req, timeout=120) as r:
-        files = json.load(r)["files"]
-    url = next(f["url"] for f in files if f["filename"] == f"vllm_ascend-{VLLM_ASCEND}.tar.gz")
+        text = r.read().decode()
+    url = _sdist_url(text, f"vllm_ascend-{VLLM_ASCEND}.tar.gz")
     archive = CACHE / "wheels" / f"vllm_ascend-{VLLM_ASCEND}.tar.gz"
     archive.parent.mkdir(parents=True, exist_ok=True)
     if not archive.exists():

@@ -18,7 +18,9 @@ def test_every_patch_declares_versions_targets_and_why():
         names.add(p.name)
         assert p.versions and p.targets and p.why and p.upstream and p.feature
     # each engine area has a patch for the newest release
-    for engine, newest in (("vllm", "0.32.0"), ("sglang", "0.5.23")):
+    from rlprof_plugins.compat import TESTED
+
+    for engine, newest in ((e, releases[-1]) for e, releases in TESTED.items()):
         areas = {p.area_name for p in ALL_PATCHES if p.engine == engine and "env_era" not in p.name}
         covered = {p.area_name for p in ALL_PATCHES if p.engine == engine and p.supports(newest)}
         assert areas <= covered, areas - covered

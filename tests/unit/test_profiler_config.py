@@ -80,3 +80,45 @@ def test_settings_from_a_config_that_lacks_newer_keys():
     cfg = parse_profiler_config({"torch_profiler_activities": ["GPU"], "torch_profiler_use_gzip": False})
     s = cfg.torch_settings(cuda_available=False)
     assert (s.activities, s.use_gzip, s.with_stack) == (("CUDA",), False, True)
+
+
+def test_user_overlay_merges_and_refuses_a_key_set_twice_differently(monkeypatch, tmp_path):
+    from rlprof_plugins import profiler_config
+    from rlprof_plugins.profiler_config import merge_over, user_overlay
+
+    monkeypatch.setattr(profiler_config, "_exported", None)
+    monkeypatch.delenv(ENV, raising=False)
+    assert user_overlay() == {}
+    monkeypatch.setenv(ENV, json.dumps({"by_stage": True, "step_start": 2}))
+    assert merge_over({"step_start": 2, "torch_profiler_dir": "/t"}, user_overlay(), "--profiler-config") == {
+        "by_stage": True, "step_start": 2, "torch_profiler_dir": "/t"}
+    with pytest.raises(OptionsError) as e:
+        merge_over({"step_start": 3}, user_overlay(), "--profiler-config")
+    assert e.value.key == "step_start" and ENV in e.value.message
+    monkeypatch.setenv(ENV, "{not json")
+    with pytest.raises(OptionsError) as e:
+        user_overlay()
+    assert e.value.key == f"${ENV}"
+    # what this process exported for its own children is not a user's overlay
+    profiler_config.export_to_environment(parse_profiler_config({"torch_profiler_dir": str(tmp_path)}))
+    assert user_overlay() == {}
+
+
+def test_sglang_flag_and_environment_merge(monkeypatch, tmp_path):
+    import argparse
+
+    from rlprof_plugins import profiler_config
+    from rlprof_plugins.patches import sglang_server_args
+
+    monkeypatch.setattr(profiler_config, "_exported", None)
+    flag = json.dumps({"torch_profiler_dir": str(tmp_path), "step_start": 1})
+    monkeypatch.setenv(ENV, json.dumps({"by_stage": True}))
+    seen = []
+    namespace = argparse.Namespace(**{sglang_server_args.DEST: flag, "device": "cpu"})
+    sglang_server_args._from_cli_args(lambda ns: seen.append(from_environment()), None, (namespace,), {})
+    assert (seen[0].options.step_start, seen[0].options.by_stage) == (1, True)
+    monkeypatch.setattr(profiler_config, "_exported", None)
+    monkeypatch.setenv(ENV, json.dumps({"step_start": 4}))
+    with pytest.raises(SystemExit) as e:
+        sglang_server_args._from_cli_args(lambda ns: None, None, (namespace,), {})
+    assert "step_start" in str(e.value)

@@ -18,7 +18,10 @@ def test_server_defaults_apply(config, tmp_path):
     assert (r.global_step, r.step_start, r.step_end, r.output_dir) == (3, 2, 6, str(tmp_path))
 
 
-def test_native_fields_map_onto_ours(config, tmp_path):
+def test_native_fields_map_onto_ours(config, tmp_path, monkeypatch):
+    from rlprof_plugins.backends import choice
+
+    monkeypatch.setattr(choice, "device_type", lambda: "cuda")  # a GPU host: GPU activities are recordable
     r = build_request({"global_step": 1, "num_steps": 4, "profile_by_stage": True, "merge_profiles": True,
                        "profile_prefix": "p", "activities": ["CPU", "GPU"], "with_stack": False,
                        "record_shapes": True, "profile_id": "run-7", "output_dir": str(tmp_path / "sub")}, config)
@@ -47,6 +50,25 @@ def test_refused_fields_are_named(config, body, field):
     with pytest.raises(RequestError) as e:
         build_request(body, config)
     assert e.value.field == field
+
+
+def test_device_activities_the_host_lacks_are_refused(config, monkeypatch):
+    """slime's body (tools/profile_rollout.py) asks for GPU; on a host without
+    CUDA that is a 400 naming ``activities`` before anything starts."""
+    from rlprof_plugins.backends import choice
+
+    slime = {"output_dir": None, "num_steps": 3, "activities": ["GPU"], "profile_by_stage": False,
+             "with_stack": False, "record_shapes": False}
+    for device in ("cpu", "xpu"):
+        monkeypatch.setattr(choice, "device_type", lambda device=device: device)
+        with pytest.raises(RequestError) as e:
+            build_request({k: v for k, v in slime.items() if v is not None}, config)
+        assert e.value.field == "activities" and "CUDA" in e.value.message
+    for device in ("cuda", "npu"):  # SGLang maps GPU to the NPU on Ascend
+        monkeypatch.setattr(choice, "device_type", lambda device=device: device)
+        assert build_request({"activities": ["GPU"]}, config).torch_overrides == {"activities": ("CUDA",)}
+    monkeypatch.setattr(choice, "device_type", lambda: "cpu")
+    assert build_request({"activities": ["CPU"]}, config).torch_overrides == {"activities": ("CPU",)}
 
 
 def test_unconfigured_server_writes_where_sglang_would(monkeypatch, tmp_path):

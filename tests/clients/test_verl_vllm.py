@@ -1,0 +1,50 @@
+"""verl on vLLM, with and without rlprof: the trace files are complete when the stop returns.
+
+Replays verl's in-process sequence (tests/clients/verl_vllm.py, which cites
+verl's source) on the real vLLM 0.32 CPU engine, once as native vLLM
+(``RLPROF_DISABLE=1``) and once with rlprof, at TP=1 and TP=2. verl moves
+the files right after ``stop_profile()`` returns; both runs must have every
+trace on disk at that instant (rlprof waits for its background export, up to
+``stop_wait_seconds``, while the engine keeps serving).
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.traces import iteration_indices, load_trace
+from tests.helpers.vllm_server import TINY_MODEL, cpu_env
+
+SCRIPT = Path(__file__).with_name("verl_vllm.py")
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.vllm
+
+
+def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
+    env = cpu_env(tp, PYTHONPATH=str(REPO), **({"RLPROF_DISABLE": "1"} if native else {}))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(TINY_MODEL), str(trace_dir), str(tp)], env=env,
+                          capture_output=True, text=True, timeout=500, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_files_are_on_disk_when_stop_returns(tmp_path, tp):
+    runs = {"native": replay(tmp_path / "native", tp, native=True),
+            "rlprof": replay(tmp_path / "rlprof", tp, native=False)}
+    for name, run in runs.items():
+        assert run["at_return"] == run["later"], f"{name}: written after stop_profile returned: {run}"
+        workers = [f for f in run["at_return"] if "async_llm" not in f]
+        assert len(workers) == tp, (name, run)  # one trace per rank, where verl looks (the configured folder)
+        assert sum("async_llm" in f for f in run["at_return"]) == 1, (name, run)  # the API-server trace
+    # rlprof's traces are its own (iteration ranges), at the top of the folder as vLLM names them
+    for name in runs["rlprof"]["at_return"]:
+        assert "/" not in name
+        if "async_llm" not in name:
+            assert len(iteration_indices(load_trace(tmp_path / "rlprof" / name))) > 0
