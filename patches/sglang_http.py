@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import check_wait, combine, wait_until_written, with_step_manifest
+from rlprof_plugins.control import check_wait, combine, stop_wait_seconds, wait_until_written, with_step_manifest
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.options import ProfileOptions, check_count, check_flag
@@ -200,12 +200,9 @@ def build_routes(module: Any, native: dict):
             config = server_config()
             if config is None and not uses_rlprof(body):
                 return await _native_start(native["/start_profile"], body)
-            request = build_request(body, config)
-            result = combine(await send(manager(), request.to_command()))
-            mark_used()
+            result = await start(manager(), body, config)
         except Exception as e:
             return error_response(e)
-        session_event("started", result)
         return JSONResponse({"status": "started", **result})
 
     async def stop_profile(raw_request: Request):
@@ -232,6 +229,15 @@ def build_routes(module: Any, native: dict):
     return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status}
 
 
+async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
+    """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
+    request = build_request(body, config)
+    result = combine(await send(tokenizer_manager, request.to_command()))
+    mark_used()
+    session_event("started", result)
+    return result
+
+
 async def stop(tokenizer_manager: Any, wait: Any = None) -> dict:
     """Stop the session on every scheduler; returns once its files are written (see ``until_written``)."""
     return await until_written(tokenizer_manager, await send(tokenizer_manager, {"op": "stop", "defer": True}), wait)
@@ -242,7 +248,7 @@ async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dic
     polled from here (the schedulers keep serving), at most ``stop_wait_seconds``;
     ``wait`` false: at once."""
     config = server_config()
-    timeout = 0 if check_wait(wait) is False else (config.options if config else ProfileOptions()).stop_wait_seconds
+    timeout = stop_wait_seconds(config.options if config else ProfileOptions(), wait)
     result = with_step_manifest(combine(replies))
     if timeout:
         result = await wait_until_written(result, lambda step: status(tokenizer_manager, step), timeout)

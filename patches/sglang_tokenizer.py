@@ -25,9 +25,6 @@ import dataclasses
 import json
 from typing import Any
 
-from rlprof_plugins._log import session_event
-from rlprof_plugins.control import combine
-
 from . import sglang_http
 from .base import Patch
 from .sglang_server_args import VERSIONS
@@ -76,11 +73,7 @@ def _answer(result: dict) -> Any:
 
 
 async def _rlprof_start(manager: Any, body: dict, config: Any):
-    request = sglang_http.build_request(body, config)
-    result = combine(await sglang_http.send(manager, request.to_command()))
-    sglang_http.mark_used()
-    session_event("started", result)
-    return _answer(result)
+    return _answer(await sglang_http.start(manager, body, config))
 
 
 def _wrap_start(wrapped, instance, args, kwargs):

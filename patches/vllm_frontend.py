@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import (check_wait, combine, wait_until_written, wait_until_written_sync,
+from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_written, wait_until_written_sync,
                                     with_step_manifest)
 from rlprof_plugins.errors import RequestError, UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
@@ -163,14 +163,8 @@ def _with_frontend(llm: Any, result: dict) -> dict:
     return result
 
 
-def _stop_wait_seconds(cfg: Any, wait: Any) -> float:
-    """How long a stop waits for the session's files: the configured bound
-    (``stop_wait_seconds``), or 0 for ``wait=False``."""
-    return 0 if check_wait(wait) is False else options_of(cfg).stop_wait_seconds
-
-
 async def _async_stop(llm: Any, wait: Any = None) -> dict:
-    timeout = _stop_wait_seconds(_config(llm), wait)
+    timeout = stop_wait_seconds(options_of(_config(llm)), wait)
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is not None:
         recorder.stop_soon()  # its export runs beside the workers'
@@ -237,7 +231,7 @@ def _wrap_llm_stop(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
 
     def stop(wait=None):
-        timeout = _stop_wait_seconds(cfg, wait)
+        timeout = stop_wait_seconds(options_of(cfg), wait)
         result = combine(_call_sync(instance, {"op": "stop"}))
         if timeout:
             result = wait_until_written_sync(with_step_manifest(result),

@@ -75,6 +75,12 @@ def check_wait(value: Any) -> bool | None:
     return value
 
 
+def stop_wait_seconds(options: Any, wait: Any) -> float:
+    """How long a stop waits for its session's files: the server's
+    ``stop_wait_seconds`` (``options``: its ProfileOptions), or 0 for ``wait`` false."""
+    return 0 if check_wait(wait) is False else options.stop_wait_seconds
+
+
 class _StopWait:
     """When to poll again, and the answer, for a stop that waits for its session's files."""
 
