@@ -94,10 +94,12 @@ shapes: env
 compat-latest: env
 	$(VPY) -m tests.compat.latest
 
-# Regenerate docs/patches.md and docs/compatibility.md from the declarations.
+# Regenerate docs/patches.md, docs/compatibility.md and the request-field table
+# of docs/configuration.md from the declarations.
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
 	$(VPY) -m rlprof_plugins.compat > docs/compatibility.md
+	$(VPY) tests/tools/write_request_table.py docs/configuration.md
 
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info

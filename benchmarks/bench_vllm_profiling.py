@@ -4,7 +4,8 @@ Everything is measured in one run on one machine and reported as ratios:
 
 1. ``/stop_profile`` latency, native vLLM (plugin disabled with
    ``RLPROF_DISABLE=1``) vs the plugin, recording the same traffic, with
-   stacks on and off.
+   stacks on and off. Both answer once the files are on disk (rlprof's
+   default, ``stop_wait_seconds``); rlprof with ``{"wait": false}`` too.
 2. While ``/stop_profile`` runs and the files are written, completions are
    streamed back to back: their largest gap between tokens and their latency,
    vs the same completions with no profiling.
@@ -116,7 +117,7 @@ def measure(tmp: Path, label: str, with_stack: bool) -> dict:
     env = {"RLPROF_DISABLE": "1"} if label == "native" else {}
     config = {"profiler": "torch", "torch_profiler_dir": str(tmp / name), "torch_profiler_with_stack": with_stack}
     server = start_server(tmp, config, env=env)
-    out: dict = {"stop_s": [], "during_stop": [], "idle": []}
+    out: dict = {"stop_s": [], "stop_nowait_s": [], "during_stop": [], "idle": []}
     try:
         traffic(server)  # warm-up
         for _ in range(ROUNDS):
@@ -126,6 +127,13 @@ def measure(tmp: Path, label: str, with_stack: bool) -> dict:
             assert server.post("/stop_profile").status_code == 200
             out["stop_s"].append(time.perf_counter() - t)
             wait_done(server)
+            if label != "native":  # the answer at once, files written behind it
+                assert server.post("/start_profile").status_code == 200
+                traffic(server)
+                t = time.perf_counter()
+                assert server.post("/stop_profile", {"wait": False}).status_code == 200
+                out["stop_nowait_s"].append(time.perf_counter() - t)
+                wait_done(server)
             out["idle"].append(serve_idle(server))
             out["during_stop"].append(serve_through_stop(server))
             wait_done(server)
@@ -194,14 +202,17 @@ def render_markdown(r: dict) -> str:
     rows = []
     for key, title in (("stack", "stacks on"), ("nostack", "stacks off")):
         stop = {lb: med(r[key][lb]["stop_s"]) for lb in ("native", "plugin")}
+        nowait = med(r[key]["plugin"]["stop_nowait_s"])
         size = {lb: med(r[key][lb]["trace_bytes"]) / 1e6 for lb in ("native", "plugin")}
         gap = {lb: med(x["max_gap_s"] for x in r[key][lb]["during_stop"]) for lb in ("native", "plugin")}
         idle_gap = {lb: med(x["max_gap_s"] for x in r[key][lb]["idle"]) for lb in ("native", "plugin")}
         lat = {lb: med(x["latency_s"] for x in r[key][lb]["during_stop"]) for lb in ("native", "plugin")}
         idle_lat = {lb: med(x["latency_s"] for x in r[key][lb]["idle"]) for lb in ("native", "plugin")}
         rows += [
-            (f"`/stop_profile` latency, {title}", f"{stop['native']:.2f} s", f"{stop['plugin']:.2f} s",
-             f"native / rlprof = {stop['native'] / stop['plugin']:.1f}x"),
+            (f"`/stop_profile` answer, files on disk when it returns, {title}", f"{stop['native']:.2f} s",
+             f"{stop['plugin']:.2f} s", f"native / rlprof = {stop['native'] / stop['plugin']:.1f}x"),
+            (f"`/stop_profile` answer with `{{\"wait\": false}}` (files written after), {title}", "-",
+             f"{nowait:.3f} s", ""),
             (f"worker trace (gz), {title}", f"{size['native']:.2f} MB", f"{size['plugin']:.2f} MB", ""),
             (f"largest gap between streamed tokens while stopping + exporting, {title}",
              f"{gap['native'] * 1e3:.0f} ms", f"{gap['plugin'] * 1e3:.0f} ms",

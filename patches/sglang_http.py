@@ -8,28 +8,31 @@ middleware guards them as before) and add ``GET /profile_status``.
 
 Who handles a start: rlprof when the server was started with
 ``--profiler-config`` (or ``RLPROF_PROFILER_CONFIG``) or when the body uses
-one of rlprof's fields; otherwise SGLang's own endpoint, unchanged. SGLang's
-native fields are understood by rlprof too (``num_steps``,
-``profile_by_stage``, ``merge_profiles``, ``profile_prefix``, ...); the few
-that rlprof cannot honour are refused with 400 naming them, never ignored.
+a field SGLang does not define (rlprof's ``global_step``, vLLM's
+``delay_iterations``, ...); otherwise SGLang's own endpoint, unchanged. The
+body is parsed by ``requests.parse_start`` like every entry point's: SGLang's
+fields keep their meaning (``start_step`` counts forward passes from server
+start, ``num_steps``, ``profile_by_stage``, ``output_dir`` inside the allowed
+directories, ...); the few rlprof cannot honour are refused with 400 naming
+them, never ignored.
 """
 
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
+import dataclasses
 import json
 import logging
 import os
-from pathlib import Path
 from typing import Any, Optional
 
 from rlprof_plugins._log import session_event
 from rlprof_plugins.control import check_wait, combine, stop_wait_seconds, wait_until_written, with_step_manifest
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
-from rlprof_plugins.layout import session_dir
-from rlprof_plugins.options import ProfileOptions, check_count, check_flag
+from rlprof_plugins.options import ProfileOptions
 from rlprof_plugins.backends import choice
-from rlprof_plugins.profiler_config import ProfilerConfig, check_activities_on_host, from_environment, parse_activities
-from rlprof_plugins.requests import START_FIELDS, StartRequest, parse_start_body
+from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
+from rlprof_plugins.request_fields import SGLANG, native_to
+from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 from .base import Patch
 from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
@@ -38,24 +41,11 @@ from .sglang_server_args import VERSIONS
 
 logger = logging.getLogger("rlprof")
 
-# SGLang's profile body fields a client may send (0.5.23; older releases
-# have a subset, and the body is parsed by rlprof, not by SGLang).
-NATIVE_START_FIELDS = (
-    "output_dir", "start_step", "num_steps", "activities", "with_stack", "record_shapes", "profile_by_stage",
-    "profile_id", "merge_profiles", "profile_prefix", "profile_stages", "detailed_annotations",
-    "profiler_kwargs",  # vLLM's per-session torch settings: the same meaning here (rlprof handles it)
-)
-# Native fields rlprof cannot honour, with what to do instead.
-REFUSED = {
-    "start_step": "counts from server start in SGLang (never reset); rlprof windows count from this request: "
-                  "use step_start",
-    "profile_stages": "is not supported by rlprof sessions; by_stage writes one trace per stage",
-    "detailed_annotations": "is not supported by rlprof sessions",
-}
 # Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
 # without it starts no profiler for an activity it does not know.
 MARKER_ACTIVITY = "RLPROF"
 
+SGLANG_FIELDS = native_to(SGLANG)
 _used = False  # this process started an rlprof session: stops go to rlprof too
 
 
@@ -77,81 +67,40 @@ def server_config() -> Optional[ProfilerConfig]:
 
 
 def uses_rlprof(body: dict) -> bool:
-    """Whether a body needs rlprof: one of its fields, or vLLM's ``profiler_kwargs``
-    (SGLang's own profiler has no such field)."""
-    return any(k in body for k in START_FIELDS + ("profiler_kwargs",))
+    """Whether a body needs rlprof on a server without rlprof configuration:
+    a field SGLang itself does not define (rlprof's, or vLLM's)."""
+    return any(k not in SGLANG_FIELDS for k in body)
 
 
-def _output_root(output_dir: Any, config: Optional[ProfilerConfig]) -> str:
-    if output_dir is not None and not isinstance(output_dir, str):
-        raise RequestError("output_dir", f"must be a path, got {output_dir!r}")
-    configured = config.torch_profiler_dir if config else None
-    if configured is None:
-        # SGLang's own default for an unset output_dir
-        return os.path.abspath(output_dir or os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
-    if output_dir is None:
-        return configured
-    root, wanted = Path(configured).resolve(), Path(os.path.expanduser(output_dir)).resolve()
-    if wanted != root and root not in wanted.parents:
-        raise RequestError("output_dir", f"must be inside the configured torch_profiler_dir {str(root)!r}, "
-                                         f"got {output_dir!r}")
-    return str(wanted)
+def _plain_prefix(prefix: Any) -> None:
+    """SGLang's prefix becomes part of a file name inside the step folder."""
+    if not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\\0"):
+        raise ValueError(f"must be a plain file-name part (no '/', not starting with '.'), got {prefix!r}")
+
+
+def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> Server:
+    """What this SGLang server contributes to a start request's meaning.
+    Without rlprof configuration files go where SGLang would put them:
+    the request's ``output_dir``, else ``SGLANG_TORCH_PROFILER_DIR`` or /tmp."""
+    root = config.torch_profiler_dir if config else None
+    if root is None and not isinstance(output_dir, str):
+        root = os.path.abspath(os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
+    return Server(engine="sglang", defaults=config.options if config else ProfileOptions(), output_root=root,
+                  device=choice.device_type(), check_prefix=_plain_prefix)
 
 
 def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
-    """An SGLang start body (native and rlprof fields) as one rlprof request."""
-    defaults = config.options if config else ProfileOptions()
-    request, native = parse_start_body(body, defaults, NATIVE_START_FIELDS)
-    for name, why in REFUSED.items():
-        if native.get(name) not in (None, False, 0, []):
-            raise RequestError(name, why)
-    prefix = request.profile_prefix
-    if prefix is not None and (not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\\0")):
-        # it becomes part of a file name inside the step folder
-        raise RequestError("profile_prefix", f"must be a plain file-name part (no '/', not starting with '.'), got {prefix!r}")
-    changes: dict[str, Any] = {"output_dir": _output_root(native.get("output_dir"), config)}
-    if "num_steps" in native:
-        steps = check_count("num_steps", native["num_steps"], error=RequestError)
-        if "step_end" in body:
-            raise RequestError("num_steps", "cannot be combined with step_end")
-        if steps:
-            changes["step_end"] = request.step_start + steps
-    for ours, theirs in (("by_stage", "profile_by_stage"), ("merge", "merge_profiles")):
-        if theirs in native:
-            value = check_flag(theirs, native[theirs], error=RequestError)
-            if ours in body and body[ours] != value:
-                raise RequestError(theirs, f"contradicts {ours}")
-            changes[ours] = value
-    overrides: dict[str, Any] = dict(request.torch_overrides or {})  # profiler_kwargs, parsed
-    if "activities" in native:
-        overrides["activities"] = parse_activities("activities", native["activities"], error=RequestError)
-        check_activities_on_host("activities", overrides["activities"], choice.device_type(), error=RequestError)
-    for name in ("with_stack", "record_shapes"):
-        if name in native:
-            value = check_flag(name, native[name], error=RequestError)
-            if overrides.get(name, value) != value:
-                raise RequestError(name, f"contradicts profiler_kwargs.{name}")
-            overrides[name] = value
-    if overrides:
-        changes["torch_overrides"] = overrides
-    if "profile_id" in native:
-        if not isinstance(native["profile_id"], str) or not native["profile_id"]:
-            raise RequestError("profile_id", f"must be a non-empty string, got {native['profile_id']!r}")
-        changes["session_id"] = native["profile_id"]
-    import dataclasses
-
-    request = dataclasses.replace(request, **changes)
-    if request.step_end is not None and request.step_end <= request.step_start:
-        raise RequestError("step_end", f"must be greater than step_start ({request.step_start})")
-    session_dir(request.output_dir, request.global_step)  # containment check before anything is sent
+    """An SGLang start body (any request field) as one rlprof request."""
+    output_dir = body.get("output_dir") if isinstance(body, dict) else None
+    request = parse_start(body, request_server(config, output_dir))
+    if request.output_dir is None:  # the configured (or SGLang's default) directory
+        request = dataclasses.replace(request, output_dir=request_server(config).output_root)
     return request
 
 
 def profile_req(command: dict) -> Any:
     """SGLang's ``ProfileReq`` carrying an rlprof command. Its kind field is
     ``req_type`` in the msgspec-struct era (0.5.15+), ``type`` before."""
-    import dataclasses
-
     from sglang.srt.managers.io_struct import ProfileReq, ProfileReqType
 
     names = getattr(ProfileReq, "__struct_fields__", None) or [f.name for f in dataclasses.fields(ProfileReq)]

@@ -115,6 +115,14 @@ def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, An
     }
 
 
+def forward_count(manager: Any) -> int:
+    """The scheduler's forward passes so far, as SGLang's own ``start_step``
+    reads them: the manager's ``get_forward_ct`` (0.5.13+) or the scheduler's
+    ``forward_ct`` (mixin era, where the manager is the scheduler)."""
+    get = getattr(manager, "get_forward_ct", None)
+    return int(get() if callable(get) else getattr(manager, "forward_ct", 0) or 0)
+
+
 def controller_for(manager: Any, module: Any) -> ProfilerController:
     ctl = manager.__dict__.get(CONTROLLER_ATTR)
     if ctl is None:
@@ -137,6 +145,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
             manifest_header=manifest_header(pos, config),
             # The idle scheduler busy-polls: recording it would grow without bound.
             record_from_request=False,
+            forward_count=lambda: forward_count(manager),
         )
         manager.__dict__[CONTROLLER_ATTR] = ctl
     return ctl

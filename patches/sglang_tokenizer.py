@@ -10,13 +10,17 @@ no windows, no global-step folders, the scheduler freezes for the export.
 The method takes keyword arguments up to SGLang 0.5.14 and a ``ProfileReq``
 from 0.5.15 (where keywords raise ``TypeError``). This wrapper takes both
 forms on every release. When rlprof is configured in this process
-(``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses one of
-rlprof's fields (``global_step``, ``step_start``, ``step_end``, ``by_stage``,
-``profiler_kwargs``), the request is parsed like an HTTP body (same fields,
-same errors, raised naming the field) and sent to the schedulers as an
+(``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses a
+field SGLang does not define (rlprof's ``global_step``, vLLM's
+``delay_iterations``, ...), the request is parsed like an HTTP body (same
+fields, same errors, raised naming the field) and sent to the schedulers as an
 rlprof command; the stop returns once the files are written (bounded by
 ``stop_wait_seconds``), as SGLang's own stop does. Otherwise SGLang's own
 method runs, given a ``ProfileReq`` where the release needs one.
+
+``sglang.Engine.start_profile(**fields)``/``stop_profile()`` (offline
+users' entry point) take the same path; they return the session's
+status where SGLang's return None.
 """
 
 from __future__ import annotations
@@ -94,6 +98,22 @@ def _wrap_stop(wrapped, instance, args, kwargs):
     return _rlprof_stop(instance, kwargs.get("wait"))
 
 
+def _wrap_engine_start(wrapped, instance, args, kwargs):
+    """``sglang.Engine.start_profile(**fields)``: from 0.5.15 it builds a
+    ``ProfileReq`` first, which raises ``TypeError`` for a field SGLang does
+    not define (``global_step``); rlprof takes the fields as they are."""
+    config = sglang_http.server_config()
+    if args or (config is None and not sglang_http.uses_rlprof(kwargs)):
+        return wrapped(*args, **kwargs)
+    return instance.loop.run_until_complete(sglang_http.start(instance.tokenizer_manager, kwargs, config))
+
+
+def _wrap_engine_stop(wrapped, instance, args, kwargs):
+    if sglang_http.server_config() is None and not sglang_http.was_used():
+        return wrapped(*args, **kwargs)
+    return instance.loop.run_until_complete(sglang_http.stop(instance.tokenizer_manager, kwargs.get("wait")))
+
+
 TOKENIZER_PATCH = Patch(
     name="sglang.tokenizer.profile",
     engine="sglang",
@@ -108,4 +128,16 @@ TOKENIZER_PATCH = Patch(
                "TokenizerManager.auto_create_handle_loop": "signature"},
 )
 
-PATCHES = (TOKENIZER_PATCH,)
+ENGINE_PATCH = Patch(
+    name="sglang.engine.profile",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.entrypoints.engine",
+    feature=FEATURE,
+    why=("sglang.Engine.start_profile(**kwargs) builds a ProfileReq from 0.5.15, which refuses rlprof's and "
+         "vLLM's fields with TypeError"),
+    upstream="Engine.start_profile forwarding its keywords to the tokenizer manager's request",
+    wrap={"Engine.start_profile": _wrap_engine_start, "Engine.stop_profile": _wrap_engine_stop},
+)
+
+PATCHES = (TOKENIZER_PATCH, ENGINE_PATCH)

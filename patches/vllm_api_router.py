@@ -19,16 +19,16 @@ import os
 import secrets
 
 from rlprof_plugins.control import check_wait
-from rlprof_plugins.requests import parse_start_body
+from rlprof_plugins.errors import UnavailableError
+from rlprof_plugins.requests import parse_start
 
 from .base import Patch
 from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
-from .vllm_profiler_config import CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profiler_config, options_of, plugin_handles
+from . import vllm_frontend
+from .vllm_profiler_config import (CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profiler_config, options_of, plugin_handles,
+                                   request_server)
 
 logger = logging.getLogger("rlprof")
-
-# vLLM's StartProfileRequest fields (profiler_kwargs: 0.33), accepted on every release.
-NATIVE_START_FIELDS = ("profile_prefix", "delay_iterations", "max_iterations", "profiler_kwargs")
 
 
 def api_tokens(args) -> list[str]:
@@ -64,17 +64,10 @@ def build_router(profiler_config, tokens: list[str]):
     async def start_profile(raw_request: Request):
         try:
             body = await json_body(raw_request)
-            request, native = parse_start_body(body, defaults, NATIVE_START_FIELDS)
-            kwargs = {k: v for k, v in native.items() if k != "profile_prefix"}
-            if "global_step" in body:
-                kwargs["global_step"] = request.global_step
-            if "step_start" in body:
-                kwargs["step_start"] = request.step_start
-            if "step_end" in body:
-                kwargs["step_end"] = request.step_end
-            if "by_stage" in body:
-                kwargs["by_stage"] = request.by_stage
-            result = await raw_request.app.state.engine_client.start_profile(request.profile_prefix, **kwargs)
+            request = parse_start({} if body is None else body, request_server(profiler_config))
+            if not vllm_frontend.ASYNC_LLM_PATCH.applied:
+                raise UnavailableError(vllm_frontend.FEATURE, "the AsyncLLM patch is not applied in the API server")
+            result = await vllm_frontend.start(raw_request.app.state.engine_client, request)
         except Exception as e:
             return error_response(e)
         return JSONResponse({"status": "started", **result})

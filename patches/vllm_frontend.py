@@ -1,9 +1,11 @@
 """vLLM front ends: ``AsyncLLM`` and ``LLM`` start/stop with a global step.
 
-``start_profile`` gains ``global_step``, ``step_start`` and ``step_end``
-keywords (vLLM's ``profile_prefix``, ``delay_iterations`` and
-``max_iterations`` keep working). The request is validated here, before any
-engine process is involved, then sent to every worker. AsyncLLM also records
+``start_profile`` takes every start-request field as a keyword (rlprof's
+``global_step``, ``step_start``, ...; vLLM's own; SGLang's ``num_steps``,
+``output_dir``, ...: ``rlprof_plugins.request_fields``). The request is
+parsed here once (``requests.parse_start``), before any engine process is
+involved, then sent to every worker; the HTTP route hands its parsed request
+to ``start`` directly. AsyncLLM also records
 the API-server process (vLLM's "frontend" trace) into the same folder,
 stopping it when the workers' window closes.
 """
@@ -17,36 +19,19 @@ from typing import Any
 from rlprof_plugins._log import session_event
 from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_written, wait_until_written_sync,
                                     with_step_manifest)
-from rlprof_plugins.errors import RequestError, UnavailableError
+from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
-from rlprof_plugins.options import check_count
-from rlprof_plugins.requests import START_FIELDS, StartRequest, build_start_request
+from rlprof_plugins.request_fields import VLLM, native_to
+from rlprof_plugins.requests import StartRequest, parse_start
 
 from .base import Patch
 from .vllm_engine_core import UTILITY
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of
+from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of, request_server
 
 FEATURE = "rlprof step windows and global-step folders"
 RECORDER_ATTR = "_rlprof_frontend"
-_UNSET = object()
-
-
-def _validate_prefix(prefix: str | None) -> None:
-    """vLLM 0.32's rule for a trace-name prefix; the same rule on releases
-    without ``validate_profile_prefix`` (the prefix becomes a file name)."""
-    try:
-        from vllm.config.profiler import validate_profile_prefix
-    except ImportError:
-        validate_profile_prefix = None
-    if validate_profile_prefix is not None:
-        validate_profile_prefix(prefix)
-    elif prefix is not None and (
-        not isinstance(prefix, str) or not 1 <= len(prefix) <= 128 or not prefix.isascii()
-        or not prefix[0].isalnum() or any(not (c.isalnum() or c in "._-") for c in prefix[1:])
-    ):
-        raise ValueError("profile_prefix must be 1-128 ASCII characters, start with a letter or number, "
-                         "and contain only letters, numbers, '.', '_', or '-'")
+VLLM_FIELDS = native_to(VLLM)
 
 
 def _should_profile_frontend(cfg: Any) -> bool:
@@ -62,38 +47,20 @@ def _config(llm: Any) -> Any:
     return profiler_config_of(llm.vllm_config)
 
 
-def _request(cfg: Any, profile_prefix=None, *, delay_iterations=None, max_iterations=None, profiler_kwargs=None,
-             global_step=None, step_start=None, step_end=_UNSET, by_stage=None) -> StartRequest:
-    try:
-        _validate_prefix(profile_prefix)
-    except ValueError as e:
-        raise RequestError("profile_prefix", str(e)) from None
-    for name, value in (("delay_iterations", delay_iterations), ("max_iterations", max_iterations)):
-        check_count(name, value, allow_none=True, error=RequestError)
-    if (delay_iterations is not None or max_iterations is not None) and (
-        step_start is not None or step_end is not _UNSET
-    ):
-        raise RequestError("step_start", "cannot be combined with delay_iterations/max_iterations")
-    defaults = options_of(cfg)
-    if delay_iterations is not None or max_iterations is not None:
-        step_start = defaults.step_start if delay_iterations is None else delay_iterations
-        step_end = step_start + max_iterations if max_iterations else None
-    request = build_start_request(
-        defaults,
-        global_step=global_step,
-        step_start=step_start,
-        step_end=None if step_end is _UNSET else step_end,
-        step_end_given=step_end is not _UNSET,
-        profile_prefix=profile_prefix,
-        by_stage=by_stage,
-        profiler_kwargs=profiler_kwargs,
-    )
-    session_dir(cfg.torch_profiler_dir, request.global_step)  # containment check before any write
-    return request
+def call_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A ``start_profile(profile_prefix=None, **fields)`` call as request fields."""
+    if len(args) > 1:
+        raise TypeError(f"start_profile() takes at most 1 positional argument ({len(args)} given)")
+    return {"profile_prefix": args[0], **kwargs} if args else dict(kwargs)
 
 
-def _uses_rlprof_fields(kwargs: dict) -> bool:
-    return any(k in kwargs for k in START_FIELDS)
+def _request(cfg: Any, fields: dict[str, Any]) -> StartRequest:
+    return parse_start(fields, request_server(cfg))
+
+
+def _needs_rlprof(fields: dict[str, Any]) -> bool:
+    """Fields native vLLM's method does not take (rlprof's, SGLang's)."""
+    return any(k not in VLLM_FIELDS for k in fields)
 
 
 # ---- AsyncLLM ------------------------------------------------------------
@@ -123,14 +90,15 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
     return recorder
 
 
-async def _async_start(llm: Any, *args, **kwargs) -> dict:
+async def start(llm: Any, request: StartRequest) -> dict:
+    """One parsed request on every worker (and the API-server trace); the
+    route and ``AsyncLLM.start_profile`` both come here."""
     cfg = _config(llm)
-    request = _request(cfg, *args, **kwargs)
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
     result = combine(replies)
     recorder = _recorder(llm)
     if recorder is not None:
-        directory = session_dir(cfg.torch_profiler_dir, request.global_step)
+        directory = session_dir(request.output_dir or cfg.torch_profiler_dir, request.global_step)
 
         async def workers_active() -> bool:
             status = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
@@ -144,6 +112,8 @@ async def _async_start(llm: Any, *args, **kwargs) -> dict:
             info = {"session_id": request.session_id, "header": header}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
                              manifest_info=info, session_id=request.session_id, overrides=request.torch_overrides)
+    if request.warnings:
+        result["warnings"] = list(request.warnings)
     session_event("started", result)
     return result
 
@@ -181,11 +151,12 @@ async def _async_status(llm: Any, global_step: int | None = None) -> dict:
 
 
 def _wrap_async_start(wrapped, instance, args, kwargs):
-    if not plugin_handles(_config(instance)):
-        if _uses_rlprof_fields(kwargs):
+    cfg = _config(instance)
+    if not plugin_handles(cfg):
+        if _needs_rlprof(kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
-    return _async_start(instance, *args, **kwargs)
+    return start(instance, _request(cfg, call_fields(args, kwargs)))
 
 
 def _wrap_async_stop(wrapped, instance, args, kwargs):
@@ -217,10 +188,13 @@ def _call_sync(llm: Any, command: dict) -> list:
 def _wrap_llm_start(wrapped, instance, args, kwargs):
     cfg = _config(instance.llm_engine)
     if not plugin_handles(cfg):
-        if _uses_rlprof_fields(kwargs):
+        if _needs_rlprof(kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
-    result = combine(_call_sync(instance, _request(cfg, *args, **kwargs).to_command()))
+    request = _request(cfg, call_fields(args, kwargs))
+    result = combine(_call_sync(instance, request.to_command()))
+    if request.warnings:
+        result["warnings"] = list(request.warnings)
     session_event("started", result)
     return result
 

@@ -32,6 +32,7 @@ from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, spli
 from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
 from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
 from rlprof_plugins.profiler_config import from_environment, merge_over, user_overlay
+from rlprof_plugins.requests import Server
 
 from .base import Patch
 
@@ -111,6 +112,31 @@ def options_of(cfg: Any) -> ProfileOptions:
     delay = getattr(cfg, "delay_iterations", 0) or 0
     limit = getattr(cfg, "max_iterations", 0) or 0
     return ProfileOptions(step_start=delay, step_end=delay + limit if limit else None)
+
+
+def validate_prefix(prefix: Any) -> None:
+    """vLLM's rule for a trace-name prefix (``validate_profile_prefix``, 0.32+);
+    the same rule on releases without it (the prefix becomes a file name)."""
+    try:
+        from vllm.config.profiler import validate_profile_prefix
+    except ImportError:
+        validate_profile_prefix = None
+    if validate_profile_prefix is not None:
+        validate_profile_prefix(prefix)
+    elif prefix is not None and (
+        not isinstance(prefix, str) or not 1 <= len(prefix) <= 128 or not prefix.isascii()
+        or not prefix[0].isalnum() or any(not (c.isalnum() or c in "._-") for c in prefix[1:])
+    ):
+        raise ValueError("profile_prefix must be 1-128 ASCII characters, start with a letter or number, "
+                         "and contain only letters, numbers, '.', '_', or '-'")
+
+
+def request_server(cfg: Any) -> Server:
+    """What a vLLM server contributes to a start request's meaning (``requests.parse_start``)."""
+    from vllm.platforms import current_platform
+
+    return Server(engine="vllm", defaults=options_of(cfg), output_root=cfg.torch_profiler_dir,
+                  device=getattr(current_platform, "device_type", "cpu") or "cpu", check_prefix=validate_prefix)
 
 
 def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:

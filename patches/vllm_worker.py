@@ -25,15 +25,17 @@ from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.requests import build_start_request
+from rlprof_plugins.requests import parse_start
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 
 from .base import Patch
-from .vllm_profiler_config import PROFILER_CONFIG_FIELDS, VERSIONS, options_of, plugin_handles, profiler_config_of
+from .vllm_profiler_config import (PROFILER_CONFIG_FIELDS, VERSIONS, options_of, plugin_handles, profiler_config_of,
+                                   request_server)
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
+FORWARDS_ATTR = "_rlprof_forwards"  # forward passes run by this worker (SGLang's start_step counts them)
 FEATURE = "rlprof step windows and global-step folders"
 
 _PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}
@@ -116,6 +118,7 @@ def controller_for(worker: Any) -> ProfilerController:
             rank_name=suffix,
             backend_factory=factory,
             manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
+            forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
     return ctl
@@ -189,11 +192,13 @@ def iteration_info(scheduler_output: Any) -> IterationInfo | None:
 
 
 def _execute_model(wrapped, instance, args, kwargs):
-    ctl = instance.__dict__.get(CONTROLLER_ATTR)
-    if ctl is None or not ctl.active:
-        return wrapped(*args, **kwargs)
     scheduler_output = _scheduler_output(args, kwargs)
     if getattr(scheduler_output, "total_num_scheduled_tokens", 1) <= 0:
+        return wrapped(*args, **kwargs)
+    state = instance.__dict__
+    state[FORWARDS_ATTR] = state.get(FORWARDS_ATTR, 0) + 1
+    ctl = state.get(CONTROLLER_ATTR)
+    if ctl is None or not ctl.active:
         return wrapped(*args, **kwargs)
     if instance.__dict__.pop(PENDING_ATTR, False):
         ctl.end_iteration()  # the previous iteration never reached sample_tokens
@@ -240,12 +245,9 @@ def _profile(wrapped, instance, args, kwargs):
     if not is_start:
         ctl.handle({"op": "stop"})
         return None
-    defaults = options_of(cfg)
-    start = defaults.step_start if delay is None else delay
-    end = defaults.step_end if limit is None else (start + limit if limit else None)
-    request = build_start_request(defaults, step_start=start, step_end=end, step_end_given=True, profile_prefix=prefix,
-                                  profiler_kwargs=profiler_kwargs)
-    ctl.handle(request.to_command())
+    fields = {"profile_prefix": prefix, "delay_iterations": delay, "max_iterations": limit,
+              "profiler_kwargs": profiler_kwargs}
+    ctl.handle(parse_start(fields, request_server(cfg)).to_command())
     return None
 
 

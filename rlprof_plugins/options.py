@@ -48,6 +48,10 @@ class ProfileOptions:
     written, as the engines' native stops do (clients move the files right
     after), waiting at most this long (0: answer at once); the engine keeps
     serving meanwhile: the caller polls the session's state.
+
+    ``allowed_output_dirs``: directories besides the configured one that a
+    start request's ``output_dir`` may name (SGLang's field, accepted on both
+    engines); rlprof never writes anywhere else.
     """
 
     step_start: int = 0
@@ -58,6 +62,7 @@ class ProfileOptions:
     merge: bool = False
     routes_require_api_key: bool = True
     stop_wait_seconds: int = 120
+    allowed_output_dirs: tuple[str, ...] = ()
     backend: str = "auto"
     npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
     npu_aic_metrics: str = npu_options.DEFAULTS["npu_aic_metrics"]
@@ -114,6 +119,17 @@ def check_window(step_start: int, step_end: int | None, error=OptionsError) -> N
         )
 
 
+def check_directories(key: str, value: Any, error=OptionsError) -> tuple[str, ...]:
+    """A list of local directories, as absolute paths (``~`` expanded)."""
+    import os
+
+    if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) and d for d in value):
+        raise error(key, f"must be a list of directory paths, got {value!r}")
+    if any("://" in d for d in value):
+        raise error(key, f"must be local directories (rlprof writes step folders), got {value!r}")
+    return tuple(os.path.abspath(os.path.expanduser(d)) for d in value)
+
+
 def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     """Validate our keys from ``data`` (which must hold only our keys)."""
     unknown = [k for k in data if k not in OUR_KEYS]
@@ -139,6 +155,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
+        allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         backend=check_backend(data.get("backend", "auto")),
         **npu,
     )

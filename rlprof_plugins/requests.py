@@ -1,28 +1,83 @@
-"""Parse one start request (HTTP body or in-process keyword arguments).
+"""One start request for both engines: parsed once, wherever it arrives.
 
-A start request may carry ``global_step`` (which folder the session writes
-to) and per-request overrides of the window keys. Server defaults come from
-``ProfileOptions``; this module merges them and validates the result, raising
-``RequestError`` naming the field so the HTTP layer answers 400 before
-anything is written.
+A session can be asked for at five entry points: vLLM's HTTP route, vLLM's
+``LLM``/``AsyncLLM`` methods, vLLM's own ``EngineCore.profile`` chain down to
+the worker, SGLang's HTTP route and SGLang's ``TokenizerManager``/``Engine``
+methods. Each hands the fields it received to ``parse_start`` together with
+what the receiving server contributes (``Server``: its defaults, its output
+directory, its device) and passes the typed ``StartRequest`` down. Clients
+written for either engine keep working on both: the fields are rlprof's,
+vLLM's and SGLang's, each with one meaning (``request_fields.FIELDS``, from
+which the docs' table is generated); the window translation is
+``_window``, and nothing else translates fields.
+
+Errors name the field (``RequestError``: HTTP 400, or the exception an
+in-process caller sees) before anything is written.
 """
 
 from __future__ import annotations
 
+import difflib
+import os
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from .errors import RequestError
+from .layout import session_dir
 from .options import ProfileOptions, check_count, check_flag, check_window
+from .profiler_config import check_activities_on_host, parse_activities
+from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
 
-# Fields our start request understands, next to the engine's native ones.
-START_FIELDS = ("global_step", "step_start", "step_end", "by_stage")
 # vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
-# TorchSettings field each one sets. rlprof accepts them on every release and
-# on SGLang; any other key is refused (vLLM would hand it to torch.profiler).
+# TorchSettings field each one sets. Any other key is refused (vLLM would hand
+# it to torch.profiler unchecked).
 PROFILER_KWARGS = {"record_shapes": "record_shapes", "profile_memory": "with_memory", "with_stack": "with_stack",
                    "with_flops": "with_flops", "with_modules": "with_modules"}
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Everything a worker needs to run one session."""
+
+    global_step: int | None
+    step_start: int
+    step_end: int | None
+    profile_prefix: str | None = None
+    by_stage: bool = False
+    operator_table: bool = False
+    keep_last_steps: int | None = None
+    merge: bool = False
+    # Where this session's folders go (an allowed ``output_dir``); None: the configured directory.
+    output_dir: str | None = None
+    # Per-request torch.profiler settings, as TorchSettings field names.
+    torch_overrides: dict[str, Any] | None = None
+    # SGLang's ``start_step``: the absolute forward-pass number the window
+    # begins with; each worker shifts the window by its own count (``shift_to``).
+    start_at: int | None = None
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # For the caller's answer only (e.g. an output_dir ignored on vLLM); not sent to workers.
+    warnings: tuple[str, ...] = ()
+
+    def to_command(self) -> dict[str, Any]:
+        command = {"op": "start", **asdict(self)}
+        del command["warnings"]
+        return command
+
+
+@dataclass(frozen=True)
+class Server:
+    """What the server receiving a request contributes to its meaning."""
+
+    engine: str  # "vllm" or "sglang"
+    defaults: ProfileOptions
+    # The configured directory; None: SGLang without rlprof configuration
+    # (files go where SGLang would put them: ``output_dir`` or its default).
+    output_root: str | None
+    device: str = "cpu"  # the host's device type, for ``activities``
+    # The engine's rule for a trace-name prefix (raises ValueError); None: a plain file-name part.
+    check_prefix: Callable[[Any], None] | None = None
 
 
 def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
@@ -40,96 +95,170 @@ def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
     return out
 
 
-@dataclass(frozen=True)
-class StartRequest:
-    """Everything a worker needs to run one session."""
-
-    global_step: int | None
-    step_start: int
-    step_end: int | None
-    profile_prefix: str | None = None
-    by_stage: bool = False
-    operator_table: bool = False
-    keep_last_steps: int | None = None
-    merge: bool = False
-    # Where this session's folders go when the engine takes it per request
-    # (SGLang's ``output_dir``); None: the configured directory.
-    output_dir: str | None = None
-    # Per-request torch.profiler settings (SGLang's ``activities``,
-    # ``with_stack``, ``record_shapes``; vLLM's ``profiler_kwargs``), over
-    # the configured ones, as TorchSettings field names.
-    torch_overrides: dict[str, Any] | None = None
-    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-
-    def to_command(self) -> dict[str, Any]:
-        return {"op": "start", **asdict(self)}
-
-
-def build_start_request(
-    defaults: ProfileOptions,
-    *,
-    global_step: Any = None,
-    step_start: Any = None,
-    step_end: Any = None,
-    step_end_given: bool = False,
-    profile_prefix: str | None = None,
-    by_stage: Any = None,
-    profiler_kwargs: Any = None,
-) -> StartRequest:
-    """Merge request overrides over server defaults and validate.
-
-    ``step_end_given`` distinguishes an explicit ``"step_end": null`` (record
-    until stop) from an absent field (keep the server default).
-    """
-    gs = check_count("global_step", global_step, allow_none=True, error=RequestError)
-    start = defaults.step_start if step_start is None else check_count("step_start", step_start, error=RequestError)
-    if step_end_given or step_end is not None:
-        end = check_count("step_end", step_end, allow_none=True, error=RequestError)
-    else:
-        end = defaults.step_end
-    assert start is not None
-    check_window(start, end, error=RequestError)
-    if by_stage is not None:
-        check_flag("by_stage", by_stage, error=RequestError)
-    overrides = parse_profiler_kwargs(profiler_kwargs)
-    return StartRequest(
-        global_step=gs,
+def parse_start(fields: Any, server: Server) -> StartRequest:
+    """One start request from any entry point's fields (a body, keyword arguments)."""
+    if not isinstance(fields, Mapping):
+        raise RequestError("body", f"must be a JSON object, got {type(fields).__name__}")
+    for key in fields:
+        if key not in BY_NAME:
+            close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise RequestError(str(key), f"unknown field{hint}; accepted: {', '.join(FIELD_NAMES)}")
+    # null means absent (both engines' request types default every field to None),
+    # except step_end, whose null says "until the stop"
+    given = {k: v for k, v in fields.items() if v is not None or k == "step_end"}
+    for key, value in given.items():
+        why = BY_NAME[key].refused
+        if why and value not in (False, 0, [], ""):
+            raise RequestError(key, why)
+    start, end, start_at = _window(given, server.defaults)
+    warnings: list[str] = []
+    output_dir = _output_dir(given.get("output_dir"), server, warnings)
+    request = StartRequest(
+        global_step=check_count("global_step", given.get("global_step"), allow_none=True, error=RequestError),
         step_start=start,
         step_end=end,
-        profile_prefix=profile_prefix,
-        by_stage=defaults.by_stage if by_stage is None else by_stage,
-        operator_table=defaults.operator_table,
-        keep_last_steps=defaults.keep_last_steps,
-        merge=defaults.merge,
-        torch_overrides=overrides or None,
+        profile_prefix=_prefix(given.get("profile_prefix"), server),
+        by_stage=_same_flag(given, "by_stage", "profile_by_stage", server.defaults.by_stage),
+        operator_table=server.defaults.operator_table,
+        keep_last_steps=server.defaults.keep_last_steps,
+        merge=check_flag("merge_profiles", given["merge_profiles"], error=RequestError)
+        if "merge_profiles" in given else server.defaults.merge,
+        output_dir=output_dir,
+        torch_overrides=_torch_overrides(given, server) or None,
+        start_at=start_at,
+        warnings=tuple(warnings),
+        **({"session_id": _profile_id(given["profile_id"])} if "profile_id" in given else {}),
     )
+    root = output_dir or server.output_root
+    if root is not None:
+        session_dir(root, request.global_step)  # the containment check, before anything is sent
+    return request
 
 
-def parse_start_body(
-    body: Mapping[str, Any], defaults: ProfileOptions, native_fields: tuple[str, ...]
-) -> tuple[StartRequest, dict[str, Any]]:
-    """Validate an HTTP start body: returns our request and the native fields.
+def _window(given: dict[str, Any], defaults: ProfileOptions) -> tuple[int, int | None, int | None]:
+    """The session's window ``[start, end)`` in iterations counted from the
+    request, and SGLang's absolute ``start_at`` (the worker shifts the window).
 
-    Unknown fields are rejected (a misspelt ``global_stpe`` would otherwise
-    silently write to the wrong folder).
+    Where it starts: ``step_start`` (rlprof), ``delay_iterations`` (vLLM) or
+    ``start_step`` (SGLang: an absolute forward-pass number), else the
+    server's ``step_start``. Where it ends: ``step_end`` (rlprof: counted
+    from the request, null until the stop), ``max_iterations`` (vLLM: that
+    many from the start, 0 until the stop) or ``num_steps`` (SGLang: that
+    many from the start). Without an end: the server's ``step_end``; with a
+    vLLM or SGLang start, the configured length from that start (vLLM's
+    rule: an unset ``max_iterations`` is the configured one). SGLang treats
+    ``start_step``/``num_steps`` of 0 as unset, and so does this.
     """
-    if not isinstance(body, Mapping):
-        raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
-    for key in body:
-        if key not in START_FIELDS and key not in native_fields:
-            raise RequestError(key, f"unknown field; accepted: {', '.join(START_FIELDS + native_fields)}")
-    native = {k: body[k] for k in native_fields if k in body and body[k] is not None}
-    prefix = native.get("profile_prefix")
-    if prefix is not None and not isinstance(prefix, str):
-        raise RequestError("profile_prefix", f"must be a string, got {prefix!r}")
-    request = build_start_request(
-        defaults,
-        global_step=body.get("global_step"),
-        step_start=body.get("step_start"),
-        step_end=body.get("step_end"),
-        step_end_given="step_end" in body,
-        profile_prefix=prefix,
-        by_stage=body.get("by_stage"),
-        profiler_kwargs=native.get("profiler_kwargs"),
-    )
-    return request, native
+    given = {k: v for k, v in given.items()
+             if not (k in ("start_step", "num_steps") and v == 0 and not isinstance(v, bool))}
+    for group, what in ((START_KEYS, "where the window starts"), (END_KEYS, "where the window ends")):
+        named = [k for k in group if k in given]
+        if len(named) > 1:
+            raise RequestError(named[1], f"cannot be combined with {named[0]}: both say {what}")
+    for key in START_KEYS + END_KEYS:
+        if key in given:
+            check_count(key, given[key], allow_none=key == "step_end", error=RequestError)
+    start_key = next((k for k in START_KEYS if k in given), None)
+    end_key = next((k for k in END_KEYS if k in given), None)
+    start_at = given["start_step"] if start_key == "start_step" else None
+    if start_at is not None and end_key == "step_end":
+        raise RequestError("step_end", "counts from the request; with start_step (a forward-pass number) "
+                                       "give the length as num_steps")
+    start = defaults.step_start if start_key is None else (0 if start_at is not None else given[start_key])
+    if end_key == "step_end":
+        end = given["step_end"]
+    elif end_key is not None:
+        end = start + given[end_key] if given[end_key] else None
+    elif start_key in (None, "step_start"):
+        end = defaults.step_end
+    else:
+        end = None if defaults.step_end is None else start + defaults.step_end - defaults.step_start
+    check_window(start, end, error=RequestError)
+    return start, end, start_at
+
+
+def shift_to(command: dict[str, Any], forwards_done: int) -> dict[str, Any]:
+    """A start command with ``start_at`` as a window counted from now, given
+    the forward passes this worker has run (SGLang's rule: recording begins
+    with pass number ``start_at``, or with the next pass when that one is
+    past)."""
+    start_at = command.get("start_at")
+    if start_at is None:
+        return command
+    offset = max(start_at - forwards_done - 1, 0)
+    end = command.get("step_end")
+    return {**command, "start_at": None, "step_start": command.get("step_start", 0) + offset,
+            "step_end": None if end is None else end + offset}
+
+
+def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:
+    """An ``output_dir`` inside the directories the operator allowed (the
+    configured one and ``allowed_output_dirs``). Outside them: refused on
+    SGLang (its own field: the client would look there), ignored with a
+    warning on vLLM (native vLLM ignores the field: files go where they would
+    have gone)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RequestError("output_dir", f"must be a path, got {value!r}")
+    if server.output_root is None:
+        return os.path.abspath(os.path.expanduser(value))
+    wanted = Path(os.path.expanduser(value)).resolve()
+    roots = [Path(server.output_root).resolve()] + [Path(d).resolve() for d in server.defaults.allowed_output_dirs]
+    if any(wanted == root or root in wanted.parents for root in roots):
+        return str(wanted)
+    where = ", ".join(repr(str(r)) for r in roots)
+    if server.engine == "vllm":
+        warnings.append(f"output_dir {value!r} ignored: not inside the allowed directories ({where}); files go to "
+                        f"{server.output_root!r} (allowed_output_dirs in --profiler-config adds directories)")
+        return None
+    raise RequestError("output_dir", f"must be inside the allowed directories ({where}), got {value!r}; the "
+                                     "operator may add directories with allowed_output_dirs in --profiler-config")
+
+
+def _prefix(value: Any, server: Server) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError("profile_prefix", f"must be a string, got {value!r}")
+    if server.check_prefix is not None:
+        try:
+            server.check_prefix(value)
+        except ValueError as e:
+            raise RequestError("profile_prefix", str(e)) from None
+    elif not value or value.startswith(".") or any(c in value for c in "/\\\0"):
+        # it becomes part of a file name inside the step folder
+        raise RequestError("profile_prefix", f"must be a plain file-name part (no '/', not starting with '.'), "
+                                             f"got {value!r}")
+    return value
+
+
+def _same_flag(given: dict[str, Any], ours: str, theirs: str, default: bool) -> bool:
+    """A flag rlprof and SGLang both name (``by_stage``/``profile_by_stage``)."""
+    values = {k: check_flag(k, given[k], error=RequestError) for k in (ours, theirs) if k in given}
+    if len(set(values.values())) > 1:
+        raise RequestError(theirs, f"contradicts {ours}")
+    return next(iter(values.values()), default)
+
+
+def _torch_overrides(given: dict[str, Any], server: Server) -> dict[str, Any]:
+    """vLLM's ``profiler_kwargs`` and SGLang's ``activities``/``with_stack``/
+    ``record_shapes``, as one session's TorchSettings changes."""
+    overrides: dict[str, Any] = parse_profiler_kwargs(given.get("profiler_kwargs"))
+    if "activities" in given:
+        overrides["activities"] = parse_activities("activities", given["activities"], error=RequestError)
+        check_activities_on_host("activities", overrides["activities"], server.device, error=RequestError)
+    for name in ("with_stack", "record_shapes"):
+        if name in given:
+            value = check_flag(name, given[name], error=RequestError)
+            if overrides.get(name, value) != value:
+                raise RequestError(name, f"contradicts profiler_kwargs.{name}")
+            overrides[name] = value
+    return overrides
+
+
+def _profile_id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError("profile_id", f"must be a non-empty string, got {value!r}")
+    return value

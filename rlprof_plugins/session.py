@@ -34,6 +34,7 @@ from . import finalize, manifest
 from .backends import Backend
 from .errors import RequestError
 from .layout import session_dir
+from .requests import shift_to
 from .stages import IterationInfo, iteration_annotation
 from .window import StepWindow
 
@@ -114,6 +115,10 @@ class ProfilerController:
     profiler running then records every operation of that loop, ~10 MB of
     host memory a second on the CPU server, without bound until traffic
     comes (11 GB after 15 idle minutes on the CPU test server).
+
+    ``forward_count()``: the forward passes this worker has run since it
+    started, for a window given as SGLang's absolute ``start_step``
+    (``requests.shift_to``).
     """
 
     def __init__(
@@ -125,8 +130,10 @@ class ProfilerController:
         manifest_header: dict[str, Any] | None = None,
         rank_name: str | None = None,
         record_from_request: bool = True,
+        forward_count: Callable[[], int] | None = None,
     ) -> None:
         self._root = root_dir
+        self._forward_count = forward_count or (lambda: 0)
         self._record_from_request = record_from_request
         self._worker_name = worker_name
         self._rank_name = rank_name or worker_name(None)
@@ -185,6 +192,7 @@ class ProfilerController:
         if current is not None and current.state in ACTIVE_STATES:
             return self._reply(False, conflict="a profiling session is already running")
         self.complete_stop()  # one profiler at a time: the previous one stops first
+        cmd = shift_to(cmd, self._forward_count())
         # A per-request output_dir was checked against the configured one by the front end.
         directory = session_dir(cmd.get("output_dir") or self._root, cmd.get("global_step"))
         session = Session(

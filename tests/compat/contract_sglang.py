@@ -164,7 +164,8 @@ def _scheduler():
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
     from sglang.srt.managers.scheduler_components.profiler_manager import SchedulerProfilerManager
 
-    manager = SchedulerProfilerManager(ps=filled(ParallelState), dp_tp_cpu_group=None, get_forward_ct=lambda: 0)
+    manager = SchedulerProfilerManager(ps=filled(ParallelState), dp_tp_cpu_group=None,
+                                       get_forward_ct=lambda: getattr(sched, "forward_ct", 0))
     sched.profiler_manager = manager
     return sched, manager._profile
 
@@ -188,7 +189,13 @@ def _batches(sched, batches):
     for mode, reqs, tokens in batches:
         batch = object.__new__(ScheduleBatch)
         batch.forward_mode, batch.reqs, batch.extend_num_tokens = getattr(ForwardMode, mode), [object()] * reqs, tokens
-        run_batch._self_wrapper(lambda b: (x @ x).sum(), sched, (batch,), {})
+        run_batch._self_wrapper(lambda b: _forward(sched, x), sched, (batch,), {})
+
+
+def _forward(sched, x):
+    """What the real run_batch does that rlprof reads: count the pass, run a model."""
+    sched.forward_ct = getattr(sched, "forward_ct", 0) + 1
+    return (x @ x).sum()
 
 
 def _idle(sched):
@@ -256,6 +263,13 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     _batches(sched, [("DECODE", 1, 0)] * 3)
     assert wait_done(_status_of(handler), 6)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0, 1]
+    # SGLang's start_step: the forward-pass number (from server start) recording begins with
+    done = sched.forward_ct
+    request = sglang_http.build_request({"global_step": 7, "start_step": done + 3, "num_steps": 2}, config)
+    assert _send(handler, request.to_command())["step_start"] == 2
+    _batches(sched, [("DECODE", 1, 0)] * 5)
+    assert wait_done(_status_of(handler), 7)["state"] == "done"
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 7))["rank0"]))) == [2, 3]
 
 
 @needs_parallel_context
@@ -301,8 +315,8 @@ def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
 
     monkeypatch.setattr(http_server, "_global_state", type("S", (), {"tokenizer_manager": Communicator()})())
     client = TestClient(http_server.app)
-    bad = client.post("/start_profile", json={"global_step": 3, "start_step": 5})
-    assert bad.status_code == 400 and bad.json()["error"]["field"] == "start_step"
+    bad = client.post("/start_profile", json={"global_step": 3, "start_step": 5, "step_end": 9})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "step_end"
     # step_start 1: the profiler starts in the batch (main) thread, as on a server where
     # the scheduler thread runs both; TestClient calls the handler from its own thread
     ok = client.post("/start_profile", json={"global_step": 3, "step_start": 1, "step_end": 3})
@@ -371,6 +385,35 @@ def test_in_process_tokenizer_calls_go_through_rlprof(patched, tmp_path, monkeyp
     with pytest.raises(RequestError) as e:
         asyncio.run(tm.start_profile(global_stpe=5))
     assert e.value.field == "global_stpe"
+
+
+@needs_parallel_context
+def test_engine_methods_take_every_request_field(patched, tmp_path, monkeypatch):
+    """``sglang.Engine.start_profile(**fields)``: from 0.5.15 SGLang builds a
+    ProfileReq first, which raises TypeError for global_step; through rlprof
+    rlprof's and vLLM's fields work on every release, and the stop returns
+    with the files."""
+    import asyncio
+
+    from sglang.srt.entrypoints.engine import Engine
+
+    _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+    engine = object.__new__(Engine)
+    engine.loop, engine.tokenizer_manager = asyncio.new_event_loop(), _InProcess(handler).manager
+    try:
+        answer = engine.start_profile(global_step=11, delay_iterations=1, max_iterations=2)
+        assert (answer["global_step"], answer["step_start"], answer["step_end"]) == (11, 1, 3), answer
+        _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 3)
+        assert engine.stop_profile()["state"] == "done"
+        assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 11))["rank0"]))) == [1, 2]
+        from rlprof_plugins.errors import RequestError
+
+        with pytest.raises(RequestError) as e:
+            engine.start_profile(global_step=12, activities=["CPU"], profile_stages=["prefill"])
+        assert e.value.field == "profile_stages"
+    finally:
+        engine.loop.close()
 
 
 def test_in_process_native_calls_reach_sglang_unchanged(patched, tmp_path, monkeypatch):

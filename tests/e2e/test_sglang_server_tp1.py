@@ -45,11 +45,16 @@ def test_config_window_records_exactly_step_start_to_step_end(sglang_tp1):
 
 
 def test_window_on_a_warm_server_counts_from_the_request(sglang_tp1):
-    """SGLang's native start_step counts from server start; ours from the request."""
+    """SGLang's start_step keeps its meaning (forward passes from server
+    start: one already past begins with the next pass); step_start counts
+    from the request."""
     for _ in range(3):
         sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)  # the server has run 24+ iterations
-    refused = sglang_tp1.post("/start_profile", {"global_step": 5, "start_step": 2, "num_steps": 3})
-    assert refused.status_code == 400 and refused.json()["error"]["field"] == "start_step"
+    r = sglang_tp1.post("/start_profile", {"global_step": 4, "start_step": 2, "num_steps": 3})
+    assert r.status_code == 200 and (r.json()["step_start"], r.json()["step_end"]) == (0, 3), r.text
+    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    assert sglang_tp1.wait_state()["state"] == "done"
+    assert sorted(iteration_details(only_trace(sglang_tp1.trace_dir / "global_step_4"))) == [0, 1, 2]
     r = sglang_tp1.post("/start_profile", {"global_step": 5, "step_start": 1, "step_end": 4})
     assert r.status_code == 200, r.text
     sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
@@ -143,7 +148,9 @@ def test_without_global_step_files_land_in_the_output_dir(sglang_tp1):
 @pytest.mark.parametrize("body, field", [
     ({"global_stpe": 1}, "global_stpe"),
     ({"global_step": -1}, "global_step"),
-    ({"global_step": 1, "output_dir": "/tmp"}, "output_dir"),
+    ({"global_step": 1, "output_dir": "/tmp"}, "output_dir"),  # outside the allowed directories
+    ({"global_step": 1, "start_step": 5, "step_end": 9}, "step_end"),
+    ({"global_step": 1, "activities": ["GPU"]}, "activities"),  # no CUDA on this host
     ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
     ({"global_step": 1, "num_steps": 2, "step_end": 4}, "num_steps"),
     ({"global_step": 1, "activities": ["MEM"]}, "activities"),

@@ -93,6 +93,19 @@ def test_without_global_step_files_land_where_vllm_puts_them(server_tp1):
     assert not any(p.name == "manifest.json" for p in new)  # manifests are for step folders only
 
 
+def test_sglang_start_step_counts_forward_passes_from_server_start(server_tp1):
+    """SGLang's ``start_step`` means the same on vLLM: the worker's forward
+    pass number; on this warm server pass 1 is long past, so recording
+    begins with the next pass."""
+    server_tp1.complete()
+    r = server_tp1.post("/start_profile", {"global_step": 21, "start_step": 1, "num_steps": 2})
+    assert r.status_code == 200 and (r.json()["step_start"], r.json()["step_end"]) == (0, 2), r.text
+    server_tp1.complete()
+    assert server_tp1.wait_state()["state"] == "done"
+    (trace,) = (server_tp1.trace_dir / "global_step_21").glob("rank0.*.pt.trace.json.gz")
+    assert iteration_indices(load_trace(trace)) == [0, 1]
+
+
 def test_prefix_and_native_window_fields(server_tp1):
     body = {"global_step": 20, "profile_prefix": "rollout", "delay_iterations": 1, "max_iterations": 2}
     assert server_tp1.post("/start_profile", body).status_code == 200
@@ -113,6 +126,9 @@ def test_prefix_and_native_window_fields(server_tp1):
         ({"global_step": 1, "step_start": -2}, "step_start"),
         ({"global_stpe": 1}, "global_stpe"),
         ({"profile_prefix": "../up"}, "profile_prefix"),
+        ({"global_step": 1, "activities": ["GPU"]}, "activities"),  # SGLang's field; no CUDA on this host
+        ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
+        ({"global_step": 1, "delay_iterations": 1, "step_start": 2}, "delay_iterations"),
         ("[1, 2]", "body"),
         ("{not json", "body"),
     ],

@@ -9,7 +9,7 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
     assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
-                        "routes_require_api_key", "stop_wait_seconds", "backend", "npu_profiler_level", "npu_aic_metrics",
+                        "routes_require_api_key", "stop_wait_seconds", "allowed_output_dirs", "backend", "npu_profiler_level", "npu_aic_metrics",
                         "npu_export_type", "npu_data_simplification", "npu_with_modules", "npu_with_stack",
                         "npu_with_memory", "npu_record_shapes", "npu_analyse")
     d = ProfileOptions()
@@ -45,6 +45,8 @@ def test_typo_is_rejected_with_suggestion():
         ({"keep_last_steps": 0}, "keep_last_steps", ">= 1"),
         ({"keep_last_steps": -1}, "keep_last_steps", ">= 0"),
         ({"routes_require_api_key": None}, "routes_require_api_key", "true or false"),
+        ({"allowed_output_dirs": "/tmp/x"}, "allowed_output_dirs", "list of directory paths"),
+        ({"allowed_output_dirs": ["s3://bucket"]}, "allowed_output_dirs", "local directories"),
     ],
 )
 def test_invalid_values_name_the_key(data, key, fragment):
@@ -52,6 +54,12 @@ def test_invalid_values_name_the_key(data, key, fragment):
         parse_options(data)
     assert e.value.key == key
     assert fragment in e.value.message
+
+
+def test_allowed_output_dirs_are_absolute(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert parse_options({"allowed_output_dirs": ["rel", "/abs"]}).allowed_output_dirs == (str(tmp_path / "rel"), "/abs")
+    assert parse_options({}).allowed_output_dirs == ()
 
 
 def test_valid_window():

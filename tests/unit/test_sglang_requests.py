@@ -32,7 +32,7 @@ def test_native_fields_map_onto_ours(config, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("body, field", [
-    ({"start_step": 5}, "start_step"),
+    ({"start_step": 5, "step_end": 9}, "step_end"),
     ({"profile_stages": ["prefill"]}, "profile_stages"),
     ({"detailed_annotations": True}, "detailed_annotations"),
     ({"num_steps": 2, "step_end": 9}, "num_steps"),

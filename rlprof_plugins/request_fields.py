@@ -1,0 +1,114 @@
+"""The fields of a start request, declared once: who defined each, what it means.
+
+``requests.parse_start`` accepts exactly these fields at every entry point
+where the engine's own signature lets them through (``ENTRY_POINTS``), and
+docs/configuration.md's table of fields x engines x entry points is generated
+from this module (``field_table``; a unit test keeps the docs equal to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RLPROF, VLLM, SGLANG = "rlprof", "vLLM", "SGLang"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    origin: tuple[str, ...]  # who defined it: rlprof, vLLM, SGLang
+    kind: str
+    meaning: str
+    refused: str | None = None  # a known field rlprof cannot honour: why (400 when set)
+
+
+FIELDS = (
+    Field("global_step", (RLPROF,), "int >= 0",
+          "write the session to `<dir>/global_step_<N>/` with a manifest; without it files go where the engine "
+          "writes them"),
+    Field("step_start", (RLPROF,), "int >= 0",
+          "first iteration recorded, counted from this request (default: the server's `step_start`)"),
+    Field("step_end", (RLPROF,), "int or null",
+          "the window ends before this iteration, counted from this request; `null`: at the stop (default: the "
+          "server's `step_end`)"),
+    Field("by_stage", (RLPROF,), "bool", "one trace per stage (prefill, decode)"),
+    Field("profile_prefix", (VLLM, SGLANG), "string",
+          "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
+    Field("delay_iterations", (VLLM,), "int >= 0",
+          "iterations to skip before recording, as `step_start` (default: the configured one)"),
+    Field("max_iterations", (VLLM,), "int >= 0",
+          "iterations to record from the start; 0: until the stop (default: the configured one)"),
+    Field("profiler_kwargs", (VLLM,), "object",
+          "per-session torch.profiler settings `record_shapes`, `profile_memory`, `with_stack`, `with_flops`, "
+          "`with_modules` (true/false); any other key is refused naming it"),
+    Field("output_dir", (SGLANG,), "path",
+          "where the session's files go, inside the configured directory or `allowed_output_dirs`; elsewhere: "
+          "400 on SGLang, ignored with a warning in the answer on vLLM (native vLLM ignores the field)"),
+    Field("start_step", (SGLANG,), "int >= 0",
+          "the forward-pass number (counted from server start, SGLang's meaning) recording begins with; one "
+          "already past: the next pass. 0: unset"),
+    Field("num_steps", (SGLANG,), "int >= 0",
+          "iterations to record from the start (with `profile_by_stage`: that many iterations in all, split by "
+          "stage, where SGLang counts that many of each stage). 0: unset"),
+    Field("activities", (SGLANG,), "list",
+          "`CPU`, `GPU`/`CUDA`, `XPU` for this session; a device this host lacks: 400 naming `activities`"),
+    Field("with_stack", (SGLANG,), "bool", "Python stacks for this session"),
+    Field("record_shapes", (SGLANG,), "bool", "operator input shapes for this session"),
+    Field("profile_by_stage", (SGLANG,), "bool", "as `by_stage`"),
+    Field("merge_profiles", (SGLANG,), "bool", "one merged trace of every rank (the `merge` option) for this session"),
+    Field("profile_id", (SGLANG,), "string", "the session's id in status answers and the manifest"),
+    Field("profile_stages", (SGLANG,), "list", "stages to record",
+          refused="is not supported by rlprof sessions; by_stage writes one trace per stage"),
+    Field("detailed_annotations", (SGLANG,), "bool", "SGLang's per-layer annotations",
+          refused="is not supported by rlprof sessions"),
+)
+
+BY_NAME = {f.name: f for f in FIELDS}
+FIELD_NAMES = tuple(BY_NAME)
+# Window fields, by what they say; at most one of each group per request.
+START_KEYS = ("step_start", "delay_iterations", "start_step")
+END_KEYS = ("step_end", "max_iterations", "num_steps")
+# Fields neither engine knows: a call naming one needs rlprof.
+RLPROF_ONLY = tuple(f.name for f in FIELDS if f.origin == (RLPROF,))
+
+
+def native_to(engine: str) -> tuple[str, ...]:
+    """The fields the engine itself defines (``vLLM`` or ``SGLang``)."""
+    return tuple(f.name for f in FIELDS if engine in f.origin)
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    engine: str
+    name: str
+    takes: tuple[str, ...]  # the origins of the fields it lets through
+    note: str = ""
+
+
+ENTRY_POINTS = (
+    EntryPoint(VLLM, "`POST /start_profile`", (RLPROF, VLLM, SGLANG)),
+    EntryPoint(VLLM, "`LLM`/`AsyncLLM.start_profile`", (RLPROF, VLLM, SGLANG)),
+    EntryPoint(VLLM, "`LLMEngine.start_profile`, `EngineCore.profile`", (VLLM,),
+               "vLLM's own signature down to `Worker.profile`, where rlprof parses them"),
+    EntryPoint(SGLANG, "`POST /start_profile`", (RLPROF, VLLM, SGLANG)),
+    EntryPoint(SGLANG, "`TokenizerManager`/`Engine.start_profile`", (RLPROF, VLLM, SGLANG),
+               "keyword or `ProfileReq` form on every release"),
+)
+
+
+def field_table() -> str:
+    """The Markdown table of request fields x engines x entry points."""
+    heads = [f"{e.engine} {e.name}" for e in ENTRY_POINTS]
+    lines = ["| field | from | type | " + " | ".join(heads) + " | meaning |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in heads) + " | --- |"]
+    for f in FIELDS:
+        marks = ["400" if f.refused else ("yes" if any(o in e.takes for o in f.origin) else "—")
+                 for e in ENTRY_POINTS]
+        meaning = f.meaning + (f" — refused: {f.refused}" if f.refused else "")
+        lines.append(f"| `{f.name}` | {', '.join(f.origin)} | {f.kind} | " + " | ".join(marks) + f" | {meaning} |")
+    notes = [f"- {e.engine} {e.name}: {e.note}." for e in ENTRY_POINTS if e.note]
+    return "\n".join(lines + [""] + notes) + "\n"
+
+
+if __name__ == "__main__":
+    print(field_table(), end="")

@@ -1,0 +1,48 @@
+"""verl on SGLang, in process, with and without rlprof.
+
+Replays verl's SGLang sequence (tests/clients/verl_sglang.py, which cites
+verl's source) on the real SGLang 0.5.23 CPU engine (``sglang.Engine``):
+native SGLang (``RLPROF_DISABLE=1``) refuses verl's keyword call with
+``TypeError`` since 0.5.15; with rlprof (configured through
+``RLPROF_PROFILER_CONFIG``, as a framework that builds the engine itself
+can) the call records an rlprof session and, when ``stop_profile()``
+returns, the trace is in the folder verl reads.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.traces import iteration_indices, load_trace
+
+SCRIPT = Path(__file__).with_name("verl_sglang.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def replay(out: Path, env: dict) -> dict:
+    from tests.helpers.sglang_server import SGLANG_PYTHON, available, cpu_env
+    from tests.helpers.vllm_server import TINY_MODEL
+
+    if not available():
+        pytest.skip("SGLang environment (.venv-sglang) not built")
+    proc = subprocess.run([str(SGLANG_PYTHON), str(SCRIPT), str(TINY_MODEL), str(out)],
+                          env=cpu_env(PYTHONPATH=str(REPO), **env), capture_output=True, text=True, timeout=500,
+                          cwd=REPO)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_verl_keyword_call_records_and_stop_returns_with_the_files(tmp_path):
+    native = replay(tmp_path / "native", {"RLPROF_DISABLE": "1"})
+    assert native["start"].startswith("TypeError"), native  # SGLang 0.5.23 takes a ProfileReq only
+    out = tmp_path / "rlprof"
+    ours = replay(out, {"RLPROF_PROFILER_CONFIG": json.dumps({"torch_profiler_dir": str(out),
+                                                              "torch_profiler_with_stack": False})})
+    assert ours["start"] == "ok", ours
+    assert ours["at_return"] == ours["later"] and len(ours["at_return"]) == 1, ours
+    (name,) = ours["at_return"]
+    assert name.startswith("TP-0.") and "/" not in name  # in the folder verl passed, SGLang's rank name
+    assert len(iteration_indices(load_trace(out / name))) == 6  # 1 prefill + 5 decodes for 6 tokens
