@@ -19,12 +19,15 @@ them, never ignored.
 
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
+import asyncio
 import dataclasses
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any, Optional
 
+from rlprof_plugins import writers
 from rlprof_plugins._log import session_event
 from rlprof_plugins.control import check_wait, combine, stop_wait_seconds, wait_until_written, with_step_manifest
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
@@ -181,6 +184,7 @@ def build_routes(module: Any, native: dict):
 async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
     """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
     request = build_request(body, config)
+    await asyncio.to_thread(writers.reap_all, Path(request.output_dir))
     result = combine(await send(tokenizer_manager, request.to_command()))
     mark_used()
     session_event("started", result)

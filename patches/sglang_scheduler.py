@@ -41,6 +41,7 @@ from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
+from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from .base import Patch
 from .sglang_server_args import VERSIONS
@@ -88,15 +89,6 @@ def parallel_of(manager: Any, module: Any) -> dict[str, int]:
     }
 
 
-def rank_label(pos: dict[str, int]) -> str:
-    """SGLang's own rank naming (``TP-1``, ``TP-0-PP-1``), as in native file names."""
-    parts = [f"TP-{pos['tp']}"]
-    for key, size in (("dp", "dp_size"), ("pp", "pp_size"), ("ep", "ep_size")):
-        if pos[size] > 1:
-            parts.append(f"{key.upper()}-{pos[key]}")
-    return "-".join(parts)
-
-
 def global_rank(pos: dict[str, int]) -> int:
     """tp fastest, then pp, then dp: the order ``rlprof merge`` sorts ranks in."""
     return pos["tp"] + pos["tp_size"] * (pos["pp"] + pos["pp_size"] * pos["dp"])
@@ -130,14 +122,14 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
 
         config = from_environment() or ProfilerConfig()
         pos = parallel_of(manager, module)
-        label = rank_label(pos)
+        label = sglang_rank_label(pos)
         cuda = torch.cuda.is_available()
         # On Ascend SGLang swaps torch.profiler for torch_npu's; the npu
         # backend records with torch_npu's own API and options instead.
         kind = choice.resolve(config.options.backend, choice.device_type())
         ctl = ProfilerController(
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory
-            worker_name=lambda prefix: f"{prefix}-{label}" if prefix else label,
+            worker_name=lambda prefix: sglang_worker_name(prefix, label),
             rank_name=f"rank{global_rank(pos)}",
             backend_factory=choice.factory(
                 kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),

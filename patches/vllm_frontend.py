@@ -12,9 +12,13 @@ stopping it when the workers' window closes.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+from pathlib import Path
 from typing import Any
+
+from rlprof_plugins import writers
 
 from rlprof_plugins._log import session_event
 from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_written, wait_until_written_sync,
@@ -24,6 +28,7 @@ from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.request_fields import VLLM, native_to
 from rlprof_plugins.requests import StartRequest, parse_start
+from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
 from .base import Patch
 from .vllm_engine_core import UTILITY
@@ -80,11 +85,11 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
         # The worker's settings, CPU only: the front end runs no device work.
         settings = dataclasses.replace(torch_settings(cfg), activities=("CPU",), table_sort_key="self_cpu_time_total",
                                        write_table=options_of(cfg).operator_table)
-        base_name = f"{socket.gethostname()}_{os.getpid()}.async_llm"
+        base_name = vllm_frontend_name(socket.gethostname(), os.getpid())
         recorder = FrontendRecorder(
             backend_factory=lambda overrides: TorchProfilerBackend(
                 with_overrides(settings, {k: v for k, v in (overrides or {}).items() if k != "activities"})),
-            worker_name=lambda prefix: f"{prefix}_{base_name}" if prefix else base_name,
+            worker_name=lambda prefix: vllm_worker_name(prefix, base_name),
         )
         llm.__dict__[RECORDER_ATTR] = recorder
     return recorder
@@ -94,6 +99,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
     """One parsed request on every worker (and the API-server trace); the
     route and ``AsyncLLM.start_profile`` both come here."""
     cfg = _config(llm)
+    await asyncio.to_thread(writers.reap_all, Path(request.output_dir or cfg.torch_profiler_dir))
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
     result = combine(replies)
     recorder = _recorder(llm)
@@ -192,6 +198,7 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
     request = _request(cfg, call_fields(args, kwargs))
+    writers.reap_all(Path(request.output_dir or cfg.torch_profiler_dir))
     result = combine(_call_sync(instance, request.to_command()))
     if request.warnings:
         result["warnings"] = list(request.warnings)

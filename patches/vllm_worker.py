@@ -28,6 +28,7 @@ from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.requests import parse_start
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
+from rlprof_plugins.trace.naming import vllm_worker_name
 
 from .base import Patch
 from .vllm_profiler_config import (PROFILER_CONFIG_FIELDS, VERSIONS, options_of, plugin_handles, profiler_config_of,
@@ -114,7 +115,7 @@ def controller_for(worker: Any) -> ProfilerController:
         factory = backend_factory(cfg, options_of(cfg))
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
-            worker_name=lambda prefix: f"{prefix}_{suffix}" if prefix else suffix,
+            worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
             rank_name=suffix,
             backend_factory=factory,
             manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},

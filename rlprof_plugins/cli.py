@@ -40,6 +40,15 @@ def _progress(args) -> Callable[[str], None] | None:
     return lambda message: print(message, file=sys.stderr, flush=True)
 
 
+def _reap(root: Path) -> None:
+    """Writers whose process is gone leave their step ``exporting`` for good:
+    mark them failed (same machine only) before reading the folder."""
+    from .writers import reap_all
+
+    for folder, names in reap_all(root).items():
+        print(f"rlprof: {folder}: {', '.join(names)} marked failed: the writing process is gone", file=sys.stderr)
+
+
 def _emit(args, data: dict, text: str) -> None:
     print(json.dumps(data, indent=2) if getattr(args, "json", False) else text)
 
@@ -54,6 +63,7 @@ def cmd_merge(args) -> int:
         if not p.exists():
             raise CliError(f"{p}: no such file or directory")
     if len(paths) == 1 and paths[0].is_dir():
+        _reap(paths[0])
         pl = plan(paths[0])
         groups, unplaced = pl.groups, pl.unplaced
         if args.output and len(groups) > 1:
@@ -119,6 +129,7 @@ def cmd_summary(args) -> int:
     root = Path(args.dir)
     if not root.is_dir():
         raise CliError(f"{root}: no such directory")
+    _reap(root)
     data = summarise(root, progress=_progress(args))
     if not any(step["stages"] for step in data["steps"]):
         raise CliError(f"{root}: no rank traces found")

@@ -15,7 +15,6 @@ from pathlib import Path
 from .errors import RequestError
 
 STEP_DIR_PREFIX = "global_step_"
-TRACE_SUFFIX = ".pt.trace.json"
 
 
 def session_dir(root: str | os.PathLike, global_step: int | None) -> Path:
@@ -38,11 +37,6 @@ def contained(base: Path, name: str, *, field: str) -> Path:
     if target == base or base not in target.parents:
         raise RequestError(field, f"would place files outside the output directory: {name!r}")
     return target
-
-
-def trace_file_name(worker_name: str, timestamp_ns: int, use_gzip: bool) -> str:
-    """Same shape as torch's ``tensorboard_trace_handler``, as vLLM writes it."""
-    return f"{worker_name}.{timestamp_ns}{TRACE_SUFFIX}{'.gz' if use_gzip else ''}"
 
 
 def _umask() -> int:

@@ -35,6 +35,32 @@ def aggregate_state(states: list[str]) -> str:
     return "done" if states else "idle"
 
 
+def _write(directory: Path, data: dict[str, Any]) -> None:
+    """Recompute the overall state and file list, then write atomically (under the lock)."""
+    ranks = [w for w, s in data["writers"].items() if s.get("role") == "worker"]
+    states = [s["state"] for s in data["writers"].values()]
+    expected = data.get("expected_ranks") or len(ranks)
+    if len(ranks) < expected:
+        states.append("recording")  # a rank has not reported yet
+    data["state"] = aggregate_state(states)
+    data["files"] = sorted((f for s in data["writers"].values() for f in s.get("files", [])), key=lambda f: f["path"])
+    data["updated_at"] = time.time()
+    write_text_atomic(directory / MANIFEST, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def rewrite(directory: Path, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    """Apply ``change`` to the manifest under the lock; written when it returns
+    True. Returns the manifest (None when the folder has none)."""
+    if not (directory / MANIFEST).exists():
+        return None
+    with open(directory / LOCK, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = read(directory)
+        if data is not None and change(data):
+            _write(directory, data)
+    return data
+
+
 def read(directory: Path) -> dict[str, Any] | None:
     try:
         return json.loads((directory / MANIFEST).read_text())
@@ -66,18 +92,10 @@ def update(
         before = data.get("state")
         for key, value in header.items():
             data.setdefault(key, value)
-        data["writers"][writer] = section
-        ranks = [w for w, s in data["writers"].items() if s.get("role") == "worker"]
-        states = [s["state"] for s in data["writers"].values()]
-        expected = data.get("expected_ranks") or len(ranks)
-        if len(ranks) < expected:
-            states.append("recording")  # a rank has not reported yet
-        data["state"] = aggregate_state(states)
-        data["files"] = sorted(
-            (f for s in data["writers"].values() for f in s.get("files", [])), key=lambda f: f["path"]
-        )
-        data["updated_at"] = time.time()
-        write_text_atomic(directory / MANIFEST, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        from .writers import identity
+
+        data["writers"][writer] = {**section, "process": identity()}
+        _write(directory, data)
     if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:
         on_complete(data)  # outside the lock: it may update the manifest itself
     return data

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import finalize, manifest
-from .backends import Backend
+from .backends import Backend, RecordingKept
 from .errors import RequestError
 from .layout import session_dir
 from .requests import shift_to
@@ -354,6 +354,12 @@ class ProfilerController:
             s.directory.mkdir(parents=True, exist_ok=True)
             written = backend.export(s.directory, s.worker_name, by_stage=s.by_stage)
             files = [f.describe(s.directory, self._rank_name, "worker") for f in written]
+        except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
+            with self._lock:
+                s.files = [f.describe(s.directory, self._rank_name, "worker") for f in e.kept]
+                s.export_seconds = time.perf_counter() - t0
+                self._fail(s, e)
+            return
         except Exception as e:
             with self._lock:
                 s.export_seconds = time.perf_counter() - t0

@@ -33,6 +33,19 @@ class ExportedFile:
         }
 
 
+class RecordingKept(RuntimeError):
+    """An export that failed after the recording reached the disk. The
+    recording stays where it is (``kept``, described in the manifest); the
+    session is ``failed`` with the reason and the command that finishes the
+    job later (``finish``). A failure after recording never deletes recorded data."""
+
+    def __init__(self, reason: str, kept: list[ExportedFile], finish: str) -> None:
+        super().__init__(f"{reason}; the recording is kept, finish it with: {finish}")
+        self.reason = reason
+        self.kept = kept
+        self.finish = finish
+
+
 def size_of(path: Path) -> int:
     """Bytes of a file, or of every file under a directory."""
     if path.is_dir():

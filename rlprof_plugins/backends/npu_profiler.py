@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..trace.stage_split import split_in_subprocess
-from . import ExportedFile
+from . import ExportedFile, RecordingKept
 from .npu_options import NpuSettings
 
 ASCEND_SUFFIX = "_ascend_pt"
@@ -125,6 +125,7 @@ class NpuProfilerBackend:
 
     def export(self, directory: Path, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
         assert self._staging is not None, "export() before prepare()"
+        failure: Exception | None = None
         try:
             produced = sorted(p for p in self._staging.iterdir() if p.is_dir() and p.name.endswith(ASCEND_SUFFIX))
             if len(produced) != 1:
@@ -132,17 +133,28 @@ class NpuProfilerBackend:
                                    f"in {self._staging} (expected 1)")
             raw = produced[0]
             if self.settings.analyse:
-                analyse_in_subprocess(raw, self.settings.export_type)
+                try:
+                    analyse_in_subprocess(raw, self.settings.export_type)
+                except Exception as e:  # the raw recording is kept; only the derived output goes
+                    failure = e
+                    shutil.rmtree(raw / OUTPUT_DIR, ignore_errors=True)
             final = directory / raw.name
             os.replace(raw, final)  # one rename: the directory appears complete
         finally:
             shutil.rmtree(self._staging, ignore_errors=True)
         written = [ExportedFile(final, "npu_profile")]
+        if failure is not None:
+            raise RecordingKept(str(failure), written, f"rlprof npu-analyse {final}")
         if by_stage:
             view = trace_view_of(final)
             if not view.exists():
-                raise RuntimeError(f"by_stage needs torch_npu's {OUTPUT_DIR}/{TRACE_VIEW} in {final.name}; "
-                                   "its analysis wrote none (export_type must include text)")
-            for stage, path in split_in_subprocess(view, directory, f"{worker_name}.{time.time_ns()}"):
-                written.append(ExportedFile(path, "trace", stage))
+                raise RecordingKept(f"by_stage needs torch_npu's {OUTPUT_DIR}/{TRACE_VIEW} in {final.name}; its "
+                                    "analysis wrote none (export_type must include text)", written,
+                                    f"rlprof npu-analyse {final}, then rlprof split-stages {view} -o {directory}")
+            try:
+                for stage, path in split_in_subprocess(view, directory, f"{worker_name}.{time.time_ns()}"):
+                    written.append(ExportedFile(path, "trace", stage))
+            except Exception as e:
+                raise RecordingKept(f"splitting by stage failed: {e}", written,
+                                    f"rlprof split-stages {view} -o {directory}") from e
         return written

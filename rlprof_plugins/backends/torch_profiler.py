@@ -15,9 +15,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..layout import atomic_target, publish, trace_file_name, write_text_atomic
+from ..layout import atomic_target, publish, write_text_atomic
+from ..trace.naming import trace_file
 from ..trace.stage_split import split_in_subprocess
-from . import ExportedFile
+from . import ExportedFile, RecordingKept
 
 
 @dataclass(frozen=True)
@@ -109,26 +110,34 @@ class TorchProfilerBackend:
         assert self._prof is not None, "export() before start()"
         s = self.settings
         ns = time.time_ns()
-        final = directory / trace_file_name(worker_name, ns, s.use_gzip)
+        final = directory / trace_file(worker_name, ns, gzip=s.use_gzip)
         raw = atomic_target(final)
         written: list[ExportedFile] = []
         try:
             self._prof.export_chrome_trace(str(raw))
-            if by_stage:
-                for stage, path in split_in_subprocess(raw, directory, f"{worker_name}.{ns}", s.use_gzip):
-                    written.append(ExportedFile(path, "trace", stage))
-            elif s.use_gzip:
-                packed = atomic_target(final)
-                try:
-                    with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    publish(packed, final)
-                finally:
-                    packed.unlink(missing_ok=True)
-                written.append(ExportedFile(final))
-            else:
-                publish(raw, final)
-                written.append(ExportedFile(final))
+            try:
+                if by_stage:
+                    for stage, path in split_in_subprocess(raw, directory, f"{worker_name}.{ns}", s.use_gzip):
+                        written.append(ExportedFile(path, "trace", stage))
+                elif s.use_gzip:
+                    packed = atomic_target(final)
+                    try:
+                        with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+                            shutil.copyfileobj(src, dst, 1 << 20)
+                        publish(packed, final)
+                    finally:
+                        packed.unlink(missing_ok=True)
+                    written.append(ExportedFile(final))
+                else:
+                    publish(raw, final)
+                    written.append(ExportedFile(final))
+            except Exception as e:  # the whole trace is on disk: keep it, uncompressed, under its final name
+                whole = directory / trace_file(worker_name, ns, gzip=False)
+                publish(raw, whole)
+                finish = (f"rlprof split-stages {whole} -o {directory}" if by_stage
+                          else f"gzip {whole}")
+                raise RecordingKept(f"{'splitting by stage' if by_stage else 'compressing'} failed: "
+                                    f"{type(e).__name__}: {e}", written + [ExportedFile(whole)], finish) from e
         finally:
             raw.unlink(missing_ok=True)
         if s.write_table:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
+from .naming import DEVICE_CATS, DEVICE_WORDS
 from .sources import MergeGroup, RankFile
 from .stream import TraceReader, TraceWriter, base_time_ns, first_ts_ns, ts_ns
 
@@ -34,8 +35,6 @@ ID_STRIDE = 10**12
 FLOW_PHASES = frozenset("stf")
 ASYNC_PHASES = frozenset("bne")
 ID_ARGS = ("correlation", "External id")
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_driver_kernel"})
-DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device", "Ascend")
 REPLACED_METADATA = frozenset({"process_name", "process_sort_index"})
 PROGRESS_EVERY = 200_000
 

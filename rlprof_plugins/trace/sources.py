@@ -1,22 +1,14 @@
 """Which trace files of a step folder belong together, and whose they are.
 
 With a manifest (written by the plugin) every file's rank, stage and role
-are read from it. Without one (a folder written by a native engine) the
-engines' own naming is recognised:
+are read from it. Without one (a folder written by a native engine, or a
+session without a global step) the names say it: every form a tested vLLM
+or SGLang release, torch_npu or rlprof writes is known to ``naming`` (one
+merge group per session and stage, holding every rank). A name that carries
+no rank (vLLM's env era: torch's ``<host>_<pid>`` default) is placed by the
+rank its trace header records (``distributedInfo``).
 
-- vLLM: ``[prefix_]<rank suffix>.<ns>.pt.trace.json[.gz]`` where the suffix
-  is ``rank<R>`` or ``dp<D>_pp<P>_tp<T>[_dcp<C>][_ep<E>]_rank<R>``, and the
-  API server's ``<host>_<pid>.async_llm.<ns>.pt.trace.json[.gz]``; rlprof's
-  by-stage files add ``.prefill``/``.decode`` before ``.pt.trace``.
-- SGLang: ``[prefix-]<profile_id>-TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>][-EXTEND|-DECODE].trace.json.gz``,
-  and rlprof's SGLang files ``[prefix-]TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>].<ns>[.prefill|.decode].pt.trace.json.gz``.
-
-- torch_npu (Ascend): a directory ``<worker>_<pid>_<time>_ascend_pt`` per
-  rank, where ``<worker>`` is one of the rank names above; its analysed
-  timeline ``ASCEND_PROFILER_OUTPUT/trace_view.json`` is the rank's trace.
-  A directory not analysed yet is reported with the command to run first.
-
-Files that match neither, or that would put two files of one rank into one
+Files that match no form, or that would put two files of one rank into one
 merge, are reported as unplaced with the reason, never guessed.
 """
 
@@ -27,30 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest
-from ..backends.npu_profiler import ASCEND_SUFFIX, trace_view_of
+from . import naming
+from .naming import ASCEND_SUFFIX, is_trace
+from ..backends.npu_profiler import trace_view_of
 
-MERGED_NAME = "merged"
-
-_VLLM_RANK = re.compile(
-    r"^(?:(?P<prefix>.+)_)?(?:dp(?P<dp>\d+)_pp(?P<pp>\d+)_tp(?P<tp>\d+)(?:_dcp\d+)?(?:_ep(?P<ep>\d+))?_)?"
-    r"rank(?P<rank>\d+)\.(?P<ns>\d+)(?:\.(?P<stage>prefill|decode))?\.pt\.trace\.json(?:\.gz)?$"
-)
-_VLLM_FRONTEND = re.compile(
-    r"^(?:(?P<prefix>.+)_)?(?P<host>[^.]+)_(?P<pid>\d+)\.async_llm\.(?P<ns>\d+)(?:\.(?P<stage>prefill|decode))?"
-    r"\.pt\.trace\.json(?:\.gz)?$"
-)
-_SGLANG = re.compile(
-    r"^(?P<group>.+?)-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
-    r"(?:-(?P<stage>EXTEND|DECODE))?\.trace\.json(?:\.gz)?$"
-)
-_ASCEND = re.compile(r"^(?P<worker>.+)_(?P<pid>\d+)_(?P<time>\d{17})" + re.escape(ASCEND_SUFFIX) + "$")
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
                 "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")
-_SGLANG_STAGES = {"EXTEND": "prefill", "DECODE": "decode", "prefill": "prefill", "decode": "decode"}
-_RLPROF_SGLANG = re.compile(
-    r"^(?:(?P<group>.+?)-)?TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
-    r"\.(?P<ns>\d+)(?:\.(?P<stage>prefill|decode))?\.pt\.trace\.json(?:\.gz)?$"
-)
 
 
 @dataclass
@@ -82,21 +56,13 @@ class MergeGroup:
 
     @property
     def output(self) -> Path:
-        parts = [MERGED_NAME] + ([self.group] if self.group else []) + ([self.stage] if self.stage else [])
-        return self.directory / (".".join(parts) + ".pt.trace.json.gz")
+        return self.directory / naming.merged_file(self.group, self.stage)
 
 
 @dataclass
 class Plan:
     groups: list[MergeGroup]
     unplaced: list[tuple[Path, str]]
-
-
-def is_trace(path: Path) -> bool:
-    name = path.name
-    return (name.endswith(".trace.json.gz") or name.endswith(".trace.json")) and not name.startswith(
-        (".", MERGED_NAME + ".", MERGED_NAME + "-")
-    )
 
 
 def positions_from_rank(rank: int, parallel: dict | None) -> dict[str, int]:
@@ -183,15 +149,15 @@ def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
     unplaced: list[tuple[Path, str]] = []
     for path in sorted(p for p in directory.iterdir() if p.is_file() and is_trace(p)):
-        rf, key = _recognise(path)
+        rf, key = _recognise(path, naming.parse(path.name))
         if rf is None:
-            unplaced.append((path, "file name matches neither vLLM's nor SGLang's rank naming"))
+            unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
-    for path in sorted(p for p in directory.iterdir() if p.is_dir() and _ASCEND.match(p.name)):
-        rf, key = _recognise_ascend(path)
+    for path in sorted(p for p in directory.iterdir() if p.is_dir() and p.name.endswith(ASCEND_SUFFIX)):
+        rf, key = _recognise(trace_view_of(path), naming.parse_ascend_folder(path.name), absolute_time=True)
         if rf is None:
-            unplaced.append((path, "torch_npu directory whose worker name is neither vLLM's nor SGLang's rank name"))
+            unplaced.append((path, "torch_npu directory whose worker name is no rank name rlprof knows"))
         elif not rf.path.exists():
             unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
         else:
@@ -204,32 +170,14 @@ def _from_names(directory: Path) -> Plan:
     return Plan(out, unplaced)
 
 
-def _recognise(path: Path) -> tuple[RankFile | None, tuple[str, str | None]]:
-    name = path.name
-    m = _VLLM_RANK.match(name)
-    if m:
-        rank = int(m.group("rank"))
-        pos = {k: int(m.group(k)) for k in ("tp", "pp", "dp", "ep") if m.group(k) is not None}
-        rf = RankFile(path, f"rank{rank}", "worker", (0, rank), pos)
-        return rf, (m.group("prefix") or "", m.group("stage"))
-    m = _VLLM_FRONTEND.match(name)
-    if m:
-        return RankFile(path, "frontend", "frontend", (1, 0)), (m.group("prefix") or "", m.group("stage"))
-    m = _SGLANG.match(name) or _RLPROF_SGLANG.match(name)
-    if m:
-        pos = {k: int(m.group(k)) for k in ("tp", "pp", "dp", "ep") if m.group(k) is not None}
-        label = "-".join(f"{k.upper()}{pos[k]}" for k in ("dp", "pp", "tp", "ep") if k in pos)
-        order = (0, pos.get("dp", 0), pos.get("pp", 0), pos.get("tp", 0), pos.get("ep", 0))
-        stage = _SGLANG_STAGES.get(m.group("stage") or "")
-        return RankFile(path, label, "worker", order, pos), (m.group("group") or "", stage)
-    return None, ("", None)
-
-
-def _recognise_ascend(path: Path) -> tuple[RankFile | None, tuple[str, str | None]]:
-    """A torch_npu directory, through the rank name it was recorded under."""
-    worker = _ASCEND.match(path.name).group("worker")
-    rf, key = _recognise(Path(f"{worker}.0.pt.trace.json"))  # as rlprof names that rank's torch traces
-    if rf is None:
+def _recognise(path: Path, name: naming.TraceName | None, absolute_time: bool = False
+               ) -> tuple[RankFile | None, tuple[str, str | None]]:
+    if name is None or name.role == "merged":
         return None, ("", None)
-    rf.path, rf.absolute_time = trace_view_of(path), True
-    return rf, key
+    if name.role == "worker" and name.rank is None and not name.position:
+        rank = naming.trace_rank(path)  # vLLM's env era: only the trace knows its rank
+        if rank is None:
+            return None, ("", None)
+        name = naming.TraceName("worker", name.group, name.stage, rank, {}, name.form)
+    rf = RankFile(path, name.label, name.role, name.order, absolute_time=absolute_time, position=dict(name.position))
+    return rf, (name.group, name.stage)

@@ -30,12 +30,9 @@ from pathlib import Path
 from typing import Iterable
 
 from ..stages import ITERATION_RE, STAGES
+from .naming import TRACE_SUFFIX, is_device_event as _is_device
 from .stream import TraceFormatError, TraceReader, TraceWriter
 
-
-def _is_device(e: dict) -> bool:
-    cat = str(e.get("cat", "")).lower()
-    return e.get("ph") == "X" and (cat in ("kernel", "gpu_memcpy", "gpu_memset") or cat.startswith("gpu_"))
 
 
 def _flow_key(e: dict) -> tuple:
@@ -138,7 +135,7 @@ def split(trace: dict, stages: Iterable[str] = STAGES) -> dict[str, dict]:
 
 def stage_file_name(basename: str, stage: str, gzip: bool = True) -> str:
     """``rank0.<ns>`` -> ``rank0.<ns>.prefill.pt.trace.json.gz``."""
-    return f"{basename}.{stage}.pt.trace.json{'.gz' if gzip else ''}"
+    return f"{basename}.{stage}{TRACE_SUFFIX}{'.gz' if gzip else ''}"
 
 
 def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True,

@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 from ..layout import STEP_DIR_PREFIX
 from ..stages import ITERATION_RE
+from .naming import DEVICE_WORK_CATS
 from .sources import plan
 from .stream import TraceReader, ts_ns
 
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CPU_OP_CATS = frozenset({"cpu_op"})
 # torch records rlprof's ranges as user annotations; torch_npu as framework ops.
 ITERATION_CATS = frozenset({"user_annotation", "cpu_op"})
@@ -100,7 +100,7 @@ def trace_stats(path: Path, rank: str, stage: str | None) -> TraceStats:
             if cat in ITERATION_CATS and ITERATION_RE.match(name):
                 st.iterations += 1
                 st.busy_us += dur
-            elif cat in DEVICE_CATS:
+            elif cat in DEVICE_WORK_CATS:
                 st.device_ops[name] += dur
             elif cat in CPU_OP_CATS:
                 cpu_ops[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, name))

@@ -473,3 +473,63 @@ def test_native_requests_reach_sglangs_own_endpoint_when_unconfigured(patched, t
     from sglang.srt.managers import io_struct
 
     assert bool(kwargs) == hasattr(io_struct, "ProfileReqInput")  # keyword era up to 0.5.14
+
+
+class _Exported(Exception):
+    """Raised by the stand-in profiler's export: carries the path SGLang chose."""
+
+
+def _native_trace_name(monkeypatch, tmp_path, tp: int, pp: int, prefix: str | None, stage: str | None) -> str:
+    """The file name this release's own stop gives one rank's trace (TP=2 x PP=2):
+    its ``stop_profile``/``_stop_profile`` runs up to the export, where a
+    stand-in torch profiler reports the path instead of writing."""
+    import types
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    pos = types.SimpleNamespace(tp_rank=tp, pp_rank=pp, dp_rank=0, moe_ep_rank=0, tp_size=2, pp_size=2,
+                                dp_size=1, num_dp_ranks=1, moe_ep_size=1)
+    if MIXIN_ERA:
+        from sglang.srt.managers.scheduler import Scheduler
+
+        holder = object.__new__(Scheduler)
+        for name, value in vars(pos).items():
+            setattr(holder, name, value)
+        stop = holder.stop_profile
+    else:
+        from sglang.srt.managers.scheduler_components import profiler_manager as module
+
+        holder = object.__new__(module.SchedulerProfilerManager)
+        holder.ps = pos
+        if hasattr(module, "get_parallel"):
+            monkeypatch.setattr(module, "get_parallel", lambda: pos)
+        stop = holder._stop_profile
+
+    def export(path):
+        raise _Exported(path)
+
+    holder.profile_in_progress = True
+    holder.torch_profiler_output_dir = Path(tmp_path)
+    holder.profile_prefix, holder.profile_id = prefix, "1795353928.61"
+    holder.torch_profiler = types.SimpleNamespace(stop=lambda: None, export_chrome_trace=export)
+    with pytest.raises(_Exported) as e:
+        stop(stage={"prefill": ForwardMode.EXTEND, "decode": ForwardMode.DECODE, None: None}[stage])
+    return os.path.basename(str(e.value.args[0]))
+
+
+@pytest.mark.parametrize("prefix", [None, "rollout"])
+@pytest.mark.parametrize("stage", [None, "prefill", "decode"])
+def test_release_trace_names_read_back(monkeypatch, tmp_path, prefix, stage):
+    """What this release names each rank's trace reads back as that rank, one
+    merge group per session and stage (``rlprof_plugins.trace.naming``)."""
+    from rlprof_plugins.trace import naming
+
+    parsed = {}
+    for pp in range(2):
+        for tp in range(2):
+            name = _native_trace_name(monkeypatch, tmp_path, tp, pp, prefix, stage)
+            parsed[(pp, tp)] = naming.parse(name)
+            assert parsed[(pp, tp)] is not None and parsed[(pp, tp)].role == "worker", name
+    assert len({(p.group, p.stage) for p in parsed.values()}) == 1, parsed
+    assert {p.stage for p in parsed.values()} == {stage}
+    assert {key: (p.position["pp"], p.position["tp"]) for key, p in parsed.items()} == {k: k for k in parsed}

@@ -383,3 +383,51 @@ def test_profiler_kwargs_through_the_http_body(patched, tmp_path, monkeypatch):
     assert _python_frames(folder) > 0
     trace = load_trace(manifest_traces(folder)["rank0"])
     assert any("Input Dims" in (e.get("args") or {}) for e in trace["traceEvents"])  # record_shapes
+
+
+def _names_from_this_release(monkeypatch, tmp_path) -> dict[int, str]:
+    """Worker trace names (without ``.<ns>.pt.trace.json.gz``) for a TP=2 x PP=2
+    engine, as this release's own code builds them: ``get_worker_rank_suffix``
+    (0.17+), the worker's ``<instance_id>-rank-<R>`` (0.12-0.16, read from its
+    source), torch's ``tensorboard_trace_handler`` default (env era)."""
+    import re
+    import types
+
+    ranks = {tp + 2 * pp: (pp, tp) for pp in range(2) for tp in range(2)}
+    try:
+        from vllm.distributed import parallel_state
+        from vllm.distributed.utils import get_worker_rank_suffix
+    except ImportError:
+        get_worker_rank_suffix = None
+    if get_worker_rank_suffix is not None:
+        names = {}
+        for rank, (pp, tp) in ranks.items():
+            for group, value in (("dp", 0), ("pp", pp), ("tp", tp), ("dcp", 0), ("ep", 0)):
+                monkeypatch.setattr(parallel_state, f"get_{group}_group",
+                                    lambda value=value: types.SimpleNamespace(rank_in_group=value), raising=False)
+            names[rank] = get_worker_rank_suffix(global_rank=rank)
+        return names
+    source = inspect.getsource(importlib.import_module("vllm.v1.worker.gpu_worker"))
+    found = re.search(r'worker_name = (f"\{vllm_config\.instance_id\}[^"]*")', source)
+    if found:
+        return {rank: eval(found.group(1), {"vllm_config": types.SimpleNamespace(instance_id="a1b2c3d4"),  # noqa: S307
+                                            "self": types.SimpleNamespace(rank=rank)}) for rank in ranks}
+    written = []
+    handler = torch.profiler.tensorboard_trace_handler(str(tmp_path), use_gzip=True)
+    handler(types.SimpleNamespace(export_chrome_trace=written.append))
+    return {None: re.sub(r"\.\d+\.pt\.trace\.json(\.gz)?$", "", os.path.basename(written[0]))}
+
+
+def test_release_trace_names_read_back(monkeypatch, tmp_path):
+    """What this release names a worker trace reads back as that rank, with
+    and without a prefix (``rlprof_plugins.trace.naming``)."""
+    from rlprof_plugins.trace import naming
+
+    names = _names_from_this_release(monkeypatch, tmp_path)
+    for rank, worker in names.items():
+        for prefix in ((None, "rollout") if rank is not None and "-rank-" not in worker else (None,)):
+            parsed = naming.parse(naming.trace_file(naming.vllm_worker_name(prefix, worker), 1795))
+            assert parsed is not None and parsed.role == "worker", worker
+            assert parsed.rank == rank and parsed.group in ((prefix or ""), "a1b2c3d4"), (worker, parsed)
+            if parsed.position:
+                assert (parsed.position["tp"], parsed.position["pp"]) == (rank % 2, rank // 2), (worker, parsed)

@@ -193,3 +193,47 @@ def test_a_backend_that_cannot_start_fails_the_session_and_leaves_nothing(torch_
     assert reply["session"]["state"] == "failed" and "Level9" in reply["session"]["error"]
     assert [p.name for p in (tmp_path / "global_step_2").iterdir()] in (["manifest.json"],
                                                                         [".manifest.lock", "manifest.json"])
+
+
+def test_failed_analysis_keeps_the_recording_and_says_how_to_finish(torch_npu, tmp_path, monkeypatch, capsys):
+    """torch_npu's analysis fails (no CANN toolkit): the raw ``*_ascend_pt``
+    recording stays in the step folder, the step says ``failed`` with the
+    analysis error and the command that finishes it, and that command does."""
+    monkeypatch.setenv("RLPROF_STANDIN_NO_CANN", "1")
+    status = record_step(tmp_path, parse_options({"backend": "npu"}))
+    assert status["state"] == "failed", status
+    assert "msprof not found" in status["error"] and "rlprof npu-analyse" in status["error"]
+    folder = tmp_path / "global_step_37"
+    (raw,) = ascend_dirs(folder)
+    assert (raw / "profiler_info.json").exists() and not (raw / "ASCEND_PROFILER_OUTPUT").exists()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["state"] == "failed"
+    assert [f["kind"] for f in manifest["files"]] == ["npu_profile"]  # the kept recording, listed
+    assert not [p for p in folder.iterdir() if p.name.startswith(".rlprof-npu-")]  # no staging left
+    monkeypatch.delenv("RLPROF_STANDIN_NO_CANN")
+    assert cli.main(["npu-analyse", str(raw), "--json"]) == 0
+    capsys.readouterr()
+    view = raw / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    assert iteration_indices(load_trace(view)) == [1, 2]  # the window, recovered
+
+
+def test_failed_stage_split_keeps_the_whole_trace(tmp_path, monkeypatch):
+    """torch backend: splitting by stage fails after the trace was written:
+    the whole trace stays, listed, and the error says how to split it later."""
+    from rlprof_plugins.backends import torch_profiler
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch_profiler, "split_in_subprocess", broken)
+    ctl = ProfilerController(
+        root_dir=str(tmp_path), worker_name=lambda prefix: "rank0", rank_name="rank0",
+        backend_factory=lambda table, overrides: torch_profiler.TorchProfilerBackend(TorchSettings()),
+        manifest_header={"engine": "test", "expected_ranks": 1},
+    )
+    assert start(ctl, global_step=4, step_start=0, step_end=2, by_stage=True)["ok"]
+    run_iterations(ctl, 3, [PREFILL, DECODE])
+    status = settle(ctl, 4)
+    assert status["state"] == "failed" and "rlprof split-stages" in status["error"], status
+    (kept,) = status["files"]
+    assert kept.endswith(".pt.trace.json") and iteration_indices(load_trace(kept)) == [0, 1]

@@ -3,7 +3,8 @@ import os
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.layout import contained, session_dir, trace_file_name, write_text_atomic
+from rlprof_plugins.layout import contained, session_dir, write_text_atomic
+from rlprof_plugins.trace.naming import trace_file
 
 
 def test_without_global_step_layout_is_native(tmp_path):
@@ -37,8 +38,8 @@ def test_symlinked_step_folder_pointing_outside_is_refused(tmp_path):
 
 
 def test_trace_name_matches_torch_handler():
-    assert trace_file_name("rank0", 12, True) == "rank0.12.pt.trace.json.gz"
-    assert trace_file_name("p_rank1", 12, False) == "p_rank1.12.pt.trace.json"
+    assert trace_file("rank0", 12, gzip=True) == "rank0.12.pt.trace.json.gz"
+    assert trace_file("p_rank1", 12, gzip=False) == "p_rank1.12.pt.trace.json"
 
 
 def test_atomic_write_leaves_no_temporary(tmp_path):

@@ -194,6 +194,13 @@ def _trace_view(raw_path: str) -> list:
 def analyse(profiler_path: str, max_process_number: int = os.cpu_count() // 2 or 1,
             export_type: Optional[Any] = None):
     record("analyse", profiler_path=profiler_path, max_process_number=max_process_number, export_type=export_type)
+    out = os.path.join(profiler_path, OUTPUT_DIR)
+    if os.environ.get("RLPROF_STANDIN_NO_CANN"):
+        # what the real analysis does on a host without the CANN toolkit: it
+        # starts writing its output, then fails parsing the device data
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, "trace_view.json"), "w").close()
+        raise RuntimeError("msprof not found: the CANN toolkit (ASCEND_TOOLKIT_HOME) is not installed")
     with open(os.path.join(profiler_path, "profiler_info.json")) as f:
         config = json.load(f)["config"]["experimental_config"]
     types = export_type or config.get("export_type") or [ExportType.Text]

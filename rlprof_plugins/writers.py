@@ -1,0 +1,119 @@
+"""Which process writes a step folder, and what happens when it is gone.
+
+Every section a process writes into ``manifest.json`` carries its identity
+(host, pid, the process's start time and the machine's boot id), so a reader
+on the same machine can tell a writer that is still exporting from one that
+was killed (SIGKILL, the OOM killer, a crashed engine): a dead writer would
+otherwise leave its step ``exporting`` for good, also after a restart.
+``reap`` marks such writers ``failed`` with the reason and removes the
+temporary files they left (``layout.atomic_target`` names); it runs at the
+next start request and in the ``rlprof`` tools. Recorded data is never
+removed: only a dead writer's unfinished temporaries, which no process will
+complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import manifest
+
+logger = logging.getLogger("rlprof")
+
+STEP_GLOB = "global_step_*"
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None when no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name before ")" may hold spaces
+    except (IndexError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def _identity(pid: int) -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": pid, "started": _start_ticks(pid), "boot": _boot_id()}
+
+
+def identity() -> dict[str, Any]:
+    """This process, as a manifest section records it."""
+    return dict(_identity(os.getpid()))
+
+
+def alive(process: dict[str, Any] | None) -> bool | None:
+    """Whether the process that wrote a section still runs; None when this
+    machine cannot tell (no identity recorded, or another host)."""
+    if not process or process.get("host") != socket.gethostname() or not process.get("pid"):
+        return None
+    if process.get("boot") and _boot_id() and process["boot"] != _boot_id():
+        return False  # the machine restarted since
+    started = _start_ticks(int(process["pid"]))
+    if started is None:
+        return False
+    return process.get("started") in (None, started)  # a different start time: the pid was reused
+
+
+def reap(directory: Path) -> list[str]:
+    """Mark the writers of one step folder whose process is gone ``failed``;
+    remove the temporaries left once no writer there is still at work.
+    Returns the names of the writers marked."""
+    marked: list[str] = []
+
+    def change(data: dict[str, Any]) -> bool:
+        for name, section in data.get("writers", {}).items():
+            before = section.get("state")
+            if before in manifest.ACTIVE and alive(section.get("process")) is False:
+                p = section["process"]
+                section["state"] = "failed"
+                section["error"] = (f"process gone: pid {p['pid']} on {p['host']} ended while {before}; "
+                                    "what it had not written is lost")
+                marked.append(name)
+        return bool(marked)
+
+    data = manifest.rewrite(directory, change)
+    if data is not None and not any(s.get("state") in manifest.ACTIVE for s in data.get("writers", {}).values()):
+        for tmp in directory.glob(".*.tmp"):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+    for name in marked:
+        logger.warning("rlprof: %s: writer %s marked failed (its process is gone)", directory, name)
+    return marked
+
+
+def reap_all(root: Path) -> dict[str, list[str]]:
+    """``reap`` every step folder under ``root`` (or ``root`` itself) that a
+    manifest says is still at work. Never raises: a tool or a start request
+    must go on regardless."""
+    root = Path(root)
+    found: dict[str, list[str]] = {}
+    try:
+        folders = [root] if (root / manifest.MANIFEST).exists() else sorted(root.glob(STEP_GLOB))
+        for folder in folders:
+            data = manifest.read(folder)
+            if data is None or data.get("state") not in manifest.ACTIVE:
+                continue
+            marked = reap(folder)
+            if marked:
+                found[str(folder)] = marked
+    except Exception as e:
+        logger.warning("rlprof: checking %s for writers that are gone failed: %s", root, e)
+    return found

@@ -1,0 +1,65 @@
+"""A real vLLM worker killed while it exports its trace: no step waits forever.
+
+The worker process is SIGKILLed while its step's manifest says it is
+exporting (stacks on, so torch's stop and the export take seconds). The
+server is restarted on the same folder; at its next start request the dead
+writers of the old step are marked ``failed`` (process gone), their
+temporary files are removed, and the new step completes.
+"""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.helpers.traces import manifest_traces
+from tests.helpers.vllm_server import start_server
+
+pytestmark = pytest.mark.vllm
+
+
+def manifest_of(folder):
+    try:
+        return json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_worker_killed_mid_export_leaves_a_failed_step_not_a_stuck_one(tmp_path):
+    traces = tmp_path / "traces"
+    config = {"profiler": "torch", "torch_profiler_dir": str(traces), "torch_profiler_with_stack": True,
+              "ignore_frontend": True}
+    server = start_server(tmp_path, config)
+    step = traces / "global_step_1"
+    try:
+        assert server.post("/start_profile", {"global_step": 1}).status_code == 200
+        for _ in range(4):
+            server.complete(max_tokens=32)
+        assert server.post("/stop_profile", {"wait": False}).status_code == 200
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            rank0 = ((manifest_of(step) or {}).get("writers") or {}).get("rank0") or {}
+            if rank0.get("state") == "exporting":
+                break
+            time.sleep(0.01)
+        assert rank0.get("state") == "exporting", manifest_of(step)
+        os.kill(rank0["process"]["pid"], signal.SIGKILL)  # mid-export: torch's stop or the writing
+    finally:
+        server.stop()
+    assert manifest_of(step)["state"] == "exporting"  # what a dead writer leaves behind
+
+    (tmp_path / "again").mkdir()
+    server = start_server(tmp_path / "again", config)  # the same trace folder
+    try:
+        assert server.post("/start_profile", {"global_step": 2, "step_end": 3}).status_code == 200
+        old = manifest_of(step)
+        assert old["state"] == "failed", old
+        assert "process gone" in old["writers"]["rank0"]["error"], old["writers"]["rank0"]
+        assert not list(step.glob(".*.tmp"))  # its unfinished temporaries are gone
+        server.complete(max_tokens=8)
+        assert server.wait_state()["state"] == "done"
+        assert list(manifest_traces(traces / "global_step_2")) == ["rank0"]
+    finally:
+        server.stop()

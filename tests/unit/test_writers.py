@@ -1,0 +1,64 @@
+"""Writers whose process is gone: a real child process writes a step's
+manifest and is killed; ``reap`` marks it failed and removes its temporaries."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from rlprof_plugins import manifest, writers
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from rlprof_plugins import manifest
+d = Path(sys.argv[1])
+manifest.update(d, session_id="s1", writer="rank0", header={"expected_ranks": 1},
+                section={"role": "worker", "state": "exporting", "files": []})
+(d / ".rank0.1.pt.trace.json.gz.ab12.tmp").write_bytes(b"partial")
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
+    step = tmp_path / "global_step_3"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(step)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        section = manifest.read(step)["writers"]["rank0"]
+        assert section["process"]["pid"] == proc.pid and writers.alive(section["process"]) is True
+        assert writers.reap_all(tmp_path) == {}  # alive: nothing to do
+        assert manifest.read(step)["state"] == "exporting"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert writers.alive(section["process"]) is False
+    assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
+    data = manifest.read(step)
+    assert data["state"] == "failed" and "process gone" in data["writers"]["rank0"]["error"]
+    assert not list(step.glob(".*.tmp"))
+    assert writers.reap_all(tmp_path) == {}  # once
+
+
+def test_pid_reuse_and_other_hosts():
+    me = writers.identity()
+    assert writers.alive(me) is True
+    assert writers.alive({**me, "started": (me["started"] or 0) + 1}) is False  # same pid, another process
+    assert writers.alive({**me, "host": "elsewhere"}) is None  # cannot tell from here
+    assert writers.alive(None) is None
+
+
+def test_the_tools_reap_before_reading(tmp_path, capsys):
+    from rlprof_plugins import cli
+
+    step = tmp_path / "global_step_1"
+    step.mkdir()
+    gone = {"host": writers.identity()["host"], "pid": 2 ** 22 + 7, "started": 1, "boot": None}
+    (step / "manifest.json").write_text(json.dumps({
+        "schema": 1, "session_id": "s", "state": "exporting", "expected_ranks": 1, "files": [],
+        "writers": {"rank0": {"role": "worker", "state": "exporting", "files": [], "process": gone}}}))
+    assert cli.main(["merge", str(step), "-q"]) == 1  # nothing to merge, but the step is settled
+    assert "rank0 marked failed" in capsys.readouterr().err
+    assert manifest.read(step)["state"] == "failed"
