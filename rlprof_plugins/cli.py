@@ -108,8 +108,7 @@ def cmd_split(args) -> int:
     trace = Path(args.trace)
     if not trace.is_file():
         raise CliError(f"{trace}: no such file")
-    out_dir = Path(args.output_dir) if args.output_dir else trace.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = args.output_dir or str(trace.parent)  # "{stage}" in it: one folder per stage
     progress = _progress(args)
     if progress:
         progress(f"splitting {trace} by stage (three streaming passes)")
@@ -223,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("split-stages", help="split a trace into prefill/decode traces")
     p.add_argument("trace")
-    p.add_argument("-o", "--output-dir", help="where to write (default: beside the trace)")
+    p.add_argument("-o", "--output-dir", help="where to write (default: beside the trace; {stage} in it: a folder "
+                                            "per stage, as step folders keep them)")
     p.add_argument("--no-gzip", action="store_true", help="write plain JSON")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")

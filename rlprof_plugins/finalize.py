@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest, retention
+from .trace import naming
 
 logger = logging.getLogger("rlprof")
 
@@ -73,8 +74,10 @@ def merge_step(directory: Path, session_id: str) -> None:
         return
     files = []
     for out in outputs:
-        stage = out.name.split(".")[1] if out.name.count(".") > 4 else "all"
-        files.append({"path": out.name, "rank": "all", "role": WRITER, "kind": "trace", "stage": stage,
+        name = naming.parse(out.name)
+        stage = (name.stage if name else None) or "all"
+        files.append({"path": str(out.relative_to(directory)), "rank": "all", "role": WRITER, "kind": "trace",
+                      "stage": stage,
                       "bytes": out.stat().st_size})
     record("done", files)
     logger.info("rlprof: merged %s", ", ".join(str(o) for o in outputs))

@@ -21,6 +21,7 @@ from typing import Awaitable, Callable
 
 from . import finalize, manifest
 from .backends import Backend, ExportedFile
+from .layout import Placement
 
 logger = logging.getLogger("rlprof")
 
@@ -34,6 +35,7 @@ class FrontendRecorder:
         self._worker_name = worker_name
         self._backend: Backend | None = None
         self._directory: Path | None = None
+        self._out: Path | None = None  # where the trace goes (frontend/ of a step folder)
         self._name = ""
         self._task: asyncio.Task | None = None
         # The last session's outcome, reported next to the workers' status.
@@ -97,8 +99,10 @@ class FrontendRecorder:
         backend = self._backend_factory(overrides)
         self.files = []
         self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
+        # a step folder's API-server trace goes to frontend/, apart from the ranks
+        self._out = Placement(directory, step=manifest_info is not None).frontend()
         try:
-            backend.prepare(directory, self._name)
+            backend.prepare(self._out, self._name)
             await self._on_thread(backend.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)
@@ -125,13 +129,12 @@ class FrontendRecorder:
         backend, self._backend = self._backend, None
         if backend is None or self._directory is None:
             return
-        directory, name = self._directory, self._name
+        out, name = self._out, self._name
 
         def finish() -> None:
             try:
                 backend.stop()
-                directory.mkdir(parents=True, exist_ok=True)
-                self._set("done", backend.export(directory, name))
+                self._set("done", backend.export(Placement(out, False), name))
             except Exception as e:
                 self._set("failed", None, f"{type(e).__name__}: {e}")
 
@@ -156,8 +159,7 @@ class FrontendRecorder:
         self.state = "exporting"
         try:
             await self._on_thread(backend.stop)
-            await self._on_thread(functools.partial(self._directory.mkdir, parents=True, exist_ok=True))
-            written = await self._on_thread(backend.export, self._directory, self._name)
+            written = await self._on_thread(backend.export, Placement(self._out, False), self._name)
         except Exception as e:
             logger.warning("rlprof: frontend trace export failed: %s", e)
             await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")

@@ -10,11 +10,45 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RequestError
 
 STEP_DIR_PREFIX = "global_step_"
+# A step folder's subfolders. Each rank folder holds the worker traces of one
+# session and nothing else, so per-rank analysis tools (HolisticTraceAnalysis
+# loads every *.json/*.gz of a folder as one rank) and slime's analyzer open it
+# as it is; the manifest, the API-server trace and merged outputs live apart.
+RANKS, FRONTEND, MERGED = "ranks", "frontend", "merged"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one session's files go: the subfolders of a global-step folder,
+    or one flat folder (no global step: the engine's own layout)."""
+
+    root: Path
+    step: bool
+
+    def ranks(self, stage: str | None = None) -> Path:
+        """Worker traces: ``ranks/`` (whole sessions) or ``<stage>/`` (by-stage sessions)."""
+        return self.root / (stage or RANKS) if self.step else self.root
+
+    def stage_template(self) -> str:
+        """The folder of each stage's traces, ``{stage}`` standing for the stage
+        (``trace.stage_split`` fills it in)."""
+        return str(self.root / "{stage}") if self.step else str(self.root)
+
+    def frontend(self) -> Path:
+        return self.root / FRONTEND if self.step else self.root
+
+    def merged(self) -> Path:
+        return self.root / MERGED if self.step else self.root
+
+
+def placement(directory: Path, global_step: int | None) -> Placement:
+    return Placement(Path(directory), global_step is not None)
 
 
 def session_dir(root: str | os.PathLike, global_step: int | None) -> Path:

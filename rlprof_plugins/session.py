@@ -33,7 +33,7 @@ from typing import Any, Callable
 from . import finalize, manifest
 from .backends import Backend, RecordingKept
 from .errors import RequestError
-from .layout import session_dir
+from .layout import placement, session_dir
 from .requests import shift_to
 from .stages import IterationInfo, iteration_annotation
 from .window import StepWindow
@@ -290,7 +290,7 @@ class ProfilerController:
     def _begin_recording(self, s: Session) -> None:
         try:
             backend = self._backend_factory(s.operator_table, s.torch_overrides)
-            backend.prepare(s.directory, s.worker_name)
+            backend.prepare(placement(s.directory, s.global_step).ranks(), s.worker_name)
             backend.start()
         except Exception as e:
             self._fail(s, e)
@@ -352,7 +352,7 @@ class ProfilerController:
         t0 = time.perf_counter()
         try:
             s.directory.mkdir(parents=True, exist_ok=True)
-            written = backend.export(s.directory, s.worker_name, by_stage=s.by_stage)
+            written = backend.export(placement(s.directory, s.global_step), s.worker_name, by_stage=s.by_stage)
             files = [f.describe(s.directory, self._rank_name, "worker") for f in written]
         except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
             with self._lock:

@@ -1,18 +1,22 @@
 """Profiler backends: how to record. They know nothing of windows or steps.
 
 A backend is created per session and used in this order: ``prepare(dir,
-name)`` (where the session will write; backends that write while
+name)`` (the folder its rank traces go to; backends that write while
 recording, like torch_npu's, stage there), ``start()``,
 any number of ``annotation(name)`` ranges, ``stop()`` (on the thread that
-recorded), ``export(dir, name)`` (on any thread; rlprof runs it off the
-engine loop).
+recorded), ``export(place, name)`` (on any thread; rlprof runs it off the
+engine loop; ``place`` is the session's ``layout.Placement``: whole traces
+in ``place.ranks()``, stage traces in ``place.ranks(stage)``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Protocol
+from typing import TYPE_CHECKING, ContextManager, Protocol
+
+if TYPE_CHECKING:
+    from ..layout import Placement
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,8 @@ class Backend(Protocol):
 
     def stop(self) -> None: ...
 
-    def export(self, directory: Path, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
-        """Write the recorded data under ``directory``; return the final files."""
+    def export(self, place: "Placement", worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
+        """Write the recorded data where ``place`` says; return the final files."""
         ...
 
     def annotation(self, name: str) -> ContextManager[object]:

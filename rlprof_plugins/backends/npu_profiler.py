@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..layout import Placement
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .npu_options import NpuSettings
@@ -123,8 +124,9 @@ class NpuProfilerBackend:
 
         return torch.profiler.record_function(name)
 
-    def export(self, directory: Path, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
+    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
         assert self._staging is not None, "export() before prepare()"
+        directory = place.ranks()
         failure: Exception | None = None
         try:
             produced = sorted(p for p in self._staging.iterdir() if p.is_dir() and p.name.endswith(ASCEND_SUFFIX))
@@ -150,11 +152,12 @@ class NpuProfilerBackend:
             if not view.exists():
                 raise RecordingKept(f"by_stage needs torch_npu's {OUTPUT_DIR}/{TRACE_VIEW} in {final.name}; its "
                                     "analysis wrote none (export_type must include text)", written,
-                                    f"rlprof npu-analyse {final}, then rlprof split-stages {view} -o {directory}")
+                                    f"rlprof npu-analyse {final}, then "
+                                    f"rlprof split-stages {view} -o '{place.stage_template()}'")
             try:
-                for stage, path in split_in_subprocess(view, directory, f"{worker_name}.{time.time_ns()}"):
+                for stage, path in split_in_subprocess(view, place.stage_template(), f"{worker_name}.{time.time_ns()}"):
                     written.append(ExportedFile(path, "trace", stage))
             except Exception as e:
                 raise RecordingKept(f"splitting by stage failed: {e}", written,
-                                    f"rlprof split-stages {view} -o {directory}") from e
+                                    f"rlprof split-stages {view} -o '{place.stage_template()}'") from e
         return written

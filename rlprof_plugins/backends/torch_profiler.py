@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..layout import atomic_target, publish, write_text_atomic
+from ..layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.naming import trace_file
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
@@ -101,7 +101,7 @@ class TorchProfilerBackend:
     def annotation(self, name: str):
         return self._torch.profiler.record_function(name)
 
-    def export(self, directory: Path, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
+    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
         """Write the trace (or one per stage) and, if asked, the table.
 
         ``export_chrome_trace`` is Kineto's C++ writer and releases the GIL;
@@ -109,6 +109,8 @@ class TorchProfilerBackend:
         """
         assert self._prof is not None, "export() before start()"
         s = self.settings
+        directory = place.ranks()
+        directory.mkdir(parents=True, exist_ok=True)
         ns = time.time_ns()
         final = directory / trace_file(worker_name, ns, gzip=s.use_gzip)
         raw = atomic_target(final)
@@ -117,7 +119,8 @@ class TorchProfilerBackend:
             self._prof.export_chrome_trace(str(raw))
             try:
                 if by_stage:
-                    for stage, path in split_in_subprocess(raw, directory, f"{worker_name}.{ns}", s.use_gzip):
+                    for stage, path in split_in_subprocess(raw, place.stage_template(), f"{worker_name}.{ns}",
+                                                           s.use_gzip):
                         written.append(ExportedFile(path, "trace", stage))
                 elif s.use_gzip:
                     packed = atomic_target(final)
@@ -134,7 +137,7 @@ class TorchProfilerBackend:
             except Exception as e:  # the whole trace is on disk: keep it, uncompressed, under its final name
                 whole = directory / trace_file(worker_name, ns, gzip=False)
                 publish(raw, whole)
-                finish = (f"rlprof split-stages {whole} -o {directory}" if by_stage
+                finish = (f"rlprof split-stages {whole} -o '{place.stage_template()}'" if by_stage
                           else f"gzip {whole}")
                 raise RecordingKept(f"{'splitting by stage' if by_stage else 'compressing'} failed: "
                                     f"{type(e).__name__}: {e}", written + [ExportedFile(whole)], finish) from e

@@ -155,11 +155,26 @@ def _metadata_events(rank: _Rank, sort_base: int) -> list[dict]:
 
 def merge(group: MergeGroup, output: Path | None = None, *, progress: Progress | None = None,
           compresslevel: int = 3) -> MergeResult:
-    """Write ``group``'s inputs as one trace (atomically) and return what was written."""
-    t0 = time.perf_counter()
-    output = Path(output or group.output)
+    """Write ``group``'s inputs as one trace (atomically) and return what was written.
+    A failure leaves nothing behind (not even the ``merged/`` folder it made)."""
     if not group.inputs:
         raise ValueError(f"{group.directory}: no rank traces to merge")
+    output = Path(output or group.output)
+    created = not output.parent.exists()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _merge(group, output, progress, compresslevel)
+    except BaseException:
+        if created:
+            try:
+                output.parent.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _merge(group: MergeGroup, output: Path, progress: Progress | None, compresslevel: int) -> MergeResult:
+    t0 = time.perf_counter()
     # Open every input once up front: headers (and base times) are needed
     # before the first event is written, and a missing/corrupt header fails
     # before any output exists.

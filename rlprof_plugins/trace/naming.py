@@ -141,14 +141,16 @@ def trace_rank(path: Path, limit: int = 1 << 16) -> int | None:
             head = f.read(limit)
     except (OSError, EOFError):
         return None
-    m = re.search(r'"distributedInfo"\s*:\s*(\{[^{}]*\})', head)
-    if m is None:
+    at = head.find('"distributedInfo"')
+    brace = head.find("{", at) if at >= 0 else -1
+    if brace < 0:
         return None
     try:
-        rank = json.loads(m.group(1)).get("rank")
+        info, _ = json.JSONDecoder().raw_decode(head, brace)  # nested (pg_config) as Kineto writes it
     except ValueError:
         return None
-    return rank if isinstance(rank, int) else None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
 
 
 # ---- the names rlprof writes ------------------------------------------------

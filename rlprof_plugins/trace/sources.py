@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import manifest
 from . import naming
+from ..layout import FRONTEND, MERGED, RANKS
 from .naming import ASCEND_SUFFIX, is_trace
 from ..backends.npu_profiler import trace_view_of
 
@@ -56,7 +57,9 @@ class MergeGroup:
 
     @property
     def output(self) -> Path:
-        return self.directory / naming.merged_file(self.group, self.stage)
+        """``<dir>/merged/merged[.<group>][.<stage>].pt.trace.json.gz``: apart from
+        the rank traces, so per-rank tools do not take it for one more rank."""
+        return self.directory / MERGED / naming.merged_file(self.group, self.stage)
 
 
 @dataclass
@@ -145,16 +148,23 @@ def _group(directory: Path, stage: str | None, files: list[RankFile], unplaced: 
     return MergeGroup(directory, stage, kept, group)
 
 
+def _folders(directory: Path) -> list[Path]:
+    """The folder and the subfolders a step folder keeps its traces in."""
+    subfolders = (RANKS, *naming.STAGES, FRONTEND)
+    return [directory] + [directory / name for name in subfolders if (directory / name).is_dir()]
+
+
 def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
     unplaced: list[tuple[Path, str]] = []
-    for path in sorted(p for p in directory.iterdir() if p.is_file() and is_trace(p)):
+    entries = [p for folder in _folders(directory) for p in sorted(folder.iterdir())]
+    for path in (p for p in entries if p.is_file() and is_trace(p)):
         rf, key = _recognise(path, naming.parse(path.name))
         if rf is None:
             unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
-    for path in sorted(p for p in directory.iterdir() if p.is_dir() and p.name.endswith(ASCEND_SUFFIX)):
+    for path in (p for p in entries if p.is_dir() and p.name.endswith(ASCEND_SUFFIX)):
         rf, key = _recognise(trace_view_of(path), naming.parse_ascend_folder(path.name), absolute_time=True)
         if rf is None:
             unplaced.append((path, "torch_npu directory whose worker name is no rank name rlprof knows"))

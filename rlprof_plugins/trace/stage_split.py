@@ -138,9 +138,17 @@ def stage_file_name(basename: str, stage: str, gzip: bool = True) -> str:
     return f"{basename}.{stage}{TRACE_SUFFIX}{'.gz' if gzip else ''}"
 
 
-def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True,
+def stage_dir(out_dir: str | Path, stage: str) -> Path:
+    """``out_dir`` with ``{stage}`` filled in (a step folder's stage folders), created."""
+    path = Path(str(out_dir).replace("{stage}", stage))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def split_file(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True,
                stages: Iterable[str] = STAGES) -> list[tuple[str, Path]]:
-    """Split ``raw`` into one file per stage in ``out_dir``, streaming.
+    """Split ``raw`` into one file per stage in ``out_dir`` (``{stage}`` in it
+    stands for the stage: one folder each), streaming.
 
     Three reads of ``raw`` (iterations; host events; device events and flow
     ends), never the whole file in memory. Output files appear under their
@@ -155,7 +163,7 @@ def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True,
         header.update(reader.trailer)
     classifier.ready()
     stages = list(stages)
-    writers = {s: TraceWriter(out_dir / stage_file_name(basename, s, gzip), {**header, "rlprof_stage": s})
+    writers = {s: TraceWriter(stage_dir(out_dir, s) / stage_file_name(basename, s, gzip), {**header, "rlprof_stage": s})
                for s in stages}
     try:
         with TraceReader(raw) as reader:
@@ -180,7 +188,7 @@ def split_file(raw: Path, out_dir: Path, basename: str, gzip: bool = True,
     return [(s, writers[s].close()) for s in stages]
 
 
-def split_in_subprocess(raw: Path, out_dir: Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
+def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
     """Run ``split_file`` in a child Python process; raises on failure."""
     import subprocess
 
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) not in (3, 4):
         print("usage: python -m rlprof_plugins.trace.stage_split RAW OUT_DIR BASENAME [--no-gzip]", file=sys.stderr)
         return 2
-    raw, out_dir, basename = Path(args[0]), Path(args[1]), args[2]
+    raw, out_dir, basename = Path(args[0]), args[1], args[2]
     try:
         written = split_file(raw, out_dir, basename, gzip="--no-gzip" not in args)
     except TraceFormatError as e:

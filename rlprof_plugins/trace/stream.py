@@ -265,7 +265,9 @@ class TraceWriter:
         self.count = 0
         self._out.write("{")
         for key, value in (header or {}).items():
-            self._out.write(f"{_dumps(key)}:{_dumps(value)},\n")
+            # the header as Kineto writes it (a space after each colon): tools find
+            # the rank by that text (HolisticTraceAnalysis: '"rank":\s+(\d+)')
+            self._out.write(f"{_dumps(key)}: {json.dumps(value, allow_nan=False)},\n")
         self._out.write(f'"{EVENTS_KEY}":[\n')
 
     def write(self, event: dict) -> None:

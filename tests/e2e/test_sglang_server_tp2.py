@@ -15,7 +15,7 @@ import json
 import pytest
 
 from rlprof_plugins.trace.check import check as check_file
-from tests.helpers.traces import iteration_indices, load_trace, manifest_traces
+from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_merge_profiles_with_a_prefix_writes_one_merged_trace_of_both_ranks(sgla
     for path in ranks.values():
         assert path.name.startswith("rollout-TP-")
         assert iteration_indices(load_trace(path)) == [0, 1, 2, 3]
-    merged = folder / "merged.pt.trace.json.gz"
+    merged = merged_file(folder)
     assert str(merged) in status["merge"]["files"]
     report = check_file(merged)
     assert report.ok, report.errors
@@ -72,8 +72,8 @@ def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
     sglang_tp2.complete(max_tokens=8)
     assert sglang_tp2.wait_state()["state"] == "done"
     folder = sglang_tp2.trace_dir / "global_step_2"
-    prefill = folder / "merged.prefill.pt.trace.json.gz"
-    decode = folder / "merged.decode.pt.trace.json.gz"
+    prefill = merged_file(folder, "prefill")
+    decode = merged_file(folder, "decode")
     assert check_file(prefill).ok and check_file(decode).ok
     assert merged_iterations(prefill) == {"rank0": [0], "rank1": [0]}
     assert merged_iterations(decode) == {"rank0": list(range(1, 8)), "rank1": list(range(1, 8))}

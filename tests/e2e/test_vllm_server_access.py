@@ -82,6 +82,6 @@ def test_keep_last_steps_and_ignore_frontend(server_opted_out):
     folders = sorted(p.name for p in server_opted_out.trace_dir.iterdir())
     assert folders == ["global_step_3", "global_step_4"]
     folder = server_opted_out.trace_dir / "global_step_4"
-    assert not list(folder.glob("*async_llm*"))
+    assert not list(folder.rglob("*async_llm*"))
     m = json.loads((folder / "manifest.json").read_text())
     assert "frontend" not in m["writers"] and m["state"] == "done"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_traces
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_folder, rank_traces
 
 ONE_REQUEST_TOKENS = 8  # one request, ignore_eos: 1 prefill + 7 decode iterations
 
@@ -28,7 +28,7 @@ def test_config_window_records_exactly_step_start_to_step_end(server_tp1):
     traces = rank_traces(folder)
     assert list(traces) == ["rank0"]
     assert iteration_indices(load_trace(traces["rank0"])) == [2, 3, 4, 5]
-    assert list(folder.glob("*.async_llm.*.pt.trace.json.gz")), "frontend trace missing"
+    assert list((folder / "frontend").glob("*.async_llm.*.pt.trace.json.gz")), "frontend trace missing"
     # The window exported by itself; a stop afterwards is harmless, once.
     stop = server_tp1.post("/stop_profile")
     assert stop.status_code == 200 and stop.json()["status"] == "already_finished"
@@ -102,7 +102,7 @@ def test_sglang_start_step_counts_forward_passes_from_server_start(server_tp1):
     assert r.status_code == 200 and (r.json()["step_start"], r.json()["step_end"]) == (0, 2), r.text
     server_tp1.complete()
     assert server_tp1.wait_state()["state"] == "done"
-    (trace,) = (server_tp1.trace_dir / "global_step_21").glob("rank0.*.pt.trace.json.gz")
+    (trace,) = rank_folder(server_tp1.trace_dir / "global_step_21").glob("rank0.*.pt.trace.json.gz")
     assert iteration_indices(load_trace(trace)) == [0, 1]
 
 
@@ -111,7 +111,7 @@ def test_prefix_and_native_window_fields(server_tp1):
     assert server_tp1.post("/start_profile", body).status_code == 200
     server_tp1.complete()
     assert server_tp1.wait_state()["state"] == "done"
-    (trace,) = (server_tp1.trace_dir / "global_step_20").glob("rollout_rank0.*.pt.trace.json.gz")
+    (trace,) = rank_folder(server_tp1.trace_dir / "global_step_20").glob("rollout_rank0.*.pt.trace.json.gz")
     assert iteration_indices(load_trace(trace)) == [1, 2]
 
 
@@ -188,7 +188,7 @@ def test_by_stage_splits_every_iteration_into_exactly_one_stage(server_tp1):
     assert not rank_traces(folder), "by_stage writes stage files, not a whole-window trace"
     per_stage = {}
     for stage in ("prefill", "decode"):
-        (path,) = folder.glob(f"rank0.*.{stage}.pt.trace.json.gz")
+        (path,) = rank_folder(folder, stage).glob(f"rank0.*.{stage}.pt.trace.json.gz")
         trace = load_trace(path)
         details = iteration_details(trace)
         assert all(d[0] == stage for d in details.values())
@@ -233,8 +233,11 @@ def test_manifest_and_status_by_global_step(server_tp1):
     assert m["window"] == {"step_start": 0, "step_end": 3}
     assert m["writers"]["rank0"]["iterations_recorded"] == 3
     assert m["writers"]["frontend"]["state"] == "done"
-    on_disk = {p.name for p in folder.iterdir() if not p.name.startswith(".") and p.name != "manifest.json"}
+    on_disk = {str(p.relative_to(folder)) for p in folder.rglob("*")
+               if p.is_file() and not p.name.startswith(".") and p.name != "manifest.json"}
     assert {f["path"] for f in m["files"]} == on_disk
+    # the worker traces alone in ranks/ (what per-rank tools open), the API server's in frontend/
+    assert {f["path"].split("/")[0] for f in m["files"]} == {"ranks", "frontend"}
     for f in m["files"]:
         assert f["bytes"] == (folder / f["path"]).stat().st_size
     assert {(f["role"], f["rank"]) for f in m["files"]} == {("worker", "rank0"), ("frontend", "frontend")}

@@ -1,8 +1,14 @@
 """TP=2: every rank writes its trace into each step's folder, step after step."""
 
 import json
+import subprocess
+from pathlib import Path
 
-from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_traces
+import pytest
+
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder, rank_traces
+
+HTA_PYTHON = Path(__file__).resolve().parents[2] / ".venv-hta" / "bin" / "python"
 
 
 def test_every_rank_every_step_with_window(server_tp2):
@@ -44,7 +50,7 @@ def test_by_stage_on_both_ranks_and_one_manifest(server_tp2):
     for rank in ("rank0", "rank1"):
         stages = {}
         for stage in ("prefill", "decode"):
-            (path,) = folder.glob(f"{rank}.*.{stage}.pt.trace.json.gz")
+            (path,) = rank_folder(folder, stage).glob(f"{rank}.*.{stage}.pt.trace.json.gz")
             stages[stage] = sorted(iteration_details(load_trace(path)))
         # one request: the first iteration is its prompt, the rest decode
         assert stages == {"prefill": [0], "decode": [1, 2, 3, 4, 5]}, (rank, stages)
@@ -65,7 +71,7 @@ def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
     # the step is done only once its merged trace is written
     assert status["state"] == "done" and status["merge"]["state"] == "done", status
     folder = server_tp2.trace_dir / "global_step_12"
-    merged = folder / "merged.pt.trace.json.gz"
+    merged = merged_file(folder)
     assert status["merge"]["files"] == [str(merged)]
     report = check(merged)
     assert report.ok, report.errors
@@ -76,7 +82,7 @@ def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
         mine = [e for e in trace["traceEvents"] if e.get("pid") in set(r["pids"])]
         assert iteration_indices({"traceEvents": mine}) == [0, 1, 2, 3], r["label"]
     m = json.loads((folder / "manifest.json").read_text())
-    assert m["state"] == "done" and m["writers"]["merge"]["files"][0]["path"] == merged.name
+    assert m["state"] == "done" and m["writers"]["merge"]["files"][0]["path"] == str(merged.relative_to(folder))
 
     # by stage: one merged trace per stage, each with both ranks' iterations of that stage
     body = {"global_step": 13, "step_start": 0, "step_end": 5, "by_stage": True}
@@ -85,9 +91,41 @@ def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
     assert server_tp2.wait_state()["merge"]["state"] == "done"
     folder = server_tp2.trace_dir / "global_step_13"
     for stage, expected in (("prefill", [0]), ("decode", [1, 2, 3, 4])):
-        path = folder / f"merged.{stage}.pt.trace.json.gz"
+        path = merged_file(folder, stage)
         assert check(path).ok
         trace = load_trace(path)
         for r in trace["rlprof_merge"]["ranks"]:
             mine = [e for e in trace["traceEvents"] if e.get("pid") in set(r["pids"])]
             assert sorted(iteration_details({"traceEvents": mine})) == expected, (stage, r["label"])
+
+
+def hta_ranks(folder) -> list[int]:
+    """The ranks HolisticTraceAnalysis loads from ``folder`` (run in its own
+    environment, .venv-hta: its pins differ from vLLM's)."""
+    if not HTA_PYTHON.exists():
+        pytest.skip("HolisticTraceAnalysis environment (.venv-hta) not built: make env")
+    code = ("import sys; from hta.trace_analysis import TraceAnalysis; "
+            "a = TraceAnalysis(trace_dir=sys.argv[1]); print('RANKS', sorted(a.t.traces))")
+    proc = subprocess.run([str(HTA_PYTHON), "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RANKS ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RANKS "):])
+
+
+def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
+    """A live TP=2 step with the API-server trace and ``merge: true``: the
+    step's ``ranks/`` folder (per stage: ``prefill/``, ``decode/``) holds
+    exactly the worker ranks, which HolisticTraceAnalysis loads as they are;
+    the manifest, the API-server trace and the merged trace live apart."""
+    for step, by_stage in ((14, False), (15, True)):
+        body = {"global_step": step, "step_start": 0, "step_end": 4, "by_stage": by_stage}
+        assert server_tp2.post("/start_profile", body).status_code == 200
+        server_tp2.complete(max_tokens=8)
+        assert server_tp2.wait_state()["state"] == "done"
+    whole = server_tp2.trace_dir / "global_step_14"
+    assert list((whole / "frontend").glob("*.async_llm.*")) and merged_file(whole).exists()
+    assert hta_ranks(whole / "ranks") == [0, 1]
+    staged = server_tp2.trace_dir / "global_step_15"
+    for stage in ("prefill", "decode"):
+        assert merged_file(staged, stage).exists()
+        assert hta_ranks(staged / stage) == [0, 1]

@@ -46,10 +46,22 @@ def iteration_stages(trace: dict) -> dict[int, str]:
     return {index: d[0] for index, d in iteration_details(trace).items()}
 
 
+def rank_folder(step_dir: str | Path, stage: str | None = None) -> Path:
+    """Where a step folder keeps its worker traces: ``ranks/`` (or ``<stage>/``);
+    a flat folder (no global step, or the old layout) is its own."""
+    sub = Path(step_dir) / (stage or "ranks")
+    return sub if sub.is_dir() else Path(step_dir)
+
+
+def merged_file(step_dir: str | Path, stage: str | None = None) -> Path:
+    """A step folder's merged trace (``merged/merged[.<stage>].pt.trace.json.gz``)."""
+    return Path(step_dir) / "merged" / f"merged{'.' + stage if stage else ''}.pt.trace.json.gz"
+
+
 def rank_traces(directory: str | Path) -> dict[str, Path]:
     """Worker traces in a folder, by rank name (``rank0`` ...); frontend and merged excluded."""
     out = {}
-    for p in sorted(Path(directory).glob("*.pt.trace.json*")):
+    for p in sorted(rank_folder(directory).glob("*.pt.trace.json*")):
         if ".async_llm." in p.name or p.name.startswith("merged."):
             continue
         m = re.search(r"(rank\d+)\.\d+\.pt\.trace\.json", p.name)

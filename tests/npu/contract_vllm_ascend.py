@@ -68,7 +68,7 @@ def test_global_step_window_on_the_npu_worker(tmp_path, caplog):
         folder = tmp_path / "global_step_37"
         manifest = json.loads((folder / "manifest.json").read_text())
         [entry] = manifest["files"]
-        assert entry["kind"] == "npu_profile" and entry["path"].startswith(rank_suffix(worker) + "_")
+        assert entry["kind"] == "npu_profile" and entry["path"].startswith(f"ranks/{rank_suffix(worker)}_")
         profile = folder / entry["path"]
         calls = {name: kw for name, kw in json.loads((profile / "standin_calls.json").read_text())}
         assert calls["_ExperimentalConfig"]["profiler_level"] == "Level1"

@@ -17,7 +17,7 @@ from rlprof_plugins.backends.torch_profiler import TorchSettings
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import parse_options
 from rlprof_plugins.session import ProfilerController
-from tests.helpers.traces import iteration_details, iteration_indices, load_trace
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder
 from tests.unit.test_session import DECODE, PREFILL, run_iterations, settle, start
 
 
@@ -33,7 +33,7 @@ def npu_controller(root, options, rank=0, expected=1):
 
 
 def ascend_dirs(folder):
-    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith("_ascend_pt"))
+    return sorted(p for p in rank_folder(folder).iterdir() if p.is_dir() and p.name.endswith("_ascend_pt"))
 
 
 def calls_of(profile_dir) -> dict:
@@ -53,7 +53,7 @@ def test_defaults_record_a_bounded_profile_in_the_step_folder(torch_npu, tmp_pat
     folder = tmp_path / "global_step_37"
     [profile] = ascend_dirs(folder)
     assert profile.name.startswith("rank0_")  # torch_npu's naming, with the rank's name
-    assert not list(folder.glob(".rlprof-npu-*")), "staging folder left behind"
+    assert not list(folder.rglob(".rlprof-npu-*")), "staging folder left behind"
     calls = calls_of(profile)
     assert calls["profile"]["activities"] == ["CPU", "NPU"]
     assert (calls["profile"]["with_stack"], calls["profile"]["with_modules"], calls["profile"]["profile_memory"],
@@ -70,7 +70,7 @@ def test_defaults_record_a_bounded_profile_in_the_step_folder(torch_npu, tmp_pat
     assert not (profile / "FRAMEWORK").exists()  # data simplification removed the raw data
     manifest = json.loads((folder / "manifest.json").read_text())
     [entry] = manifest["files"]
-    assert entry["kind"] == "npu_profile" and entry["path"] == profile.name and entry["bytes"] > 0
+    assert entry["kind"] == "npu_profile" and entry["path"] == f"ranks/{profile.name}" and entry["bytes"] > 0
     assert manifest["state"] == "done" and manifest["writers"]["rank0"]["stage_iterations"] == {"decode": 1, "prefill": 1}
 
 
@@ -119,7 +119,7 @@ def test_unanalysed_output_says_what_to_run_and_merges_after(torch_npu, tmp_path
     assert cli.main(["npu-analyse", str(tmp_path), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["analysed"]) == 2
     assert cli.main(["merge", str(folder), "--json", "-q"]) == 0
-    merged = folder / "merged.pt.trace.json.gz"
+    merged = merged_file(folder)
     assert cli.main(["check", str(merged)]) == 0
     trace = load_trace(merged)
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
@@ -191,8 +191,8 @@ def test_a_backend_that_cannot_start_fails_the_session_and_leaves_nothing(torch_
                              manifest_header={"engine": "test", "expected_ranks": 1})
     reply = start(ctl, global_step=2, step_start=0, step_end=1)
     assert reply["session"]["state"] == "failed" and "Level9" in reply["session"]["error"]
-    assert [p.name for p in (tmp_path / "global_step_2").iterdir()] in (["manifest.json"],
-                                                                        [".manifest.lock", "manifest.json"])
+    left = sorted(str(p.relative_to(tmp_path / "global_step_2")) for p in (tmp_path / "global_step_2").rglob("*"))
+    assert [p for p in left if p not in ("manifest.json", ".manifest.lock")] in ([], ["ranks"]), left
 
 
 def test_failed_analysis_keeps_the_recording_and_says_how_to_finish(torch_npu, tmp_path, monkeypatch, capsys):
@@ -209,7 +209,7 @@ def test_failed_analysis_keeps_the_recording_and_says_how_to_finish(torch_npu, t
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["state"] == "failed"
     assert [f["kind"] for f in manifest["files"]] == ["npu_profile"]  # the kept recording, listed
-    assert not [p for p in folder.iterdir() if p.name.startswith(".rlprof-npu-")]  # no staging left
+    assert not list(folder.rglob(".rlprof-npu-*"))  # no staging left
     monkeypatch.delenv("RLPROF_STANDIN_NO_CANN")
     assert cli.main(["npu-analyse", str(raw), "--json"]) == 0
     capsys.readouterr()
@@ -237,3 +237,10 @@ def test_failed_stage_split_keeps_the_whole_trace(tmp_path, monkeypatch):
     assert status["state"] == "failed" and "rlprof split-stages" in status["error"], status
     (kept,) = status["files"]
     assert kept.endswith(".pt.trace.json") and iteration_indices(load_trace(kept)) == [0, 1]
+    monkeypatch.undo()  # the splitter works again: the command the error gives finishes the job
+    template = status["error"].split(" -o ")[1].strip("'")
+    assert template == str(tmp_path / "global_step_4" / "{stage}")
+    assert cli.main(["split-stages", kept, "-o", template, "--json"]) == 0
+    for stage, indices in (("prefill", [0]), ("decode", [1])):
+        (path,) = (tmp_path / "global_step_4" / stage).glob(f"rank0.*.{stage}.pt.trace.json.gz")
+        assert iteration_indices(load_trace(path)) == indices

@@ -40,7 +40,7 @@ def test_an_ascend_scheduler_records_through_torch_npu(torch_npu, tmp_path, monk
     run_iterations(ctl, 4, [DECODE])
     assert settle(ctl, 5)["state"] == "done"
     folder = tmp_path / "global_step_5"
-    [profile] = [p for p in folder.iterdir() if p.name.endswith("_ascend_pt")]
+    [profile] = [p for p in (folder / "ranks").iterdir() if p.name.endswith("_ascend_pt")]
     assert profile.name.startswith("TP-1_")  # SGLang's rank naming, torch_npu's folder naming
     calls = {name: kw for name, kw in json.loads((profile / "standin_calls.json").read_text())}
     assert calls["profile"]["activities"] == ["CPU", "NPU"] and calls["profile"]["with_stack"] is False

@@ -67,7 +67,7 @@ def test_one_merged_trace_per_stage_holds_every_rank(tmp_path, capsys, form, pre
         for stage in stages:
             write_rank_trace(tmp_path / NAMINGS[form](prefix, pp, tp, rank, stage), rank=rank, iterations=4)
     assert cli.main(["merge", str(tmp_path), "--json", "-q"]) == 0, capsys.readouterr()
-    merged = sorted(tmp_path.glob("merged*.pt.trace.json.gz"))
+    merged = sorted((tmp_path / "merged").glob("merged*.pt.trace.json.gz"))
     assert [naming.parse(p.name).stage for p in merged] == sorted(stages, key=lambda s: s or ""), merged
     for path in merged:
         names = {e["args"]["name"] for e in load_trace(path)["traceEvents"]
@@ -84,5 +84,6 @@ def test_a_folder_of_two_sessions_merges_each_on_its_own(tmp_path, capsys):
             write_rank_trace(tmp_path / NAMINGS["vllm-suffix"](prefix, pp, tp, rank, None), rank=rank, iterations=2)
     assert cli.main(["merge", str(tmp_path), "--json", "-q"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert sorted(p.name for p in tmp_path.glob("merged*")) == ["merged.a.pt.trace.json.gz", "merged.b.pt.trace.json.gz"]
+    assert sorted(p.name for p in (tmp_path / "merged").glob("merged*")) == ["merged.a.pt.trace.json.gz",
+                                                                             "merged.b.pt.trace.json.gz"]
     assert out

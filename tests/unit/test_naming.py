@@ -101,7 +101,8 @@ def test_rank_from_the_trace_header(tmp_path):
 
     path = tmp_path / "node_1.2.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
-        json.dump({"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 3, "world_size": 4},
+        json.dump({"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": 3, "world_size": 4, "pg_config": [
+                   {"pg_name": "0", "ranks": [0, 1, 2, 3]}]},
                    "traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1}] * 1000}, f)
     assert naming.trace_rank(path) == 3
     (tmp_path / "plain.json").write_text('{"traceEvents": []}')
@@ -113,3 +114,18 @@ def test_device_events():
     assert naming.is_device_event({"ph": "X", "cat": "gpu_memcpy"})
     assert not naming.is_device_event({"ph": "X", "cat": "cpu_op"})
     assert not naming.is_device_event({"ph": "i", "cat": "kernel"})
+
+
+def test_written_headers_give_the_rank_as_analysis_tools_read_it(tmp_path):
+    """HolisticTraceAnalysis 0.5 finds a trace's rank with the text pattern
+    ``"rank":\\s+(\\d+)`` in its first lines (as Kineto writes them); the
+    traces rlprof writes (split, merged, synthetic) must match it."""
+    import gzip
+    import re
+
+    from tests.helpers.synthetic_traces import write_rank_trace
+
+    path = write_rank_trace(tmp_path / "rank3.1.pt.trace.json.gz", rank=3, iterations=2)
+    with gzip.open(path, "rt") as f:
+        head = "".join(f.readline() for _ in range(8))
+    assert re.search(r'"rank":\s+(\d+)', head).group(1) == "3"

@@ -11,7 +11,7 @@ import torch
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.session import ProfilerController
 from rlprof_plugins.stages import IterationInfo
-from tests.helpers.traces import iteration_indices, iteration_stages, load_trace
+from tests.helpers.traces import iteration_indices, iteration_stages, load_trace, rank_folder
 
 PREFILL = IterationInfo(prefill_tokens=12, decode_tokens=0, batch_size=1)
 DECODE = IterationInfo(prefill_tokens=0, decode_tokens=4, batch_size=4)
@@ -55,7 +55,7 @@ def settle(ctl, global_step=None, timeout=30.0) -> dict:
 
 
 def only_trace(directory: Path) -> Path:
-    traces = list(directory.glob("*.pt.trace.json.gz"))
+    traces = list(rank_folder(directory).glob("*.pt.trace.json.gz"))
     assert len(traces) == 1, traces
     return traces[0]
 
@@ -217,9 +217,9 @@ def test_by_stage_writes_one_trace_per_stage(tmp_path):
     s = settle(ctl)
     assert s["state"] == "done" and s["stage_iterations"] == {"decode": 4, "prefill": 2}
     folder = tmp_path / "global_step_5"
-    prefill = load_trace(next(folder.glob("rank0.*.prefill.pt.trace.json.gz")))
-    decode = load_trace(next(folder.glob("rank0.*.decode.pt.trace.json.gz")))
-    assert not list(folder.glob("rank0.*[0-9].pt.trace.json.gz"))  # no whole-window trace
+    prefill = load_trace(next(rank_folder(folder, "prefill").glob("rank0.*.prefill.pt.trace.json.gz")))
+    decode = load_trace(next(rank_folder(folder, "decode").glob("rank0.*.decode.pt.trace.json.gz")))
+    assert not list(folder.rglob("rank0.*[0-9].pt.trace.json.gz"))  # no whole-window trace
     # iterations 1..6 of the cycle P D D P D D P D: prefill at 3, 6; decode at 1, 2, 4, 5
     assert iteration_stages(prefill) == {3: "prefill", 6: "prefill"}
     assert iteration_stages(decode) == {1: "decode", 2: "decode", 4: "decode", 5: "decode"}
@@ -236,7 +236,7 @@ def test_operator_table_is_opt_in(tmp_path):
     start(ctl, global_step=2, step_end=1, operator_table=True)
     run_iterations(ctl, 1)
     settle(ctl)
-    (table,) = (tmp_path / "global_step_2").glob("rank0.profiler_out.txt")
+    (table,) = rank_folder(tmp_path / "global_step_2").glob("rank0.profiler_out.txt")
     assert "aten::mm" in table.read_text()
 
 

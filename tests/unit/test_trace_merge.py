@@ -18,7 +18,7 @@ from rlprof_plugins.cli import main as rlprof
 from rlprof_plugins.trace import check, merge, sources, stage_split
 from rlprof_plugins.trace.stream import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace
-from tests.helpers.traces import iteration_details
+from tests.helpers.traces import iteration_details, merged_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2"
 BASE = 1_790_000_000_000_000_000
@@ -52,7 +52,7 @@ def process_names(trace: dict) -> dict[int, str]:
 def test_real_tp2_step_merges_every_rank_and_the_frontend(tmp_path):
     d = real_step(tmp_path, 3)
     assert rlprof(["merge", str(d), "--quiet"]) == 0
-    out = d / "merged.pt.trace.json.gz"
+    out = merged_file(d)
     report = check.check(out)
     assert report.ok, report.errors
     merged = load(out)
@@ -85,7 +85,7 @@ def test_real_by_stage_step_merges_per_stage(tmp_path):
     d = real_step(tmp_path, 4)
     assert rlprof(["merge", str(d), "--quiet"]) == 0
     for stage, expected in (("prefill", [0]), ("decode", [1, 2, 3, 4])):
-        out = d / f"merged.{stage}.pt.trace.json.gz"
+        out = merged_file(d, stage)
         assert check.check(out).ok
         merged = load(out)
         assert merged["rlprof_merge"]["stage"] == stage
@@ -228,7 +228,7 @@ def test_memory_does_not_grow_with_trace_size(tmp_path):
         merge.merge(group)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-    size = [(tmp_path / s / "global_step_7" / "merged.pt.trace.json.gz").stat().st_size for s in ("small", "large")]
+    size = [merged_file(tmp_path / s / "global_step_7").stat().st_size for s in ("small", "large")]
     assert size[1] > 3 * size[0]
     assert peaks[1] < 1.3 * peaks[0], peaks
 
