@@ -34,7 +34,7 @@ from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.options import ProfileOptions
 from rlprof_plugins.backends import choice
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
-from rlprof_plugins.request_fields import SGLANG, native_to
+from rlprof_plugins.request_fields import SGLANG, needs_rlprof
 from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 from .base import Patch
@@ -48,7 +48,6 @@ logger = logging.getLogger("rlprof")
 # without it starts no profiler for an activity it does not know.
 MARKER_ACTIVITY = "RLPROF"
 
-SGLANG_FIELDS = native_to(SGLANG)
 _used = False  # this process started an rlprof session: stops go to rlprof too
 
 
@@ -70,9 +69,8 @@ def server_config() -> Optional[ProfilerConfig]:
 
 
 def uses_rlprof(body: dict) -> bool:
-    """Whether a body needs rlprof on a server without rlprof configuration:
-    a field SGLang itself does not define (rlprof's, or vLLM's)."""
-    return any(k not in SGLANG_FIELDS for k in body)
+    """Whether a body needs rlprof on a server without rlprof configuration."""
+    return needs_rlprof(SGLANG, body)
 
 
 def _plain_prefix(prefix: Any) -> None:
@@ -94,10 +92,10 @@ def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> 
 
 def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
     """An SGLang start body (any request field) as one rlprof request."""
-    output_dir = body.get("output_dir") if isinstance(body, dict) else None
-    request = parse_start(body, request_server(config, output_dir))
+    server = request_server(config, body.get("output_dir") if isinstance(body, dict) else None)
+    request = parse_start(body, server)
     if request.output_dir is None:  # the configured (or SGLang's default) directory
-        request = dataclasses.replace(request, output_dir=request_server(config).output_root)
+        request = dataclasses.replace(request, output_dir=server.output_root)
     return request
 
 

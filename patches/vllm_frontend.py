@@ -26,7 +26,7 @@ from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_writt
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
-from rlprof_plugins.request_fields import VLLM, native_to
+from rlprof_plugins.request_fields import VLLM, needs_rlprof
 from rlprof_plugins.requests import StartRequest, parse_start
 from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
@@ -36,7 +36,6 @@ from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler
 
 FEATURE = "rlprof step windows and global-step folders"
 RECORDER_ATTR = "_rlprof_frontend"
-VLLM_FIELDS = native_to(VLLM)
 
 
 def _should_profile_frontend(cfg: Any) -> bool:
@@ -61,11 +60,6 @@ def call_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
 
 def _request(cfg: Any, fields: dict[str, Any]) -> StartRequest:
     return parse_start(fields, request_server(cfg))
-
-
-def _needs_rlprof(fields: dict[str, Any]) -> bool:
-    """Fields native vLLM's method does not take (rlprof's, SGLang's)."""
-    return any(k not in VLLM_FIELDS for k in fields)
 
 
 # ---- AsyncLLM ------------------------------------------------------------
@@ -159,7 +153,7 @@ async def _async_status(llm: Any, global_step: int | None = None) -> dict:
 def _wrap_async_start(wrapped, instance, args, kwargs):
     cfg = _config(instance)
     if not plugin_handles(cfg):
-        if _needs_rlprof(kwargs):
+        if needs_rlprof(VLLM, kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
     return start(instance, _request(cfg, call_fields(args, kwargs)))
@@ -194,7 +188,7 @@ def _call_sync(llm: Any, command: dict) -> list:
 def _wrap_llm_start(wrapped, instance, args, kwargs):
     cfg = _config(instance.llm_engine)
     if not plugin_handles(cfg):
-        if _needs_rlprof(kwargs):
+        if needs_rlprof(VLLM, kwargs):
             raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
     request = _request(cfg, call_fields(args, kwargs))

@@ -77,6 +77,13 @@ def native_to(engine: str) -> tuple[str, ...]:
     return tuple(f.name for f in FIELDS if engine in f.origin)
 
 
+def needs_rlprof(engine: str, fields) -> bool:
+    """Whether a call names a field ``engine`` itself does not define (rlprof's,
+    or the other engine's): only rlprof can run it."""
+    native = native_to(engine)
+    return any(k not in native for k in fields)
+
+
 @dataclass(frozen=True)
 class EntryPoint:
     engine: str
