@@ -110,10 +110,11 @@ class TorchProfilerBackend:
         assert self._prof is not None, "export() before start()"
         s = self.settings
         directory = place.ranks()
-        directory.mkdir(parents=True, exist_ok=True)
         ns = time.time_ns()
         final = directory / trace_file(worker_name, ns, gzip=s.use_gzip)
-        raw = atomic_target(final)
+        # by stage, the whole trace is only the splitter's input: it waits in the
+        # step folder, so ranks/ is made only for what lands there
+        raw = atomic_target(place.root / final.name if by_stage else final)
         written: list[ExportedFile] = []
         try:
             self._prof.export_chrome_trace(str(raw))
@@ -136,6 +137,7 @@ class TorchProfilerBackend:
                     written.append(ExportedFile(final))
             except Exception as e:  # the whole trace is on disk: keep it, uncompressed, under its final name
                 whole = directory / trace_file(worker_name, ns, gzip=False)
+                directory.mkdir(parents=True, exist_ok=True)
                 publish(raw, whole)
                 finish = (f"rlprof split-stages {whole} -o '{place.stage_template()}'" if by_stage
                           else f"gzip {whole}")

@@ -357,3 +357,16 @@ def test_window_from_zero_can_wait_for_the_first_iteration(tmp_path):
     stopped = ctl.handle({"op": "stop"})
     assert stopped["ok"] and stopped["session"]["iterations_recorded"] == 0
     assert not list((tmp_path / "global_step_2").glob("*.pt.trace.json.gz"))
+
+
+def test_by_stage_step_folders_hold_stage_folders_only(tmp_path):
+    """A by-stage step folder has prefill/ and decode/ (what per-rank tools
+    open), no empty ranks/ and no leftover whole trace."""
+    ctl = make_controller(tmp_path)
+    assert start(ctl, global_step=3, step_start=0, step_end=2, by_stage=True)["ok"]
+    run_iterations(ctl, 3, [PREFILL, DECODE])
+    assert settle(ctl, 3)["state"] == "done"
+    folder = tmp_path / "global_step_3"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["decode", "manifest.json",
+                                                                                     "prefill"]
+    assert not list(folder.glob(".*.tmp"))
