@@ -73,12 +73,6 @@ def uses_rlprof(body: dict) -> bool:
     return needs_rlprof(SGLANG, body)
 
 
-def _plain_prefix(prefix: Any) -> None:
-    """SGLang's prefix becomes part of a file name inside the step folder."""
-    if not prefix or prefix.startswith(".") or any(c in prefix for c in "/\\\0"):
-        raise ValueError(f"must be a plain file-name part (no '/', not starting with '.'), got {prefix!r}")
-
-
 def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> Server:
     """What this SGLang server contributes to a start request's meaning.
     Without rlprof configuration files go where SGLang would put them:
@@ -87,7 +81,7 @@ def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> 
     if root is None and not isinstance(output_dir, str):
         root = os.path.abspath(os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
     return Server(engine="sglang", defaults=config.options if config else ProfileOptions(), output_root=root,
-                  device=choice.device_type(), check_prefix=_plain_prefix)
+                  device=choice.device_type())  # prefix: requests' plain file-name rule
 
 
 def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
