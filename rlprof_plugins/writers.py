@@ -89,7 +89,7 @@ def reap(directory: Path) -> list[str]:
 
     data = manifest.rewrite(directory, change)
     if data is not None and not any(s.get("state") in manifest.ACTIVE for s in data.get("writers", {}).values()):
-        for tmp in directory.glob(".*.tmp"):
+        for tmp in directory.rglob(".*.tmp"):  # ranks/, merged/, ... hold them beside their files
             try:
                 tmp.unlink()
             except OSError:

@@ -17,6 +17,9 @@ d = Path(sys.argv[1])
 manifest.update(d, session_id="s1", writer="rank0", header={"expected_ranks": 1},
                 section={"role": "worker", "state": "exporting", "files": []})
 (d / ".rank0.1.pt.trace.json.gz.ab12.tmp").write_bytes(b"partial")
+for sub in ("ranks", "merged"):  # the step layout keeps temporaries beside their files
+    (d / sub).mkdir()
+    (d / sub / f".{sub}.pt.trace.json.gz.cd34.tmp").write_bytes(b"partial")
 print("ready", flush=True)
 time.sleep(600)
 """
@@ -38,7 +41,7 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
     assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
     data = manifest.read(step)
     assert data["state"] == "failed" and "process gone" in data["writers"]["rank0"]["error"]
-    assert not list(step.glob(".*.tmp"))
+    assert not list(step.rglob(".*.tmp"))
     assert writers.reap_all(tmp_path) == {}  # once
 
 
