@@ -118,7 +118,7 @@ bench: env tiny-model
 	$(VPY) benchmarks/bench_vllm_profiling.py
 
 bench-merge: env
-	$(VPY) benchmarks/bench_merge.py
+	$(VPY) benchmarks/bench_trace_tools.py
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server (~3 min).
 bench-sglang: env tiny-model

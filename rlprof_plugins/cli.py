@@ -76,6 +76,8 @@ def cmd_merge(args) -> int:
             raise CliError("merging files needs -o OUT")
         inputs = [RankFile(p, f"rank{k}", "worker", (0, k)) for k, p in enumerate(paths)]
         groups, unplaced = [MergeGroup(paths[0].parent, None, inputs)], []
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError("--jobs: at least 1")
     progress = _progress(args)
     for path, why in unplaced:
         print(f"rlprof: not merged: {path}: {why}", file=sys.stderr)
@@ -84,7 +86,7 @@ def cmd_merge(args) -> int:
     results = []
     for g in groups:
         out = Path(args.output) if args.output else g.output
-        r = merge(g, out, progress=progress, compresslevel=args.level)
+        r = merge(g, out, progress=progress, compresslevel=args.level, jobs=args.jobs)
         results.append({"output": str(r.output), "stage": g.stage, "events": r.events, "seconds": round(r.seconds, 3),
                         "ranks": [{"label": s.label, "source": s.source, "events": s.events} for s in r.ranks]})
     text = "\n".join(f"wrote {m['output']} ({len(m['ranks'])} traces, {m['events']:,} events, {m['seconds']:.1f} s)"
@@ -111,9 +113,9 @@ def cmd_split(args) -> int:
     out_dir = args.output_dir or str(trace.parent)  # "{stage}" in it: one folder per stage
     progress = _progress(args)
     if progress:
-        progress(f"splitting {trace} by stage (three streaming passes)")
+        progress(f"splitting {trace} by stage")
     try:
-        written = split_file(trace, out_dir, _base_name(trace), gzip=not args.no_gzip)
+        written = split_file(trace, out_dir, _base_name(trace), gzip=not args.no_gzip, progress=progress)
     except ValueError as e:  # includes TraceFormatError
         raise CliError(str(e) if str(trace) in str(e) else f"{trace}: {e}") from None
     _emit(args, {"files": [{"stage": s, "path": str(p)} for s, p in written]},
@@ -216,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="output file (default: <dir>/merged[.<stage>].pt.trace.json.gz)")
     p.add_argument("--level", type=int, default=3, choices=range(1, 10), metavar="1-9",
                    help="gzip level of the output (default 3)")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="processes (default: one per trace, up to the usable cores, for inputs over 4 MB)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=cmd_merge)

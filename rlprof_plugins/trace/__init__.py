@@ -1,2 +1,2 @@
-"""Post-processing of Chrome/Kineto traces (stage splitting; merge and
-summaries come next). Pure Python, no engine imports."""
+"""Post-processing of Chrome/Kineto traces: merge, stage split, summary, check,
+and the streaming reader/writer under them. Pure Python, no engine imports."""

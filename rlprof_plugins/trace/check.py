@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .stream import TraceFormatError, TraceReader
+from .reader import TraceFormatError, TraceReader
 
 PHASES = frozenset("BEXiIbneCMstfPOND(),RcvVpSTF")
 NAME_META = ("process_name", "thread_name")

@@ -26,12 +26,17 @@ from __future__ import annotations
 import bisect
 import json
 import sys
+from array import array
 from pathlib import Path
 from typing import Iterable
 
-from ..stages import ITERATION_RE, STAGES
+from ..stages import ITERATION_PREFIX, ITERATION_RE, STAGES
+from . import codec
+from .gz import file_size
 from .naming import TRACE_SUFFIX, is_device_event as _is_device
-from .stream import TraceFormatError, TraceReader, TraceWriter
+from .progress import Progress, Ticker
+from .reader import TraceFormatError, TraceReader
+from .writer import TraceWriter
 
 
 
@@ -73,31 +78,43 @@ class StageClassifier:
 
     def host_stage(self, e: dict) -> str | None:
         """Stage of a host event by time (None outside every iteration)."""
-        if "ts" not in e:
+        ts = e.get("ts")
+        if ts is None:
             return None
-        ts = float(e["ts"])
-        i = bisect.bisect_right(self._starts, ts) - 1
+        ts = float(ts)
+        pid = e.get("pid")
         stage = None
+        i = bisect.bisect_right(self._starts, ts) - 1
         while i >= 0:
-            start, end, it_stage, pid = self._iterations[i]
+            start, end, it_stage, it_pid = self._iterations[i]
             if ts > end:
                 break
-            if pid == e.get("pid"):
+            if it_pid == pid:
                 stage = it_stage
                 break
             i -= 1
-        if stage is not None:
-            corr = (e.get("args") or {}).get("correlation")
-            if corr is not None:
-                self._by_correlation[corr] = stage
-            if e.get("ph") == "s":
-                self._by_flow[_flow_key(e)] = stage
+        # What it launched and the flow it starts follow it; outside every
+        # iteration too (recorded as None), so their placement is known.
+        args = e.get("args")
+        corr = args.get("correlation") if args.__class__ is dict else None
+        if corr is not None and (stage is not None or corr not in self._by_correlation):
+            self._by_correlation[corr] = stage
+        if e.get("ph") == "s":
+            key = _flow_key(e)
+            if stage is not None or key not in self._by_flow:
+                self._by_flow[key] = stage
         return stage
 
     def late_stage(self, e: dict) -> str | None:
         if _is_device(e):
             return self._by_correlation.get((e.get("args") or {}).get("correlation"))
         return self._by_flow.get(_flow_key(e))
+
+    def knows(self, e: dict) -> bool:
+        """Whether a late event's host side has been seen (then ``late_stage`` is final)."""
+        if _is_device(e):
+            return (e.get("args") or {}).get("correlation") in self._by_correlation
+        return _flow_key(e) in self._by_flow
 
 
 def stage_of_events(events: list[dict]) -> list[str | None]:
@@ -146,46 +163,96 @@ def stage_dir(out_dir: str | Path, stage: str) -> Path:
 
 
 def split_file(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True,
-               stages: Iterable[str] = STAGES) -> list[tuple[str, Path]]:
+               stages: Iterable[str] = STAGES, progress: Progress | None = None) -> list[tuple[str, Path]]:
     """Split ``raw`` into one file per stage in ``out_dir`` (``{stage}`` in it
     stands for the stage: one folder each), streaming.
 
-    Three reads of ``raw`` (iterations; host events; device events and flow
-    ends), never the whole file in memory. Output files appear under their
-    final names only when all are complete; on any error none remain.
+    Reads of ``raw``: the iterations (only the fields they need); then every
+    event, each written as soon as its stage is known; then, only if some
+    device event or flow end came before its launch or flow start (Kineto
+    writes device activity after the host's, so normally none), those.
+    Never the whole file in memory. Output files appear under their final
+    names only when all are complete; on any error none remain.
     """
     raw = Path(raw)
     classifier = StageClassifier()
-    with TraceReader(raw) as reader:
+    size = file_size(raw)
+    ticker = Ticker(progress, "iterations", size)
+    with TraceReader(raw) as reader, codec.gc_paused():
         header = dict(reader.header)
-        for e in reader.events():
-            classifier.add_iteration(e)
+        for batch in reader.batches(_ITERATION_FIELDS):
+            ticker.update(reader.bytes_read)
+            for e in batch:
+                if e.get("ph") == "X" and str(e.get("name", "")).startswith(ITERATION_PREFIX):
+                    classifier.add_iteration(e)
         header.update(reader.trailer)
     classifier.ready()
     stages = list(stages)
     writers = {s: TraceWriter(stage_dir(out_dir, s) / stage_file_name(basename, s, gzip), {**header, "rlprof_stage": s})
                for s in stages}
     try:
-        with TraceReader(raw) as reader:
-            for e in reader.events():
-                if e.get("ph") == "M":
-                    for w in writers.values():
-                        w.write(e)
-                elif not _is_late(e):
-                    stage = classifier.host_stage(e)
-                    if stage in writers:
-                        writers[stage].write(e)
-        with TraceReader(raw) as reader:
-            for e in reader.events():
-                if _is_late(e):
-                    stage = classifier.late_stage(e)
-                    if stage in writers:
-                        writers[stage].write(e)
+        deferred = _write_placed(raw, classifier, writers, Ticker(progress, "events", size))
+        if deferred:
+            _write_deferred(raw, classifier, writers, deferred)
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
     return [(s, writers[s].close()) for s in stages]
+
+
+_ITERATION_FIELDS = codec.fields_decoder("ph", "name", "ts", "dur", "pid")
+
+
+def _write_placed(raw: Path, classifier: StageClassifier, writers: dict[str, TraceWriter], ticker: Ticker) -> array:
+    """Every event whose stage is known when it is read; the indices of the rest."""
+    deferred = array("Q")
+    out = {s: [] for s in writers}
+    kinds: dict[tuple, str] = {}  # (ph, cat) -> "meta" | "late" | "host": a few distinct pairs
+    index = 0
+    with TraceReader(raw) as reader, codec.gc_paused():
+        for batch in reader.batches():
+            ticker.update(reader.bytes_read)
+            for e in batch:
+                key = (e.get("ph"), e.get("cat"))
+                try:
+                    kind = kinds[key]
+                except (KeyError, TypeError):  # new pair, or an unhashable (malformed) value
+                    kind = "meta" if key[0] == "M" else "late" if _is_late(e) else "host"
+                    if key[0].__class__ is str and (key[1] is None or key[1].__class__ is str):
+                        kinds[key] = kind
+                if kind == "host":
+                    stage = classifier.host_stage(e)
+                    if stage in out:
+                        out[stage].append(e)
+                elif kind == "late":
+                    if classifier.knows(e):
+                        stage = classifier.late_stage(e)
+                        if stage in out:
+                            out[stage].append(e)
+                    else:
+                        deferred.append(index)
+                else:
+                    for events in out.values():
+                        events.append(e)
+                index += 1
+            for stage, events in out.items():
+                writers[stage].write_batch(events)
+                events.clear()
+    return deferred
+
+
+def _write_deferred(raw: Path, classifier: StageClassifier, writers: dict[str, TraceWriter], deferred: array) -> None:
+    wanted = set(deferred)
+    index = 0
+    with TraceReader(raw) as reader, codec.gc_paused():
+        for batch in reader.batches():
+            for e in batch:
+                if index in wanted:
+                    stage = classifier.late_stage(e)
+                    if stage in writers:
+                        writers[stage].write(e)
+                index += 1
 
 
 def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:

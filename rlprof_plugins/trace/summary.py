@@ -28,10 +28,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..layout import STEP_DIR_PREFIX
-from ..stages import ITERATION_RE
+from ..stages import ITERATION_PREFIX, ITERATION_RE
 from .naming import DEVICE_WORK_CATS
 from .sources import plan
-from .stream import TraceReader, ts_ns
+from . import codec
+from .gz import file_size
+from .parallel import pool, processes_for
+from .progress import Ticker, to_stderr
+from .reader import TraceReader, ts_ns
 
 CPU_OP_CATS = frozenset({"cpu_op"})
 # torch records rlprof's ranges as user annotations; torch_npu as framework ops.
@@ -52,6 +56,7 @@ class TraceStats:
     device_ops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_self: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     events: int = 0
+    cpu_out_of_order: int = 0  # operators counted without nesting (see _SelfTimes)
 
     @property
     def span_us(self) -> float:
@@ -62,49 +67,85 @@ class TraceStats:
         return self.busy_us if self.iterations else self.span_us
 
 
-def _self_times(per_thread: dict[Any, list[tuple[float, float, str]]], into: dict[str, float]) -> None:
-    """Self time of nested complete events, one thread at a time."""
-    for ops in per_thread.values():
-        ops.sort(key=lambda o: (o[0], -o[1]))
-        stack: list[list] = []  # [end, name, time of children, own duration]
-        for start, end, name in ops:
-            while stack and stack[-1][0] <= start:
-                done = stack.pop()
-                into[done[1]] += max(0.0, done[3] - done[2])
-            if stack:
-                stack[-1][2] += end - start
-            stack.append([end, name, 0.0, end - start])
-        while stack:
+class _SelfTimes:
+    """Self time of nested complete events, one thread at a time, as they
+    stream in (memory: the open nesting per thread, not the operators seen).
+
+    Kineto writes a thread's operators in start order; one that starts
+    before the thread's previous one is counted with its whole duration
+    (``out_of_order``) rather than buffered, so memory stays flat."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self._into = into
+        self._stacks: dict[Any, list[list]] = {}  # thread -> [end, name, time of children, own duration]
+        self._last: dict[Any, float] = {}
+        self.out_of_order = 0
+
+    def add(self, thread: Any, start: float, end: float, name: str) -> None:
+        stack = self._stacks.get(thread)
+        if stack is None:
+            stack = self._stacks[thread] = []
+        if start < self._last.get(thread, start):
+            self.out_of_order += 1
+            self._into[name] += end - start
+            return
+        self._last[thread] = start
+        into = self._into
+        while stack and stack[-1][0] <= start:
             done = stack.pop()
             into[done[1]] += max(0.0, done[3] - done[2])
+        if stack:
+            stack[-1][2] += end - start
+        stack.append([end, name, 0.0, end - start])
+
+    def close(self) -> None:
+        for stack in self._stacks.values():
+            while stack:
+                done = stack.pop()
+                self._into[done[1]] += max(0.0, done[3] - done[2])
 
 
-def trace_stats(path: Path, rank: str, stage: str | None) -> TraceStats:
+_SUMMARY_FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid")
+
+
+def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) -> TraceStats:
+    """One trace's numbers; ``report``: a progress line on stderr each second."""
     st = TraceStats(rank, stage, path)
-    cpu_ops: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-    with TraceReader(path) as reader:
-        for e in reader.events():
-            st.events += 1
-            if e.get("ph") != "X":
-                continue
-            ts, dur = e.get("ts"), e.get("dur", 0)
-            if isinstance(ts, str):  # torch_npu's absolute microseconds
-                ns = ts_ns(ts)
-                ts = None if ns is None else ns / 1000.0
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-                continue
-            st.first_us = ts if st.first_us is None else min(st.first_us, ts)
-            st.last_us = ts + dur if st.last_us is None else max(st.last_us, ts + dur)
-            cat = e.get("cat")
-            name = str(e.get("name", ""))
-            if cat in ITERATION_CATS and ITERATION_RE.match(name):
-                st.iterations += 1
-                st.busy_us += dur
-            elif cat in DEVICE_WORK_CATS:
-                st.device_ops[name] += dur
-            elif cat in CPU_OP_CATS:
-                cpu_ops[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, name))
-    _self_times(cpu_ops, st.cpu_self)
+    ticker = Ticker(to_stderr if report else None, f"{rank} {path.name}", file_size(path))
+    cpu = _SelfTimes(st.cpu_self)
+    device_ops = st.device_ops
+    first = last = None
+    with TraceReader(path) as reader, codec.gc_paused():
+        for batch in reader.batches(_SUMMARY_FIELDS):
+            ticker.update(reader.bytes_read)
+            st.events += len(batch)
+            for e in batch:
+                if e.get("ph") != "X":
+                    continue
+                ts, dur = e.get("ts"), e.get("dur", 0)
+                if ts.__class__ is str:  # torch_npu's absolute microseconds
+                    ns = ts_ns(ts)
+                    ts = None if ns is None else ns / 1000.0
+                if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                    continue
+                end = ts + dur
+                if first is None or ts < first:
+                    first = ts
+                if last is None or end > last:
+                    last = end
+                cat = e.get("cat")
+                if cat in DEVICE_WORK_CATS:
+                    device_ops[str(e.get("name", ""))] += dur
+                    continue
+                name = str(e.get("name", ""))
+                if cat in ITERATION_CATS and name.startswith(ITERATION_PREFIX) and ITERATION_RE.match(name):
+                    st.iterations += 1
+                    st.busy_us += dur
+                elif cat in CPU_OP_CATS:
+                    cpu.add((e.get("pid"), e.get("tid")), ts, end, name)
+    cpu.close()
+    st.first_us, st.last_us = first, last
+    st.cpu_out_of_order = cpu.out_of_order
     return st
 
 
@@ -129,14 +170,7 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
                      if not why.startswith("frontend")]  # only worker traces are summarised
         stages_out = []
-        for group in p.groups:
-            stats = []
-            for rf in group.inputs:
-                if rf.role != "worker":
-                    continue
-                if progress:
-                    progress(f"reading {rf.path}")
-                stats.append(trace_stats(rf.path, rf.label, group.stage))
+        for group, stats in zip(p.groups, _stats_of(p.groups, progress)):
             if not stats:
                 continue
             stage_key = group.stage or "all"
@@ -148,6 +182,28 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
             stages_out.append(entry)
         steps_out.append({"global_step": global_step, "directory": str(directory), "stages": stages_out})
     return {"root": str(root), "steps": steps_out, "unplaced": unplaced}
+
+
+def _stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
+    """``trace_stats`` of every worker trace of a step, per group; in
+    processes (one per trace, up to the cores) when the step is large."""
+    jobs = [(g_index, rf.path, rf.label, g.stage) for g_index, g in enumerate(groups)
+            for rf in g.inputs if rf.role == "worker"]
+    processes = processes_for(len(jobs), sum(file_size(path) for _, path, _, _ in jobs))
+    report = progress is not None
+    if report and jobs:
+        progress(f"reading {len(jobs)} traces ({sum(file_size(j[1]) for j in jobs) / 1e6:,.0f} MB) with "
+                 + (f"{processes} processes" if processes > 1 else "one process"))
+    if processes > 1:
+        with pool(processes) as workers:
+            stats = list(workers.map(trace_stats, *zip(*[(path, label, stage, report)
+                                                         for _, path, label, stage in jobs])))
+    else:
+        stats = [trace_stats(path, label, stage, report) for _, path, label, stage in jobs]
+    out: list[list[TraceStats]] = [[] for _ in groups]
+    for (g_index, *_), st in zip(jobs, stats):
+        out[g_index].append(st)
+    return out
 
 
 def _top(totals: dict[str, float], n: int = TOP) -> list[dict[str, Any]]:
@@ -168,7 +224,9 @@ def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
     return {
         "stage": stage,
         "ranks": [{"rank": s.rank, "iterations": s.iterations, "busy_ms": round(s.wall_us / 1000.0, 3),
-                   "span_ms": round(s.span_us / 1000.0, 3), "file": s.path.name} for s in stats],
+                   "span_ms": round(s.span_us / 1000.0, 3), "file": s.path.name,
+                   **({"cpu_ops_out_of_order": s.cpu_out_of_order} if s.cpu_out_of_order else {})}
+                  for s in stats],
         "iterations": max(s.iterations for s in stats),
         "wall_ms": round(max(walls) / 1000.0, 3),
         "imbalance": round(max(walls) / fastest, 3) if fastest > 0 else None,

@@ -16,7 +16,7 @@ import pytest
 
 from rlprof_plugins.cli import main as rlprof
 from rlprof_plugins.trace import check, merge, sources, stage_split
-from rlprof_plugins.trace.stream import TraceFormatError, TraceReader
+from rlprof_plugins.trace.reader import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.helpers.traces import iteration_details, merged_file
 
