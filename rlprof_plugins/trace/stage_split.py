@@ -63,9 +63,10 @@ class StageClassifier:
         self._by_flow: dict[tuple, str] = {}
 
     def add_iteration(self, e: dict) -> None:
-        if e.get("ph") != "X":
+        name = str(e.get("name", ""))
+        if e.get("ph") != "X" or not name.startswith(ITERATION_PREFIX):  # the prefix first: cheap
             return
-        m = ITERATION_RE.match(str(e.get("name", "")))
+        m = ITERATION_RE.match(name)
         if m and m.group("stage"):
             start = float(e["ts"])
             self._iterations.append((start, start + float(e.get("dur", 0)), m.group("stage"), e.get("pid")))
@@ -183,8 +184,7 @@ def split_file(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True,
         for batch in reader.batches(_ITERATION_FIELDS):
             ticker.update(reader.bytes_read)
             for e in batch:
-                if e.get("ph") == "X" and str(e.get("name", "")).startswith(ITERATION_PREFIX):
-                    classifier.add_iteration(e)
+                classifier.add_iteration(e)
         header.update(reader.trailer)
     classifier.ready()
     stages = list(stages)
@@ -243,12 +243,13 @@ def _write_placed(raw: Path, classifier: StageClassifier, writers: dict[str, Tra
 
 
 def _write_deferred(raw: Path, classifier: StageClassifier, writers: dict[str, TraceWriter], deferred: array) -> None:
-    wanted = set(deferred)
-    index = 0
+    """The events at the ``deferred`` indices (ascending), now that every launch and flow start is known."""
+    index, next_wanted = 0, 0
     with TraceReader(raw) as reader, codec.gc_paused():
         for batch in reader.batches():
             for e in batch:
-                if index in wanted:
+                if next_wanted < len(deferred) and index == deferred[next_wanted]:
+                    next_wanted += 1
                     stage = classifier.late_stage(e)
                     if stage in writers:
                         writers[stage].write(e)

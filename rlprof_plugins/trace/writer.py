@@ -18,9 +18,9 @@ from typing import Any
 
 from ..layout import atomic_target, publish
 from . import codec, gz
+from .reader import EVENTS_KEY
 
 BATCH = 4096  # events encoded per call when writing one at a time
-EVENTS_KEY = "traceEvents"
 SEPARATOR = b",\n"
 
 

@@ -284,6 +284,24 @@ def test_split_file_streams_and_matches_the_in_memory_rule(tmp_path):
         assert check.check(written[s]).ok
 
 
+def test_split_file_places_device_events_read_before_their_launch(tmp_path):
+    """Kineto writes device activity after the host's; a file with kernels and flow
+    ends first still splits as the in-memory rule does (the deferred pass)."""
+    path = write_rank_trace(tmp_path / "rank0.1.pt.trace.json.gz", rank=0, iterations=24)
+    trace = load(path)
+    late = [e for e in trace["traceEvents"] if stage_split._is_late(e)]
+    assert late
+    trace["traceEvents"] = late + [e for e in trace["traceEvents"] if not stage_split._is_late(e)]
+    reordered = tmp_path / "reordered.pt.trace.json.gz"
+    reordered.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    written = dict(stage_split.split_file(reordered, tmp_path / "out", "reordered"))
+    expected = stage_split.split(trace)
+    for s in ("prefill", "decode"):
+        got = sorted(json.dumps(e, sort_keys=True) for e in load(written[s])["traceEvents"])
+        assert got == sorted(json.dumps(e, sort_keys=True) for e in expected[s]["traceEvents"])
+        assert any(e.get("cat") == "kernel" for e in load(written[s])["traceEvents"])
+
+
 def test_summary_per_step_stage_rank_with_imbalance_and_change(tmp_path, capsys):
     root = tmp_path / "traces"
     for step, its in ((1, 16), (2, 32)):
