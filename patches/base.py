@@ -33,7 +33,7 @@ from . import shapes
 Wrapper = Callable[[Callable[..., Any], Any, tuple, dict], Any]
 
 
-def _resolve(module: ModuleType, target: str) -> tuple[Any, str]:
+def resolve(module: ModuleType, target: str) -> tuple[Any, str]:
     parent: Any = module
     *path, attribute = target.split(".")
     for name in path:
@@ -105,7 +105,7 @@ class Patch:
         try:
             for target, wrapper in self.wrap.items():
                 try:
-                    parent, attribute = _resolve(module, target)
+                    parent, attribute = resolve(module, target)
                     getattr(parent, attribute)  # a missing target fails here, before any change
                 except AttributeError:
                     if target in self.optional:
@@ -131,7 +131,7 @@ class Patch:
                 proxy._self_rlprof_patch = self.name
                 done.append((parent, attribute, original, True))
             for target, value in self.add.items():
-                parent, attribute = _resolve(module, target)
+                parent, attribute = resolve(module, target)
                 if hasattr(parent, attribute):
                     raise RuntimeError(f"{target} already exists; the engine changed")
                 setattr(parent, attribute, value)

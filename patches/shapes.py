@@ -1,13 +1,13 @@
 """What each patch relies on in the engine, described the same way on every release.
 
-A patch is verified on the releases in ``rlprof_plugins.compat.TESTED``. On a
+A patch is verified on its engine's tested releases (``patches/<engine>/engine.py``). On a
 release newer than the newest tested one (same major version) it still
 applies when everything it relies on has the shape it had on that newest
 tested release: the wrapped callables' signatures, the attributes it adds
 still free, the helpers and fields it reads. ``RLPROF_STRICT_VERSIONS=1``
 turns this off (every untested release is refused, as before).
 
-Each tested release's shapes are recorded in ``patches/shapes/<engine>/<release>.json``,
+Each tested release's shapes are recorded in ``patches/shape_records/<engine>/<release>.json``,
 generated from the release's own modules and checked against them by the
 contract tests (``tests/compat``: a drift fails a test; ``make shapes``
 rewrites the files). At run time only the newest tested release's file is
@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+
+from .engines import ENGINES
 
 STRICT_ENV = "RLPROF_STRICT_VERSIONS"
 RECORDS = Path(__file__).resolve().parent / "shape_records"
@@ -194,9 +196,8 @@ def strict() -> bool:
 
 
 def newest_tested(engine: str) -> str | None:
-    from rlprof_plugins.compat import TESTED
-
-    releases = TESTED.get(engine)
+    facts = ENGINES.get(engine)
+    releases = facts.TESTED if facts is not None else None
     return max(releases, key=Version) if releases else None
 
 

@@ -180,7 +180,8 @@ def cmd_doctor(args) -> int:
 def cmd_npu_analyse(args) -> int:
     import importlib.util
 
-    from .backends.npu_profiler import ASCEND_SUFFIX, analyse_in_subprocess, trace_view_of
+    from .backends.npu_profiler import analyse_in_subprocess
+    from .trace.naming import ASCEND_SUFFIX, trace_view_of
 
     root = Path(args.dir)
     if not root.is_dir():

@@ -3,7 +3,8 @@
 The feature x release table of ``docs/compatibility.md`` and the answers of
 ``rlprof doctor`` come from here: a feature is available on a release when,
 for every engine area the feature touches, one of its patches declares that
-release (``patches/*.py``). ``tests/compat`` runs the contract tests on each
+release (``patches/<engine>/*.py``); the releases and eras are each engine's
+facts (``patches/<engine>/engine.py``). ``tests/compat`` runs the contract tests on each
 release in ``TESTED`` against that release's own modules, asserting every
 cell of the table (a declared patch applies and works; an undeclared one is
 refused with one warning), so the table cannot claim what is not tested.
@@ -15,77 +16,14 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-# Releases whose real modules the contract tests run against, unpacked from
-# their published wheels (tests/compat/releases.py), except the one installed
-# in each test environment, which tests/e2e also serves end to end (vLLM 0.32:
-# 0.33 has no CPU build). Each has its recorded shapes (patches/shape_records/).
-TESTED: dict[str, tuple[str, ...]] = {
-    "vllm": ("0.10.2.post2", "0.12.0.post2", "0.13.0", "0.15.1", "0.16.0", "0.17.1", "0.24.0", "0.32.0", "0.33.0"),
-    "sglang": ("0.5.5", "0.5.9", "0.5.12", "0.5.13", "0.5.15", "0.5.23"),
-}
-# The subset CI runs (one per era boundary that matters most); `make compat` runs all.
-CI_SUBSET: dict[str, tuple[str, ...]] = {
-    "vllm": ("0.12.0.post2", "0.16.0", "0.32.0", "0.33.0"),
-    "sglang": ("0.5.9", "0.5.15", "0.5.23"),
-}
-# The declared range of each engine: from its oldest supported release to just
-# past its newest tested one. Patches declare their ranges with
-# ``versions_from`` so this upper bound is written once. Newer releases of the
-# same major are covered by the shape rule (patches/shapes.py), not by this range.
-_FIRST = {"vllm": "0.10", "sglang": "0.5.5"}
-_BELOW = {"vllm": "0.34", "sglang": "0.5.24"}
+from .patches.engines import ENGINES
 
-
-def versions_from(engine: str, first: str | None = None) -> str:
-    """The specifier ``>=first,<(past the newest tested release)`` for ``engine``."""
-    return f">={first or _FIRST[engine]},<{_BELOW[engine]}"
-
-
-SUPPORTED = {engine: versions_from(engine) for engine in _FIRST}
-
-# How profiling is configured on each era (first matching range wins).
-HOW_TO_CONFIGURE: dict[str, tuple[tuple[str, str], ...]] = {
-    "vllm": (
-        ("<0.13", "no --profiler-config on this release: set RLPROF_PROFILER_CONFIG='{\"torch_profiler_dir\": "
-                  "\"/traces\", \"step_start\": 2, \"step_end\": 6}' (same JSON keys) in the server's "
-                  "environment and start it with `vllm serve`; VLLM_TORCH_PROFILER_DIR is not needed"),
-        ("<0.16", "vllm serve --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/traces\", "
-                  "\"step_start\": 2, \"step_end\": 6}'; do not also set VLLM_TORCH_PROFILER_* (on this release "
-                  "they override the flag)"),
-        ("", "vllm serve --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/traces\", "
-             "\"step_start\": 2, \"step_end\": 6}'"),
-    ),
-    "sglang": (
-        ("<0.5.12", "this release has no plugin entry points: export RLPROF_SGLANG_AUTOLOAD=1 before "
-                    "launching, then pass --profiler-config '{\"torch_profiler_dir\": \"/traces\", "
-                    "\"step_start\": 2, \"step_end\": 6}' (or set RLPROF_PROFILER_CONFIG)"),
-        ("", "python -m sglang.launch_server ... --profiler-config '{\"torch_profiler_dir\": \"/traces\", "
-             "\"step_start\": 2, \"step_end\": 6}' (or set RLPROF_PROFILER_CONFIG)"),
-    ),
-}
-
-
-# What depends on the engine release itself rather than on a patch:
-# (name, releases that have it, what happens on the others). The contract
-# tests probe each one on every tested release.
-CAPABILITIES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "vllm": (
-        ("stop answered before the profiler stops", ">=0.17",
-         "EngineCore has no idle callbacks: the stop (torch's, seconds with stacks) runs on the engine loop "
-         "before the answer; export still runs in the background"),
-        ("prefill/decode from vLLM's compute_iteration_details", ">=0.15",
-         "rlprof's own rule: a cached request scheduled for more than one token counts as prefill "
-         "(speculative decoding steps too)"),
-        ("vLLM's rank names in trace files (dp0_pp0_tp0_..._rank0)", ">=0.17", "files are named rank<r>"),
-    ),
-    "sglang": (
-        ("plugin loaded by SGLang's sglang.srt.plugins entry point", ">=0.5.12",
-         "set RLPROF_SGLANG_AUTOLOAD=1 in the launch environment (loads the plugin from rlprof_plugins.pth "
-         "in every SGLang process)"),
-        ("stop completed from the scheduler's on_idle hook", ">=0.5.12",
-         "completed from self_check_during_idle instead (same effect)"),
-    ),
-}
+# Read from each engine's facts (patches/<engine>/engine.py), where they are declared once.
+TESTED: dict[str, tuple[str, ...]] = {name: e.TESTED for name, e in ENGINES.items()}
+CI_SUBSET: dict[str, tuple[str, ...]] = {name: e.CI_SUBSET for name, e in ENGINES.items()}
+SUPPORTED: dict[str, str] = {name: e.VERSIONS for name, e in ENGINES.items()}
+HOW_TO_CONFIGURE: dict[str, tuple[tuple[str, str], ...]] = {name: e.HOW_TO_CONFIGURE for name, e in ENGINES.items()}
+CAPABILITIES: dict[str, tuple[tuple[str, str, str], ...]] = {name: e.CAPABILITIES for name, e in ENGINES.items()}
 
 
 @dataclass(frozen=True)
@@ -155,7 +93,7 @@ def markdown() -> str:
         "# Compatibility",
         "",
         "Generated by `python -m rlprof_plugins.compat > docs/compatibility.md` from the patch",
-        "declarations and the tested releases in `rlprof_plugins/compat.py`;",
+        "declarations and each engine's facts in `patches/<engine>/engine.py`;",
         "`tests/compat/test_compat_table.py` fails when this file and the code disagree, and the",
         "contract tests (`make compat`; CI runs the releases marked CI) assert every cell on the",
         "release's own modules. How the releases are tested: docs/testing.md.",
@@ -184,7 +122,7 @@ def markdown() -> str:
         "- `make compat-latest` runs the contract tests on the newest vLLM and SGLang on PyPI that day",
         "  (docs/testing.md).",
     ]
-    for engine, title in (("vllm", "vLLM"), ("sglang", "SGLang")):
+    for engine, title in ((name, e.TITLE) for name, e in ENGINES.items()):
         releases = TESTED[engine]
         table = {v: features(engine, v) for v in releases}
         head = [f"{v}{' (CI)' if v in CI_SUBSET[engine] else ''}" for v in releases]

@@ -18,9 +18,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from . import __version__, compat
-
-ENGINES = {"vllm": ("vLLM", "vllm.version", "vllm.general_plugins"),
-           "sglang": ("SGLang", "sglang.version", "sglang.srt.plugins")}
+from .patches.engines import ENGINES
 LEGACY_VLLM_ENV = "VLLM_TORCH_PROFILER_"
 
 
@@ -59,19 +57,18 @@ class EngineReport:
 def _version(engine: str) -> tuple[str | None, str | None]:
     if importlib.util.find_spec(engine) is None:
         return None, None
-    module = importlib.import_module(ENGINES[engine][1])
     package = importlib.import_module(engine)
-    return getattr(module, "__version__", None), os.path.dirname(package.__file__)
+    return ENGINES[engine].version(), os.path.dirname(package.__file__)
 
 
 def _present_targets(patch, module) -> str:
-    from .patches.base import _resolve
+    from .patches.base import resolve
 
     out = []
     for target in patch.targets:
         if target in patch.optional:
             try:
-                getattr(*_resolve(module, target))
+                getattr(*resolve(module, target))
             except AttributeError:
                 continue  # an optional hook this release does not have
         out.append(target)
@@ -113,7 +110,8 @@ def _dry_run(patch, version: str) -> PatchCheck:
 
 
 def _plugin_loading(engine: str, version: str) -> str:
-    group = ENGINES[engine][2]
+    facts = ENGINES[engine]
+    group = facts.ENTRY_POINTS
     ours = [ep for ep in importlib.metadata.entry_points(group=group) if ep.value.startswith("rlprof_plugins.")]
     if not ours:
         return f"rlprof is not registered in the {group} entry points: reinstall rlprof-plugins"
@@ -122,9 +120,9 @@ def _plugin_loading(engine: str, version: str) -> str:
         return ("SGLang " + version + " has no plugin entry points; RLPROF_SGLANG_AUTOLOAD=1 is "
                 + ("set: rlprof_plugins.pth loads the plugin in every SGLang process" if on
                    else "NOT set: export it before launching, or the plugin never loads"))
-    allow = os.environ.get("VLLM_PLUGINS") if engine == "vllm" else os.environ.get("SGLANG_PLUGINS")
+    allow = os.environ.get(facts.ALLOW_LIST_ENV)
     if allow is not None and "rlprof" not in [p.strip() for p in allow.split(",")]:
-        return f"{group} lists rlprof, but {'VLLM' if engine == 'vllm' else 'SGLANG'}_PLUGINS={allow!r} leaves it out"
+        return f"{group} lists rlprof, but {facts.ALLOW_LIST_ENV}={allow!r} leaves it out"
     return f"loaded by the engine through the {group} entry point 'rlprof'"
 
 
@@ -199,7 +197,7 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
 
 
 def render(report: EngineReport) -> str:
-    title = ENGINES[report.engine][0]
+    title = ENGINES[report.engine].TITLE
     if not report.installed:
         return f"{title}: not installed"
     if report.untested_newer:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .layout import write_text_atomic
+from .processes import identity
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
@@ -92,8 +93,6 @@ def update(
         before = data.get("state")
         for key, value in header.items():
             data.setdefault(key, value)
-        from .writers import identity
-
         data["writers"][writer] = {**section, "process": identity()}
         _write(directory, data)
     if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields as dataclass_fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -61,9 +61,32 @@ class StartRequest:
     warnings: tuple[str, ...] = ()
 
     def to_command(self) -> dict[str, Any]:
+        """The wire form: a plain dict that crosses collective_rpc and SGLang's IPC unchanged."""
         command = {"op": "start", **asdict(self)}
         del command["warnings"]
         return command
+
+    @classmethod
+    def from_command(cls, command: Mapping[str, Any]) -> "StartRequest":
+        """The request back from its wire form, where a worker receives it
+        (it was checked by ``parse_start`` where it arrived); absent keys take
+        their defaults."""
+        known = {f.name for f in dataclass_fields(cls)} - {"warnings"}
+        given = {k: v for k, v in command.items() if k in known and v is not None}
+        given.setdefault("global_step", None)
+        given.setdefault("step_start", 0)
+        given.setdefault("step_end", None)
+        return cls(**given)
+
+    def shifted(self, forwards_done: int) -> "StartRequest":
+        """``start_at`` as a window counted from now, given the forward passes
+        this worker has run (SGLang's rule: recording begins with pass number
+        ``start_at``, or with the next pass when that one is past)."""
+        if self.start_at is None:
+            return self
+        offset = max(self.start_at - forwards_done - 1, 0)
+        end = None if self.step_end is None else self.step_end + offset
+        return replace(self, start_at=None, step_start=self.step_start + offset, step_end=end)
 
 
 @dataclass(frozen=True)
@@ -179,17 +202,10 @@ def _window(given: dict[str, Any], defaults: ProfileOptions) -> tuple[int, int |
 
 
 def shift_to(command: dict[str, Any], forwards_done: int) -> dict[str, Any]:
-    """A start command with ``start_at`` as a window counted from now, given
-    the forward passes this worker has run (SGLang's rule: recording begins
-    with pass number ``start_at``, or with the next pass when that one is
-    past)."""
-    start_at = command.get("start_at")
-    if start_at is None:
+    """``StartRequest.shifted`` on the wire form."""
+    if command.get("start_at") is None:
         return command
-    offset = max(start_at - forwards_done - 1, 0)
-    end = command.get("step_end")
-    return {**command, "start_at": None, "step_start": command.get("step_start", 0) + offset,
-            "step_end": None if end is None else end + offset}
+    return {**command, **StartRequest.from_command(command).shifted(forwards_done).to_command()}
 
 
 def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:

@@ -15,59 +15,15 @@ complete.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import manifest
+from .processes import alive
 
 logger = logging.getLogger("rlprof")
 
 STEP_GLOB = "global_step_*"
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), or None when no such process runs."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name before ")" may hold spaces
-    except (IndexError, ValueError):
-        return None
-
-
-@lru_cache(maxsize=None)
-def _identity(pid: int) -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": pid, "started": _start_ticks(pid), "boot": _boot_id()}
-
-
-def identity() -> dict[str, Any]:
-    """This process, as a manifest section records it."""
-    return dict(_identity(os.getpid()))
-
-
-def alive(process: dict[str, Any] | None) -> bool | None:
-    """Whether the process that wrote a section still runs; None when this
-    machine cannot tell (no identity recorded, or another host)."""
-    if not process or process.get("host") != socket.gethostname() or not process.get("pid"):
-        return None
-    if process.get("boot") and _boot_id() and process["boot"] != _boot_id():
-        return False  # the machine restarted since
-    started = _start_ticks(int(process["pid"]))
-    if started is None:
-        return False
-    return process.get("started") in (None, started)  # a different start time: the pid was reused
 
 
 def reap(directory: Path) -> list[str]:

@@ -31,13 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import Placement
+from ..trace.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .npu_options import NpuSettings
 
-ASCEND_SUFFIX = "_ascend_pt"
-OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
-TRACE_VIEW = "trace_view.json"
 STAGING_PREFIX = ".rlprof-npu-"
 
 
@@ -54,11 +52,6 @@ def experimental_config(torch_npu: Any, s: NpuSettings) -> Any:
         record_op_args=False,
         op_attr=False,
     )
-
-
-def trace_view_of(profile_dir: Path) -> Path:
-    """Where torch_npu's analysis puts the Chrome-format timeline."""
-    return profile_dir / OUTPUT_DIR / TRACE_VIEW
 
 
 def analyse_in_subprocess(profile_dir: Path, export_type: tuple[str, ...] = ("text",)) -> None:

@@ -12,14 +12,7 @@ from __future__ import annotations
 from . import install_patches
 
 
-def sglang_version() -> str | None:
-    try:
-        from sglang.version import __version__
-
-        return __version__
-    except Exception:
-        return None
-
-
 def register() -> None:
-    install_patches("SGLang", "SGLANG_PATCHES", sglang_version)
+    from ..patches.sglang import engine
+
+    install_patches(engine.TITLE, "SGLANG_PATCHES", engine.version)

@@ -12,24 +12,11 @@ from __future__ import annotations
 from . import install_patches
 
 
-def vllm_version() -> str | None:
-    try:
-        from vllm.version import __version__
-
-        return __version__
-    except Exception:
-        return None
-
-
 def register() -> None:
     from .._log import join_engine_log
+    from ..patches.vllm import engine
+    from ..patches.vllm_ascend import engine as ascend
 
     join_engine_log("vllm")  # rlprof's lines in vLLM's log, in its format and at its level
-    install_patches("vLLM", "VLLM_PATCHES", vllm_version)
-    install_patches("vllm-ascend", "VLLM_ASCEND_PATCHES", vllm_ascend_version)
-
-
-def vllm_ascend_version() -> str | None:
-    from ..patches.vllm_ascend_worker import vllm_ascend_version as version_of
-
-    return version_of()
+    install_patches(engine.TITLE, "VLLM_PATCHES", engine.version)
+    install_patches(ascend.TITLE, "VLLM_ASCEND_PATCHES", ascend.version)

@@ -32,6 +32,9 @@ from pathlib import Path
 TRACE_SUFFIX = ".pt.trace.json"
 MERGED_NAME = "merged"
 ASCEND_SUFFIX = "_ascend_pt"
+# Inside a torch_npu folder: where its analysis puts the Chrome-format timeline.
+ASCEND_OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+ASCEND_TRACE_VIEW = "trace_view.json"
 STAGES = ("prefill", "decode")
 # Kineto's categories of events on a device timeline (CUDA, ROCm, XPU and
 # torch_npu's Kineto-style export); the work among them (what a device-time
@@ -40,6 +43,11 @@ STAGES = ("prefill", "decode")
 DEVICE_WORK_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 DEVICE_CATS = DEVICE_WORK_CATS | {"gpu_user_annotation", "cuda_driver_kernel"}
 DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device", "Ascend")
+
+
+def trace_view_of(profile_dir: Path) -> Path:
+    """Where torch_npu's analysis puts the Chrome-format timeline of one ``*_ascend_pt`` folder."""
+    return profile_dir / ASCEND_OUTPUT_DIR / ASCEND_TRACE_VIEW
 
 
 def is_device_event(event: dict) -> bool:

@@ -21,8 +21,7 @@ from pathlib import Path
 from .. import manifest
 from . import naming
 from ..layout import FRONTEND, MERGED, RANKS
-from .naming import ASCEND_SUFFIX, is_trace
-from ..backends.npu_profiler import trace_view_of
+from .naming import ASCEND_SUFFIX, is_trace, trace_view_of
 
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
                 "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")

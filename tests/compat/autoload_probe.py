@@ -15,7 +15,7 @@ def _loaded() -> bool:
     import importlib
 
     importlib.import_module("sglang.srt.server_args")  # what every SGLang process imports first
-    from rlprof_plugins.patches.sglang_server_args import SERVER_ARGS_PATCH
+    from rlprof_plugins.patches.sglang.server_args import SERVER_ARGS_PATCH
 
     return SERVER_ARGS_PATCH.applied
 

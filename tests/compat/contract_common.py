@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 
-from rlprof_plugins.patches.base import _resolve, apply_guarded
+from rlprof_plugins.patches.base import resolve, apply_guarded
 
 ABSENT = object()
 
@@ -67,7 +67,7 @@ def snapshot(module, patch) -> dict:
         if target in patch.install_targets:
             continue
         try:
-            parent, attr = _resolve(module, target)
+            parent, attr = resolve(module, target)
         except AttributeError:
             out[target] = ABSENT
             continue
@@ -93,7 +93,7 @@ def check_patch_on_release(patch, version: str, caplog) -> None:
         for target in patch.wrap:
             if pristine[target] is ABSENT and target in patch.optional:
                 continue
-            parent, attr = _resolve(module, target)
+            parent, attr = resolve(module, target)
             assert marker(vars(parent)[attr]) == patch.name, target
         patch.revert()
         assert snapshot(module, patch) == pristine

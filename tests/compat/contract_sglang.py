@@ -33,9 +33,10 @@ from packaging.version import Version
 from rlprof_plugins import compat
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.patches import SGLANG_PATCHES
-from rlprof_plugins.patches import sglang_http, sglang_scheduler
+from rlprof_plugins.patches.sglang import http as sglang_http
+from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.plugins.sglang import sglang_version
+from rlprof_plugins.patches.sglang.engine import version as sglang_version
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
                                          check_recorded_shapes, check_release_imported, filled, marker, try_import,
                                          wait_done)

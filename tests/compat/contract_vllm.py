@@ -30,11 +30,12 @@ from packaging.version import Version
 from rlprof_plugins import compat
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.patches import VLLM_PATCHES
-from rlprof_plugins.patches import vllm_profiler_config, vllm_worker
+from rlprof_plugins.patches.vllm import profiler_config as vllm_profiler_config
+from rlprof_plugins.patches.vllm import worker as vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
                                          check_recorded_shapes, check_release_imported, marker, wait_done)
-from rlprof_plugins.plugins.vllm import vllm_version
+from rlprof_plugins.patches.vllm.engine import version as vllm_version
 from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 
@@ -69,7 +70,7 @@ def test_a_patch_whose_target_changed_is_off_and_the_rest_still_apply(caplog):
     assert len(said) == 1 and patch.feature in said[0] and RELEASE in said[0] and "profile" in said[0]
     assert dict(vars(altered.Worker)) == before
     core = importlib.import_module("vllm.v1.engine.core")
-    from rlprof_plugins.patches.vllm_engine_core import ENGINE_CORE_PATCH
+    from rlprof_plugins.patches.vllm.engine_core import ENGINE_CORE_PATCH
 
     assert apply_guarded(ENGINE_CORE_PATCH, core, vllm_version())
     ENGINE_CORE_PATCH.revert()
@@ -285,7 +286,7 @@ def test_http_routes_are_ours_when_configured(patched, tmp_path, monkeypatch):
         router.attach_router(app)
     routes = {r.path: r for r in app.router.routes if isinstance(r, APIRoute)}
     for path in ("/start_profile", "/stop_profile", "/profile_status"):
-        assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.vllm_api_router", path
+        assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.vllm.api_router", path
     assert [r.path for r in app.router.routes if isinstance(r, APIRoute)].count("/start_profile") == 1
 
 

@@ -16,7 +16,7 @@ from rlprof_plugins.backends import choice
 from rlprof_plugins.backends.torch_profiler import TorchSettings
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import parse_options
-from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.session.controller import ProfilerController
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder
 from tests.unit.test_session import DECODE, PREFILL, run_iterations, settle, start
 

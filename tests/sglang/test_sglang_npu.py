@@ -12,9 +12,9 @@ import types
 
 import pytest
 
-from rlprof_plugins.patches import sglang_scheduler
+from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.plugins.sglang import sglang_version
+from rlprof_plugins.patches.sglang.engine import version as sglang_version
 from rlprof_plugins.profiler_config import ENV
 from tests.npu.conftest import torch_npu  # noqa: F401  (the stand-in fixture)
 from tests.unit.test_session import DECODE, run_iterations, settle, start
@@ -64,7 +64,7 @@ def test_backend_torch_on_an_ascend_scheduler_is_refused_naming_the_key(torch_np
 
 
 def test_device_npu_with_backend_torch_stops_the_launch(monkeypatch):
-    from rlprof_plugins.patches.sglang_server_args import SERVER_ARGS_PATCH
+    from rlprof_plugins.patches.sglang.server_args import SERVER_ARGS_PATCH
 
     monkeypatch.delenv(ENV, raising=False)
     module = importlib.import_module(SERVER_ARGS_PATCH.module)

@@ -9,8 +9,8 @@ import pytest
 
 from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.sglang_scheduler import iteration_info
-from rlprof_plugins.plugins.sglang import sglang_version
+from rlprof_plugins.patches.sglang.scheduler import iteration_info
+from rlprof_plugins.patches.sglang.engine import version as sglang_version
 
 sglang = pytest.importorskip("sglang")
 
@@ -84,7 +84,7 @@ def test_profiler_config_is_validated_and_handed_to_spawned_processes(patched, m
 def test_http_routes_replaced_with_sglang_auth_level_and_restored():
     from fastapi.routing import APIRoute
 
-    from rlprof_plugins.patches.sglang_http import HTTP_PATCH
+    from rlprof_plugins.patches.sglang.http import HTTP_PATCH
 
     http = importlib.import_module("sglang.srt.entrypoints.http_server")
     originals = {r.path: r for r in http.app.router.routes if isinstance(r, APIRoute)}
@@ -104,7 +104,7 @@ def test_http_routes_replaced_with_sglang_auth_level_and_restored():
 def test_a_changed_engine_disables_only_that_feature_with_one_warning(caplog):
     """A release where the target is gone: one warning naming the feature and
     version; the module is left exactly as it was."""
-    from rlprof_plugins.patches.sglang_scheduler import PROFILER_MANAGER_PATCH
+    from rlprof_plugins.patches.sglang.scheduler import PROFILER_MANAGER_PATCH
 
     altered = types.ModuleType(PROFILER_MANAGER_PATCH.module)
 

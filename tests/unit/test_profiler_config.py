@@ -108,7 +108,7 @@ def test_sglang_flag_and_environment_merge(monkeypatch, tmp_path):
     import argparse
 
     from rlprof_plugins import profiler_config
-    from rlprof_plugins.patches import sglang_server_args
+    from rlprof_plugins.patches.sglang import server_args as sglang_server_args
 
     monkeypatch.setattr(profiler_config, "_exported", None)
     flag = json.dumps({"torch_profiler_dir": str(tmp_path), "step_start": 1})

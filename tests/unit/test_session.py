@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
-from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 from tests.helpers.traces import iteration_indices, iteration_stages, load_trace, rank_folder
 

@@ -3,8 +3,8 @@
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.patches.sglang_http import build_request, uses_rlprof
-from rlprof_plugins.patches.sglang_scheduler import decode_command, encode_command, global_rank
+from rlprof_plugins.patches.sglang.http import build_request, uses_rlprof
+from rlprof_plugins.patches.sglang.scheduler import decode_command, encode_command, global_rank
 from rlprof_plugins.trace.naming import sglang_rank_label as rank_label
 from rlprof_plugins.profiler_config import parse_profiler_config
 

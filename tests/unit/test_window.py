@@ -1,4 +1,4 @@
-from rlprof_plugins.window import StepWindow
+from rlprof_plugins.session.window import StepWindow
 
 
 def recorded(window: StepWindow, iterations: int) -> list[int]:

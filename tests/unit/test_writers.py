@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from rlprof_plugins import manifest, writers
+from rlprof_plugins import manifest, processes, writers
 
 WRITER = """
 import sys, time
@@ -31,13 +31,13 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "ready"
         section = manifest.read(step)["writers"]["rank0"]
-        assert section["process"]["pid"] == proc.pid and writers.alive(section["process"]) is True
+        assert section["process"]["pid"] == proc.pid and processes.alive(section["process"]) is True
         assert writers.reap_all(tmp_path) == {}  # alive: nothing to do
         assert manifest.read(step)["state"] == "exporting"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert writers.alive(section["process"]) is False
+    assert processes.alive(section["process"]) is False
     assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
     data = manifest.read(step)
     assert data["state"] == "failed" and "process gone" in data["writers"]["rank0"]["error"]
@@ -46,11 +46,11 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
 
 
 def test_pid_reuse_and_other_hosts():
-    me = writers.identity()
-    assert writers.alive(me) is True
-    assert writers.alive({**me, "started": (me["started"] or 0) + 1}) is False  # same pid, another process
-    assert writers.alive({**me, "host": "elsewhere"}) is None  # cannot tell from here
-    assert writers.alive(None) is None
+    me = processes.identity()
+    assert processes.alive(me) is True
+    assert processes.alive({**me, "started": (me["started"] or 0) + 1}) is False  # same pid, another process
+    assert processes.alive({**me, "host": "elsewhere"}) is None  # cannot tell from here
+    assert processes.alive(None) is None
 
 
 def test_the_tools_reap_before_reading(tmp_path, capsys):
@@ -58,7 +58,7 @@ def test_the_tools_reap_before_reading(tmp_path, capsys):
 
     step = tmp_path / "global_step_1"
     step.mkdir()
-    gone = {"host": writers.identity()["host"], "pid": 2 ** 22 + 7, "started": 1, "boot": None}
+    gone = {"host": processes.identity()["host"], "pid": 2 ** 22 + 7, "started": 1, "boot": None}
     (step / "manifest.json").write_text(json.dumps({
         "schema": 1, "session_id": "s", "state": "exporting", "expected_ranks": 1, "files": [],
         "writers": {"rank0": {"role": "worker", "state": "exporting", "files": [], "process": gone}}}))

@@ -6,9 +6,9 @@ import logging
 import pytest
 
 from rlprof_plugins.patches import VLLM_PATCHES
-from rlprof_plugins.patches.base import _resolve, apply_guarded
-from rlprof_plugins.patches.vllm_worker import WORKER_PATCH
-from rlprof_plugins.plugins.vllm import vllm_version
+from rlprof_plugins.patches.base import resolve, apply_guarded
+from rlprof_plugins.patches.vllm.worker import WORKER_PATCH
+from rlprof_plugins.patches.vllm.engine import version as vllm_version
 
 
 INSTALLED = [p for p in VLLM_PATCHES if p.supports(vllm_version() or "")]
@@ -29,7 +29,7 @@ def test_patch_applies_and_reverts_on_real_module(patch):
     patch.revert()
     pristine = {}
     for target in patch.targets:
-        parent, attr = _resolve(module, target) if target in patch.wrap else (_resolve(module, target)[0], None)
+        parent, attr = resolve(module, target) if target in patch.wrap else (resolve(module, target)[0], None)
         if attr is not None:
             pristine[target] = vars(parent).get(attr)
         else:
@@ -37,17 +37,17 @@ def test_patch_applies_and_reverts_on_real_module(patch):
     try:
         assert apply_guarded(patch, module, vllm_version())
         for target in patch.wrap:
-            parent, attr = _resolve(module, target)
+            parent, attr = resolve(module, target)
             wrapper = vars(parent)[attr]
             assert getattr(getattr(wrapper, "__func__", wrapper), "_self_rlprof_patch", None) == patch.name
         for target in patch.add:
-            assert hasattr(*_resolve(module, target))
+            assert hasattr(*resolve(module, target))
         patch.revert()
         for target, original in pristine.items():
-            parent, attr = _resolve(module, target)
+            parent, attr = resolve(module, target)
             assert vars(parent).get(attr) is original
         for target in patch.add:
-            assert not hasattr(*_resolve(module, target))
+            assert not hasattr(*resolve(module, target))
     finally:
         if was_applied:
             apply_guarded(patch, module, vllm_version())
@@ -79,7 +79,7 @@ def test_altered_worker_disables_only_its_feature(monkeypatch, caplog):
 
 
 def test_worker_without_hooks_answers_unavailable():
-    from rlprof_plugins.patches.vllm_worker import worker_control
+    from rlprof_plugins.patches.vllm.worker import worker_control
 
     was_applied = WORKER_PATCH.applied
     WORKER_PATCH.revert()

@@ -22,10 +22,11 @@ from rlprof_plugins.control import check_wait
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.requests import parse_start
 
-from .base import Patch
-from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
-from . import vllm_frontend
-from .vllm_profiler_config import (CONFIG_VERSIONS, ENV_ERA_VERSIONS, env_profiler_config, options_of, plugin_handles,
+from ..base import Patch
+from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
+from . import frontend
+from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
+from .profiler_config import (env_profiler_config, options_of, plugin_handles,
                                    request_server)
 
 logger = logging.getLogger("rlprof")
@@ -65,9 +66,9 @@ def build_router(profiler_config, tokens: list[str]):
         try:
             body = await json_body(raw_request)
             request = parse_start({} if body is None else body, request_server(profiler_config))
-            if not vllm_frontend.ASYNC_LLM_PATCH.applied:
-                raise UnavailableError(vllm_frontend.FEATURE, "the AsyncLLM patch is not applied in the API server")
-            result = await vllm_frontend.start(raw_request.app.state.engine_client, request)
+            if not frontend.ASYNC_LLM_PATCH.applied:
+                raise UnavailableError(frontend.FEATURE, "the AsyncLLM patch is not applied in the API server")
+            result = await frontend.start(raw_request.app.state.engine_client, request)
         except Exception as e:
             return error_response(e)
         return JSONResponse({"status": "started", **result})

@@ -35,19 +35,16 @@ from typing import Any
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.backends import choice
-from rlprof_plugins.compat import versions_from
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
-from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
-from .base import Patch
-from .sglang_server_args import VERSIONS
+from ..base import Patch
+from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS, version as sglang_version
 
-MANAGER_VERSIONS = versions_from("sglang", "0.5.13")
-MIXIN_VERSIONS = ">=0.5.5,<0.5.13"
 
 logger = logging.getLogger("rlprof")
 
@@ -95,8 +92,6 @@ def global_rank(pos: dict[str, int]) -> int:
 
 
 def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, Any]:
-    from rlprof_plugins.plugins.sglang import sglang_version
-
     return {
         "engine": "sglang",
         "engine_version": sglang_version(),

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from . import finalize, manifest
-from .backends import Backend, ExportedFile
-from .layout import Placement
+from ..backends import Backend
+from ..layout import Placement
+from .recording import Exported, Recording, report
 
 logger = logging.getLogger("rlprof")
 
@@ -33,10 +33,8 @@ class FrontendRecorder:
                  worker_name: Callable[[str | None], str]) -> None:
         self._backend_factory = backend_factory
         self._worker_name = worker_name
-        self._backend: Backend | None = None
+        self._recording: Recording | None = None
         self._directory: Path | None = None
-        self._out: Path | None = None  # where the trace goes (frontend/ of a step folder)
-        self._name = ""
         self._task: asyncio.Task | None = None
         # The last session's outcome, reported next to the workers' status.
         self.state = "idle"  # idle, recording, exporting, done, failed
@@ -51,33 +49,26 @@ class FrontendRecorder:
         """Run ``fn`` on the recorder's own thread (the profiler's thread)."""
         return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
 
-    def _set(self, state: str, written: list[ExportedFile] | None = None, error: str | None = None) -> None:
+    def _set(self, state: str, files: list[dict] | None = None, error: str | None = None) -> None:
         """Record a state change, and mirror it into the step's manifest (the
         manifest first: a status read must not see ``done`` before the step's
         completion work, e.g. the merge, has been announced there)."""
         try:
-            self._update_manifest(state, written, error)
+            if self._manifest is not None and self._directory is not None:
+                section = {"role": "frontend", "state": state, "error": error, "files": files or []}
+                report(self._directory, session_id=self._manifest["session_id"], writer="frontend",
+                       section=section, header=self._manifest["header"])
         finally:
             self.state, self.error = state, error
-            if written is not None:
-                self.files = [str(f.path) for f in written]
+            if files is not None and self._directory is not None:
+                self.files = [str(self._directory / f["path"]) for f in files]
 
-    def _update_manifest(self, state: str, written: list[ExportedFile] | None, error: str | None) -> None:
-        if self._manifest is None or self._directory is None:
-            return
-        section = {
-            "role": "frontend",
-            "state": state,
-            "error": error,
-            "files": [f.describe(self._directory, "frontend", "frontend") for f in written or []],
-        }
-        try:
-            directory = self._directory
-            manifest.update(directory, session_id=self._manifest["session_id"], writer="frontend",
-                            section=section, header=self._manifest["header"],
-                            on_complete=lambda data: finalize.on_step_complete(directory, data))
-        except Exception as e:
-            logger.warning("rlprof: could not update %s/manifest.json: %s", self._directory, e)
+    def _exported(self, exported: Exported) -> None:
+        if exported.error is None:
+            self._set("done", exported.files)
+        else:
+            logger.warning("rlprof: frontend trace export failed: %s", exported.error)
+            self._set("failed", exported.files, f"{type(exported.error).__name__}: {exported.error}")
 
     def summary(self) -> dict:
         return {"state": self.state, "files": list(self.files), "error": self.error}
@@ -93,22 +84,23 @@ class FrontendRecorder:
     ) -> None:
         """``manifest_info`` (``session_id``, ``header``) for global-step sessions;
         ``overrides``: the request's own recorder settings."""
-        if self._backend is not None:
+        if self._recording is not None:
             await self.stop()
         self.session_id = session_id
-        backend = self._backend_factory(overrides)
         self.files = []
-        self._directory, self._name, self._manifest = directory, self._worker_name(prefix), manifest_info
+        self._directory, self._manifest = directory, manifest_info
         # a step folder's API-server trace goes to frontend/, apart from the ranks
-        self._out = Placement(directory, step=manifest_info is not None).frontend()
+        out = Placement(directory, step=manifest_info is not None).frontend()
         try:
-            backend.prepare(self._out, self._name)
-            await self._on_thread(backend.start)
+            recording = Recording(self._backend_factory(overrides), directory=directory, out=out,
+                                  place=Placement(out, False), name=self._worker_name(prefix), rank="frontend",
+                                  role="frontend")
+            await self._on_thread(recording.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)
             await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return
-        self._backend = backend
+        self._recording = recording
         await self._on_thread(self._set, "recording")
         if poll is not None:
             self._task = asyncio.create_task(self._stop_when_done(poll))
@@ -126,17 +118,17 @@ class FrontendRecorder:
     def shutdown(self) -> None:
         """Synchronous stop for process shutdown (no event loop needed): a
         profiler left running at exit crashes torch's teardown."""
-        backend, self._backend = self._backend, None
-        if backend is None or self._directory is None:
+        recording, self._recording = self._recording, None
+        if recording is None or self._directory is None:
             return
-        out, name = self._out, self._name
 
         def finish() -> None:
             try:
-                backend.stop()
-                self._set("done", backend.export(Placement(out, False), name))
+                recording.stop()
             except Exception as e:
                 self._set("failed", None, f"{type(e).__name__}: {e}")
+                return
+            self._exported(recording.export())
 
         try:
             self._thread.submit(finish).result(timeout=120)
@@ -145,24 +137,24 @@ class FrontendRecorder:
 
     def stop_soon(self) -> None:
         """Stop and export in the background; ``state`` says when it is done."""
-        if self._backend is not None:
+        if self._recording is not None:
             self._pending = asyncio.ensure_future(self.stop())
 
     async def stop(self) -> list[str]:
         """Stop and export; returns the files written (none if not recording)."""
-        backend, self._backend = self._backend, None
+        recording, self._recording = self._recording, None
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-        if backend is None or self._directory is None:
+        if recording is None or self._directory is None:
             return []
         self.state = "exporting"
         try:
-            await self._on_thread(backend.stop)
-            written = await self._on_thread(backend.export, Placement(self._out, False), self._name)
+            await self._on_thread(recording.stop)
         except Exception as e:
-            logger.warning("rlprof: frontend trace export failed: %s", e)
+            logger.warning("rlprof: frontend profiler did not stop: %s", e)
             await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return []
-        await self._on_thread(self._set, "done", written)
-        return list(self.files)
+        exported = await self._on_thread(recording.export)
+        await self._on_thread(self._exported, exported)
+        return list(self.files) if exported.error is None else []

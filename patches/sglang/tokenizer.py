@@ -29,9 +29,9 @@ import dataclasses
 import json
 from typing import Any
 
-from . import sglang_http
-from .base import Patch
-from .sglang_server_args import VERSIONS
+from . import http as sglang_http
+from ..base import Patch
+from .engine import VERSIONS
 
 FEATURE = "rlprof sessions from SGLang's in-process calls"
 # The fields a ProfileReq carries that a caller sets, by their native names.

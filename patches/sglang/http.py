@@ -37,10 +37,10 @@ from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
 from rlprof_plugins.request_fields import SGLANG, needs_rlprof
 from rlprof_plugins.requests import Server, StartRequest, parse_start
 
-from .base import Patch
-from .http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
-from .sglang_scheduler import encode_command
-from .sglang_server_args import VERSIONS
+from ..base import Patch
+from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
+from .scheduler import encode_command
+from .engine import VERSIONS
 
 logger = logging.getLogger("rlprof")
 

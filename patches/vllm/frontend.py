@@ -24,15 +24,16 @@ from rlprof_plugins._log import session_event
 from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_written, wait_until_written_sync,
                                     with_step_manifest)
 from rlprof_plugins.errors import UnavailableError
-from rlprof_plugins.frontend import FrontendRecorder
+from rlprof_plugins.session.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
 from rlprof_plugins.request_fields import VLLM, needs_rlprof
 from rlprof_plugins.requests import StartRequest, parse_start
 from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
-from .base import Patch
-from .vllm_engine_core import UTILITY
-from .vllm_profiler_config import VERSIONS, options_of, plugin_handles, profiler_config_of, request_server
+from ..base import Patch
+from .engine_core import UTILITY
+from .engine import VERSIONS
+from .profiler_config import options_of, plugin_handles, profiler_config_of, request_server
 
 FEATURE = "rlprof step windows and global-step folders"
 RECORDER_ATTR = "_rlprof_frontend"
@@ -74,7 +75,7 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
 
         from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
 
-        from .vllm_worker import torch_settings, with_overrides
+        from .worker import torch_settings, with_overrides
 
         # The worker's settings, CPU only: the front end runs no device work.
         settings = dataclasses.replace(torch_settings(cfg), activities=("CPU",), table_sort_key="self_cpu_time_total",
@@ -106,7 +107,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
 
         info = None
         if request.global_step is not None:
-            from .vllm_worker import manifest_header
+            from .worker import manifest_header
 
             header = {**manifest_header(llm.vllm_config), "global_step": request.global_step}
             info = {"session_id": request.session_id, "header": header}

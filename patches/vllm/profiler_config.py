@@ -26,7 +26,6 @@ import os
 from typing import Any, Mapping
 
 from rlprof_plugins._log import warn_once
-from rlprof_plugins.compat import versions_from
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
@@ -34,14 +33,12 @@ from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
 from rlprof_plugins.profiler_config import from_environment, merge_over, user_overlay
 from rlprof_plugins.requests import Server
 
-from .base import Patch
+from ..base import Patch
+from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
 # id(config) -> (config, options): the config is held so its id is never reused.
 _options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
-VERSIONS = versions_from("vllm")  # every release rlprof supports
-CONFIG_VERSIONS = versions_from("vllm", "0.13")  # releases with ProfilerConfig and --profiler-config
-ENV_ERA_VERSIONS = ">=0.10,<0.13"  # VLLM_TORCH_PROFILER_* only
 FEATURE = "rlprof profiler-config keys"
 # The ProfilerConfig fields rlprof reads (plugin_handles, options_of, the torch settings).
 PROFILER_CONFIG_FIELDS = ("fields:profiler,torch_profiler_dir,delay_iterations,max_iterations,wait_iterations,"

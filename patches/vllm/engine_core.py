@@ -20,8 +20,8 @@ import logging
 import time
 from typing import Any
 
-from .base import Patch
-from .vllm_profiler_config import VERSIONS
+from ..base import Patch
+from .engine import VERSIONS
 
 logger = logging.getLogger("rlprof")
 
@@ -44,7 +44,7 @@ def _let_answer_go(engine: Any, timeout: float = 0.2) -> None:
 
 def _complete_stop(engine: Any) -> None:
     """Idle callback: stop the workers' profilers whose stop was answered."""
-    from .vllm_worker import worker_control
+    from .worker import worker_control
 
     _let_answer_go(engine)
     try:
@@ -54,7 +54,7 @@ def _complete_stop(engine: Any) -> None:
 
 
 def rlprof_control(self: Any, command: dict) -> list[dict]:
-    from .vllm_worker import worker_control
+    from .worker import worker_control
 
     defer = command.get("op") == "stop" and _has_idle_callbacks(self)
     if defer:

@@ -19,27 +19,25 @@ from typing import Any
 import dataclasses
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
-from rlprof_plugins.plugins.vllm import vllm_version
 from rlprof_plugins.backends import choice
 from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.requests import parse_start
-from rlprof_plugins.session import ProfilerController
+from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.naming import vllm_worker_name
 
-from .base import Patch
-from .vllm_profiler_config import (PROFILER_CONFIG_FIELDS, VERSIONS, options_of, plugin_handles, profiler_config_of,
+from ..base import Patch
+from .engine import PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
+from .profiler_config import (PROFILER_CONFIG_FIELDS, options_of, plugin_handles, profiler_config_of,
                                    request_server)
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
 FORWARDS_ATTR = "_rlprof_forwards"  # forward passes run by this worker (SGLang's start_step counts them)
 FEATURE = "rlprof step windows and global-step folders"
-
-_PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}
 
 
 def manifest_header(vllm_config: Any) -> dict[str, Any]:
@@ -65,7 +63,7 @@ def torch_settings(cfg: Any) -> TorchSettings:
 
     version = vllm_version()
     return settings_from_config(
-        cfg, default_activities=_PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)),
+        cfg, default_activities=PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)),
         extra_metadata={"vllm_version": json.dumps(version)} if version else {},
     )
 
@@ -262,24 +260,43 @@ def _shutdown(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
-WORKER_PATCH = Patch(
+def worker_patch(*, name: str, engine: str, versions: str, module: str, cls: str, feature: str, why: str,
+                 upstream: str, relies_on: dict[str, str] | None = None) -> Patch:
+    """The worker hooks on a worker class: vLLM's ``Worker`` here, and any
+    class with the same ``execute_model``, ``sample_tokens`` (optional: vLLM
+    < 0.12 samples inside ``execute_model``), ``profile(is_start,
+    profile_prefix)`` and ``shutdown`` (vllm-ascend's ``NPUWorker``)."""
+    return Patch(
+        name=name,
+        engine=engine,
+        versions=versions,
+        module=module,
+        feature=feature,
+        why=why,
+        upstream=upstream,
+        wrap={
+            f"{cls}.execute_model": _execute_model,
+            f"{cls}.sample_tokens": _sample_tokens,
+            f"{cls}.profile": _profile,
+            f"{cls}.shutdown": _shutdown,
+        },
+        optional=(f"{cls}.sample_tokens",),
+        relies_on=dict(relies_on or {}),
+    )
+
+
+WORKER_PATCH = worker_patch(
     name="vllm.worker.profile",
     engine="vllm",
     versions=VERSIONS,
     module="vllm.v1.worker.gpu_worker",
+    cls="Worker",
     feature=FEATURE,
     why=(
         "native Worker.profile builds its profiler once and counts windows off by one; "
         "count iterations at execute_model/sample_tokens and run rlprof sessions"
     ),
     upstream="a per-session profiler factory and an iteration hook in Worker",
-    wrap={
-        "Worker.execute_model": _execute_model,
-        "Worker.sample_tokens": _sample_tokens,
-        "Worker.profile": _profile,
-        "Worker.shutdown": _shutdown,
-    },
-    optional=("Worker.sample_tokens",),  # vLLM < 0.12 samples inside execute_model
     relies_on={
         "vllm.distributed.utils:get_worker_rank_suffix": "signature",
         "vllm.v1.utils:compute_iteration_details": "signature",

@@ -15,14 +15,13 @@ import argparse
 import json
 
 from rlprof_plugins.backends import choice
-from rlprof_plugins.compat import versions_from
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import (ENV, export_to_environment, from_environment, merge_over,
                                             parse_profiler_config, user_overlay)
 
-from .base import Patch
+from ..base import Patch
+from .engine import VERSIONS
 
-VERSIONS = versions_from("sglang")  # every release rlprof supports
 FLAG = "--profiler-config"
 DEST = "rlprof_profiler_config"
 HELP = (

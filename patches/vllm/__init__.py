@@ -1,0 +1,1 @@
+"""The vLLM patches, one module per patched area; ``engine`` holds the vLLM facts they share."""

@@ -1,0 +1,1 @@
+"""The vllm-ascend patches; ``engine`` holds the vllm-ascend facts they share."""

@@ -1,0 +1,299 @@
+"""Runs one worker's sessions: when to record, driven by commands and iterations.
+
+Commands arrive as plain dicts (they cross process boundaries unchanged; a
+start is read back into its ``StartRequest`` once, here); the engine says when
+each iteration begins and ends. With the session's ``StepWindow`` the
+controller decides when recording starts and stops, annotates every recorded
+iteration and finishes when the window closes, without a stop request. How
+to record is the ``Recording``'s; what a session is and says, ``states``.
+
+The engine never waits for an export: the profiler stops on the engine
+thread (where it recorded), a background exporter writes the files. A stop
+*request* may be answered before the profiler stops (``defer``; torch's stop
+takes seconds with stacks on): the engine completes it at its next iteration
+or when idle (``complete_stop``). Nothing raises into the engine: a failure
+marks the session ``failed`` with the reason.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..backends import Backend
+from ..errors import RequestError
+from ..layout import placement, session_dir
+from ..requests import StartRequest
+from ..stages import IterationInfo, iteration_annotation
+from .recording import Recording, report
+from .states import ACTIVE_STATES, DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
+
+logger = logging.getLogger("rlprof")
+
+
+class ProfilerController:
+    """Runs sessions for one worker.
+
+    ``backend_factory(operator_table, overrides)`` makes a fresh backend per
+    session (native vLLM builds its profiler once; a fresh one is what lands
+    step after step in its own folder). ``worker_name(prefix)``: this rank's
+    trace name. ``manifest_header``: the engine's part of each step manifest.
+    ``record_from_request``: a window from iteration 0 records from the start
+    request (vLLM's behaviour; its engine sleeps while idle) or, when False,
+    from the first iteration: SGLang's scheduler busy-polls while idle, and a
+    profiler running then records ~10 MB of host memory a second without bound
+    (11 GB after 15 idle minutes on the CPU test server). ``forward_count()``:
+    forward passes run so far, for SGLang's absolute ``start_step``.
+    """
+
+    def __init__(
+        self,
+        *,
+        root_dir: str,
+        worker_name: Callable[[str | None], str],
+        backend_factory: Callable[[bool, dict[str, Any]], Backend],
+        manifest_header: dict[str, Any] | None = None,
+        rank_name: str | None = None,
+        record_from_request: bool = True,
+        forward_count: Callable[[], int] | None = None,
+    ) -> None:
+        self._root = root_dir
+        self._forward_count = forward_count or (lambda: 0)
+        self._record_from_request = record_from_request
+        self._worker_name = worker_name
+        self._rank_name = rank_name or worker_name(None)
+        self._backend_factory = backend_factory
+        self._manifest_header = dict(manifest_header or {})
+        self._lock = threading.RLock()
+        self._session: Session | None = None
+        self._history: collections.deque[Session] = collections.deque(maxlen=HISTORY)
+        self._recording: Recording | None = None
+        self._annotation: Any = None
+        self._exporter: ThreadPoolExecutor | None = None
+        # A session whose stop was answered but whose profiler still runs.
+        self._stopping: tuple[Session, Recording] | None = None
+        # Read on every engine iteration: a plain attribute, no lock. True
+        # while the hooks have work: a session is active or a stop is pending.
+        self.active = False
+
+    # ---- commands -------------------------------------------------------
+    def handle(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Execute a command dict; always returns a reply dict."""
+        op = command.get("op")
+        try:
+            with self._lock:
+                if op == "start":
+                    return self._start(command)
+                if op == "stop":
+                    return self._stop(defer=bool(command.get("defer")))
+                if op == "complete_stop":
+                    self.complete_stop()
+                    return self._reply(True)
+                if op == "status":
+                    return self._status(command.get("global_step"))
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        except RequestError as e:
+            return {"ok": False, "invalid": {"field": e.field, "message": e.message}}
+        except Exception as e:  # never raise into the engine
+            logger.exception("rlprof: %s command failed", op)
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+    def _reply(self, ok: bool, session: Session | None = None, **extra: Any) -> dict[str, Any]:
+        session = session or self._session
+        reply = {"ok": ok, "session": session.summary() if session else None}
+        reply.update(extra)
+        return reply
+
+    def _status(self, global_step: int | None) -> dict[str, Any]:
+        if global_step is None:
+            return self._reply(True)
+        for s in [self._session, *reversed(self._history)]:
+            if s is not None and s.global_step == global_step:
+                return self._reply(True, s)
+        return {"ok": True, "session": None}
+
+    def _start(self, command: dict[str, Any]) -> dict[str, Any]:
+        current = self._session
+        if current is not None and current.active:
+            return self._reply(False, conflict="a profiling session is already running")
+        self.complete_stop()  # one profiler at a time: the previous one stops first
+        request = StartRequest.from_command(command).shifted(self._forward_count())
+        # A per-request output_dir was checked against the configured one by the front end.
+        session = Session(request=request, directory=session_dir(request.output_dir or self._root, request.global_step),
+                          worker_name=self._worker_name(request.profile_prefix))
+        if current is not None:
+            self._history.append(current)
+        self._session = session
+        self._recording = None
+        self.active = True
+        if session.window.start == 0 and self._record_from_request:
+            # Like native vLLM: recording starts with the request, so a stop
+            # with no traffic in between still yields a (near empty) trace.
+            self._begin_recording(session)
+        self._write_manifest(session)
+        return self._reply(True)
+
+    def _stop(self, defer: bool = False) -> dict[str, Any]:
+        s = self._session
+        if s is not None and s.active:
+            self._finish(s, ended_by="stop", defer=defer)
+            return self._reply(s.state != FAILED, stop_pending=self._stopping is not None)
+        if s is not None and s.ended_by in ("window", "error") and not s.stop_acknowledged:
+            s.stop_acknowledged = True
+            return self._reply(True, already_finished=True)
+        return self._reply(False, conflict="no profiling session is running")
+
+    def shutdown(self, timeout: float | None = 120) -> None:
+        """Finish a running session and wait for exports before the worker
+        goes away: a torch profiler still running at interpreter exit crashes
+        torch's teardown, and users expect the recorded data on disk (vLLM's
+        own ``WorkerProfiler.shutdown`` writes it too)."""
+        with self._lock:
+            s = self._session
+            if s is not None and s.active:
+                self._finish(s, ended_by="shutdown")
+            self.complete_stop()
+            exporter, self._exporter = self._exporter, None
+        if exporter is not None:
+            exporter.shutdown(wait=True)
+
+    @property
+    def stop_pending(self) -> bool:
+        """A stop was answered and the profiler still runs (see ``complete_stop``)."""
+        return self._stopping is not None
+
+    # ---- engine iterations (hot path) -----------------------------------
+    def begin_iteration(self, info: IterationInfo | None = None) -> None:
+        if self._stopping is not None:
+            self.complete_stop()
+        s = self._session
+        if s is None or not s.active:
+            return
+        try:
+            if s.state == WAITING and s.window.starts_at(s.iteration):
+                self._begin_recording(s)
+            if s.state == RECORDING and self._recording is not None:
+                if info is not None:
+                    s.count_stage(info.stage)
+                self._annotation = self._recording.annotation(iteration_annotation(s.iteration, info))
+                self._annotation.__enter__()
+        except Exception as e:
+            self._fail(s, e)
+
+    def end_iteration(self) -> None:
+        s = self._session
+        if s is None or not s.active:
+            return
+        try:
+            self._close_annotation()
+            if s.state == RECORDING:
+                s.recorded += 1
+                if s.window.over_after(s.iteration):
+                    with self._lock:
+                        self._finish(s, ended_by="window")
+            s.iteration += 1
+        except Exception as e:
+            self._fail(s, e)
+
+    # ---- transitions ----------------------------------------------------
+    def _close_annotation(self) -> None:
+        if self._annotation is not None:
+            annotation, self._annotation = self._annotation, None
+            annotation.__exit__(None, None, None)
+
+    def _begin_recording(self, s: Session) -> None:
+        place = placement(s.directory, s.global_step)
+        try:
+            backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
+            recording = Recording(backend, directory=s.directory, out=place.ranks(), place=place,
+                                  name=s.worker_name, rank=self._rank_name, role="worker")
+            recording.start()
+        except Exception as e:
+            self._fail(s, e)
+            return
+        self._recording = recording
+        s.state = RECORDING
+        s.recording_started_at = time.time()
+
+    def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
+        """End recording: stop the profiler on this (the engine) thread now,
+        or with ``defer`` leave that to ``complete_stop``; export elsewhere."""
+        s.ended_by = ended_by
+        s.ended_at = time.time()
+        self.active = False
+        self._close_annotation()
+        recording, self._recording = self._recording, None
+        if recording is None:
+            # The window never began (or start failed): nothing to export.
+            if s.state != FAILED:
+                s.state = DONE
+            self._write_manifest(s)
+            return
+        s.state = EXPORTING
+        if defer:
+            self._stopping = (s, recording)
+            self.active = True  # the next iteration completes the stop
+            self._write_manifest(s)
+            return
+        self._stop_and_export(s, recording)
+
+    def complete_stop(self) -> None:
+        """Stop a profiler whose stop was answered already. Must run on the
+        thread that recorded (the engine's); a no-op when nothing is pending."""
+        with self._lock:
+            pending, self._stopping = self._stopping, None
+            if pending is None:
+                return
+            s, recording = pending
+            current = self._session
+            self.active = current is not None and current.active
+            self._stop_and_export(s, recording)
+
+    def _stop_and_export(self, s: Session, recording: Recording) -> None:
+        t0 = time.perf_counter()
+        try:
+            s.stop_seconds = recording.stop()
+        except Exception as e:
+            s.stop_seconds = time.perf_counter() - t0
+            self._fail(s, e)
+            return
+        self._write_manifest(s)
+        if self._exporter is None:
+            self._exporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
+        self._exporter.submit(self._export, s, recording)
+
+    def _export(self, s: Session, recording: Recording) -> None:
+        """Runs on the exporter thread."""
+        exported = recording.export(by_stage=s.request.by_stage)
+        with self._lock:
+            s.files = exported.files
+            s.export_seconds = exported.seconds
+            if exported.error is not None:
+                self._fail(s, exported.error)
+                return
+            s.state = DONE
+            self._write_manifest(s)
+        logger.info("rlprof: wrote %s into %s in %.2f s (global step %s)", ", ".join(f["path"] for f in s.files),
+                    s.directory, s.export_seconds, s.global_step)
+
+    def _fail(self, s: Session, exc: BaseException) -> None:
+        logger.warning("rlprof: profiling session failed: %s: %s", type(exc).__name__, exc)
+        s.fail(exc)
+        if s is self._session:
+            self.active = self._stopping is not None
+            recording, self._recording = self._recording, None
+            self._annotation = None
+            if recording is not None:
+                recording.abandon()
+        self._write_manifest(s)
+
+    def _write_manifest(self, s: Session) -> None:
+        """Keep the step folder's manifest current (global-step sessions only:
+        without a global step the folder layout stays vLLM's own)."""
+        if s.global_step is None:
+            return
+        report(s.directory, session_id=s.request.session_id, writer=self._rank_name, section=s.manifest_section(),
+               header={**self._manifest_header, **s.manifest_header()})

@@ -1,0 +1,101 @@
+"""How one session records: a backend's life, and its reports to the manifest.
+
+Shared by the workers' controller and the API-server recorder, which differ
+only in when they record (iterations vs. start and stop requests) and on which
+thread each step runs. A ``Recording`` is made per session: ``start`` (the
+folder its raw trace goes to is prepared first), ``annotation`` ranges,
+``stop`` (on the thread that recorded: Kineto binds a session to it),
+``export`` (on any thread; it never raises: what failed after recording is
+reported with the files that stay). ``report`` writes one writer's section of
+a step folder's manifest and, when that section completes the step, starts
+the step's completion work (``finalize``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ContextManager
+
+from .. import finalize, manifest
+from ..backends import Backend, RecordingKept
+from ..layout import Placement
+
+logger = logging.getLogger("rlprof")
+
+
+@dataclass
+class Exported:
+    """What an export left on disk, described for the manifest, and how it ended."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    error: BaseException | None = None
+    seconds: float = 0.0
+
+
+class Recording:
+    """One backend recording one session's traces for one writer.
+
+    ``directory``: the session folder the manifest describes files against;
+    ``out``: where the raw trace goes while recording; ``place``: where the
+    export writes; ``name``: the trace's worker name; ``rank`` and ``role``:
+    how the manifest lists the files.
+    """
+
+    def __init__(self, backend: Backend, *, directory: Path, out: Path, place: Placement, name: str, rank: str,
+                 role: str) -> None:
+        self.backend = backend
+        self.directory = directory
+        self._out = out
+        self._place = place
+        self._name = name
+        self._rank = rank
+        self._role = role
+
+    def start(self) -> None:
+        self.backend.prepare(self._out, self._name)
+        self.backend.start()
+
+    def annotation(self, label: str) -> ContextManager[object]:
+        return self.backend.annotation(label)
+
+    def stop(self) -> float:
+        """Stop the profiler (torch post-processes here); returns the seconds it took."""
+        t0 = time.perf_counter()
+        self.backend.stop()
+        return time.perf_counter() - t0
+
+    def abandon(self) -> None:
+        """Stop after a failure, ignoring what the stop itself raises."""
+        try:
+            self.backend.stop()
+        except Exception:
+            pass
+
+    def export(self, *, by_stage: bool = False) -> Exported:
+        t0 = time.perf_counter()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            written = self.backend.export(self._place, self._name, by_stage=by_stage)
+            return Exported(self._describe(written), None, time.perf_counter() - t0)
+        except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
+            return Exported(self._describe(e.kept), e, time.perf_counter() - t0)
+        except Exception as e:
+            return Exported([], e, time.perf_counter() - t0)
+
+    def _describe(self, written: list) -> list[dict[str, Any]]:
+        return [f.describe(self.directory, self._rank, self._role) for f in written]
+
+
+def report(directory: Path, *, session_id: str, writer: str, section: dict[str, Any],
+           header: dict[str, Any]) -> None:
+    """Write ``writer``'s section of the step folder's manifest; the update that
+    makes every expected writer terminal starts the step's completion work.
+    Never raises: a manifest problem must not fail the session."""
+    try:
+        manifest.update(directory, session_id=session_id, writer=writer, section=section, header=header,
+                        on_complete=lambda data: finalize.on_step_complete(directory, data))
+    except Exception as e:
+        logger.warning("rlprof: could not update %s/manifest.json: %s", directory, e)

@@ -1,0 +1,118 @@
+"""What one profiling session is and says about itself: when to record, not how.
+
+Torch-free: a ``Session`` holds the request it was started with, the window,
+the iterations seen and recorded, its state and, once written, its files. The
+controller moves it between states; the status answer (``summary``) and the
+worker's section of the step's manifest (``manifest_section``) are read from
+it here, in one place.
+
+States: ``waiting`` (started; the window has not begun), ``recording``,
+``exporting`` (the profiler stopped or is stopping; files being written),
+``done`` and ``failed`` (with the reason; recorded data is kept).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..requests import StartRequest
+from .window import StepWindow
+
+WAITING = "waiting"  # started; the window has not begun yet
+RECORDING = "recording"
+EXPORTING = "exporting"
+DONE = "done"
+FAILED = "failed"
+ACTIVE_STATES = (WAITING, RECORDING)
+HISTORY = 16  # finished sessions kept for status queries by global step
+
+
+@dataclass
+class Session:
+    request: StartRequest
+    directory: Path
+    worker_name: str
+    state: str = WAITING
+    iteration: int = 0  # iterations begun since the start request
+    recorded: int = 0
+    stages: dict[str, int] = field(default_factory=dict)  # stage -> iterations recorded
+    files: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    ended_by: str | None = None  # "stop", "window", "error" or "shutdown"
+    stop_acknowledged: bool = False
+    started_at: float = field(default_factory=time.time)
+    recording_started_at: float | None = None
+    ended_at: float | None = None
+    stop_seconds: float | None = None  # on the engine thread: the profiler's own stop
+    export_seconds: float | None = None  # on the exporter thread
+    window: StepWindow = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.window = StepWindow(self.request.step_start, self.request.step_end)
+
+    @property
+    def global_step(self) -> int | None:
+        return self.request.global_step
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def count_stage(self, stage: str) -> None:
+        self.stages[stage] = self.stages.get(stage, 0) + 1
+
+    def fail(self, exc: BaseException) -> None:
+        self.state = FAILED
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.ended_by = self.ended_by or "error"
+        self.ended_at = self.ended_at or time.time()
+
+    def summary(self) -> dict[str, Any]:
+        """This session in a status answer."""
+        r = self.request
+        return {
+            "session_id": r.session_id,
+            "global_step": r.global_step,
+            "state": self.state,
+            "directory": str(self.directory),
+            "worker": self.worker_name,
+            "step_start": r.step_start,
+            "step_end": r.step_end,
+            "by_stage": r.by_stage,
+            "iterations_seen": self.iteration,
+            "iterations_recorded": self.recorded,
+            "stage_iterations": dict(self.stages),
+            "files": [str(self.directory / f["path"]) for f in self.files],
+            "error": self.error,
+            "ended_by": self.ended_by,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "stop_seconds": self.stop_seconds,
+            "export_seconds": self.export_seconds,
+        }
+
+    def manifest_header(self) -> dict[str, Any]:
+        """What this session adds to the step manifest's header (the engine's part comes from the patch)."""
+        r = self.request
+        return {"global_step": r.global_step, "window": {"step_start": r.step_start, "step_end": r.step_end},
+                "by_stage": r.by_stage, "merge": r.merge, "keep_last_steps": r.keep_last_steps}
+
+    def manifest_section(self) -> dict[str, Any]:
+        """This worker's section of the step manifest."""
+        return {
+            "role": "worker",
+            "state": self.state,
+            "iterations_recorded": self.recorded,
+            "stage_iterations": dict(self.stages),
+            "files": self.files,
+            "error": self.error,
+            "ended_by": self.ended_by,
+            "started_at": self.started_at,
+            "recording_started_at": self.recording_started_at,
+            "ended_at": self.ended_at,
+            "stop_seconds": self.stop_seconds,
+            "export_seconds": self.export_seconds,
+        }
