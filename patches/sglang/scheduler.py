@@ -39,12 +39,11 @@ from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from ..base import Patch
 from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS, version as sglang_version
-
+from .iterations import iteration_info
 
 logger = logging.getLogger("rlprof")
 
@@ -211,32 +210,6 @@ def _is_start(req: Any) -> bool:
 
 
 # ---- wrappers: scheduler loop ---------------------------------------------
-def iteration_info(batch: Any) -> IterationInfo | None:
-    """The stage of one batch, or None when it runs no model forward.
-
-    Speculative verify batches check drafted tokens of requests that are
-    generating: decode. Mixed (chunked prefill next to decodes) batches
-    count as prefill, by the rule shared with vLLM (``rlprof_plugins.stages``).
-    """
-    mode = getattr(batch, "forward_mode", None)
-    name = getattr(mode, "name", "")
-    if name in ("IDLE", "PREBUILT") or mode is None:
-        return None
-    try:
-        size = int(batch.batch_size())
-    except Exception:
-        size = len(getattr(batch, "reqs", ()) or ())
-    tokens = int(getattr(batch, "extend_num_tokens", 0) or 0)
-    if name == "DECODE":
-        return IterationInfo(prefill_tokens=0, decode_tokens=size, batch_size=size)
-    if name == "TARGET_VERIFY":
-        return IterationInfo(prefill_tokens=0, decode_tokens=tokens or size, batch_size=size)
-    if name == "MIXED":
-        decoding = len(getattr(batch, "decoding_reqs", None) or ())
-        return IterationInfo(prefill_tokens=max(tokens - decoding, 1), decode_tokens=decoding, batch_size=size)
-    return IterationInfo(prefill_tokens=max(tokens, 1), decode_tokens=0, batch_size=size)
-
-
 def _controller_of(scheduler: Any) -> ProfilerController | None:
     # the manager holds it (0.5.13+); in the mixin era the scheduler itself
     manager = getattr(scheduler, "profiler_manager", None) or scheduler

@@ -13,10 +13,9 @@ deferred.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
-
-import dataclasses
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.backends import choice
@@ -26,13 +25,12 @@ from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.requests import parse_start
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.naming import vllm_worker_name
 
 from ..base import Patch
 from .engine import PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
-from .profiler_config import (PROFILER_CONFIG_FIELDS, options_of, plugin_handles, profiler_config_of,
-                                   request_server)
+from .iterations import iteration_info
+from .profiler_config import PROFILER_CONFIG_FIELDS, options_of, plugin_handles, profiler_config_of, request_server
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
@@ -152,42 +150,6 @@ def hooked(worker: Any) -> bool:
 # ---- wrappers ----------------------------------------------------------
 def _scheduler_output(args, kwargs) -> Any:
     return args[0] if args else kwargs.get("scheduler_output")
-
-
-def _iteration_details_before_0_15(scheduler_output: Any) -> IterationInfo:
-    """vLLM < 0.15 has no ``compute_iteration_details``: a newly scheduled
-    request is in its context phase; a cached one scheduled for more than one
-    token is a chunked-prefill continuation (speculative decoding would also
-    schedule several tokens: counted as prefill there)."""
-    new = {r.req_id for r in scheduler_output.scheduled_new_reqs}
-    prefill = decode = prefill_reqs = decode_reqs = 0
-    for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
-        if req_id in new or tokens > 1:
-            prefill, prefill_reqs = prefill + tokens, prefill_reqs + 1
-        else:
-            decode, decode_reqs = decode + tokens, decode_reqs + 1
-    return IterationInfo(prefill_tokens=prefill, decode_tokens=decode, batch_size=prefill_reqs + decode_reqs)
-
-
-def iteration_info(scheduler_output: Any) -> IterationInfo | None:
-    """Prompt vs generation tokens of one iteration, as vLLM's own trace
-    annotation counts them (``compute_iteration_details``: a request is in
-    its context phase until it has produced a token, so chunked-prefill
-    chunks count as prompt tokens)."""
-    try:
-        try:
-            from vllm.v1.utils import compute_iteration_details
-        except ImportError:
-            return _iteration_details_before_0_15(scheduler_output)
-
-        d = compute_iteration_details(scheduler_output)
-        return IterationInfo(
-            prefill_tokens=d.num_ctx_tokens,
-            decode_tokens=d.num_generation_tokens,
-            batch_size=d.num_ctx_requests + d.num_generation_requests,
-        )
-    except Exception:
-        return None
 
 
 def _execute_model(wrapped, instance, args, kwargs):

@@ -33,10 +33,11 @@ from typing import Any
 
 from .. import __version__
 from . import codec
+from .clock import base_time_ns, first_ts_ns
 from .gz import file_size
 from .parallel import pool, processes_for
 from .progress import Progress, Ticker, to_stderr
-from .reader import TraceReader, base_time_ns, first_ts_ns
+from .reader import TraceReader
 from .rename import ID_STRIDE, PID_STRIDE, RankRenamer, metadata_events, rename_batch
 from .sources import MergeGroup, RankFile
 from .writer import PartResult, PartWriter, TraceWriter

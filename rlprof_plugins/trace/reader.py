@@ -30,7 +30,6 @@ BATCH_BYTES = 1 << 20
 CUT_TRIES = 3  # failed cuts per batch before one event is read on its own
 _SEPARATORS = re.compile(rb"[\s,]*")
 _SPACE = re.compile(rb"\s*")
-_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 EVENTS_KEY = "traceEvents"
 _VALUE_WINDOW = 1 << 16
 _MSGSPEC_AT = re.compile(r"\(byte (\d+)\)")
@@ -257,49 +256,3 @@ class TraceReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def ts_ns(value: Any) -> int | None:
-    """A ``ts`` in integer nanoseconds. torch_npu writes absolute microseconds
-    as strings (``"1795366444456044.606"``) because a double cannot hold them
-    to the nanosecond; they are parsed exactly here."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return int(round(value * 1000))
-    if isinstance(value, str):
-        whole, _, frac = value.strip().partition(".")
-        try:
-            sign = -1 if whole.startswith("-") else 1
-            return int(whole) * 1000 + sign * int((frac + "000")[:3])
-        except ValueError:
-            return None
-    return None
-
-
-def first_ts_ns(path: Path) -> int | None:
-    """The first event time of a trace (for absolute-time traces, whose
-    header has no base time)."""
-    with TraceReader(path) as reader:
-        for e in reader.events():
-            if e.get("ph") != "M" and "ts" in e:
-                ns = ts_ns(e["ts"])
-                if ns is not None:
-                    return ns
-    return None
-
-
-def base_time_ns(reader: TraceReader) -> int | None:
-    """Kineto's ``baseTimeNanoseconds``: in the header in recent torch; older
-    Kineto wrote it after the events, so then scan the file's end (a
-    decompress-only pass, no JSON parsing)."""
-    if "baseTimeNanoseconds" in reader.header:
-        return int(reader.header["baseTimeNanoseconds"])
-    tail = b""
-    try:
-        for chunk in gz.read_chunks(reader.path):
-            tail = (tail + chunk)[-4096:]
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(f"{reader.path}: corrupt or truncated: {e}") from None
-    found = _BASE_TIME.findall(tail)
-    return int(found[-1]) if found else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .naming import DEVICE_CATS, DEVICE_WORDS
-from .reader import ts_ns
+from .clock import ts_ns
 from .sources import RankFile
 
 ID_STRIDE = 10**12

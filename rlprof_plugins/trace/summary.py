@@ -29,13 +29,14 @@ from typing import Any, Callable
 
 from ..layout import STEP_DIR_PREFIX
 from ..stages import ITERATION_PREFIX, ITERATION_RE
-from .naming import DEVICE_WORK_CATS
-from .sources import plan
 from . import codec
+from .clock import ts_ns
 from .gz import file_size
+from .naming import DEVICE_WORK_CATS
 from .parallel import pool, processes_for
 from .progress import Ticker, to_stderr
-from .reader import TraceReader, ts_ns
+from .reader import TraceReader
+from .sources import plan
 
 CPU_OP_CATS = frozenset({"cpu_op"})
 # torch records rlprof's ranges as user annotations; torch_npu as framework ops.
