@@ -67,16 +67,17 @@ class StartRequest:
         return command
 
     @classmethod
-    def from_command(cls, command: Mapping[str, Any]) -> "StartRequest":
+    def from_command(cls, command: Mapping[str, Any], forwards_done: int = 0) -> "StartRequest":
         """The request back from its wire form, where a worker receives it
-        (it was checked by ``parse_start`` where it arrived); absent keys take
-        their defaults."""
+        (it was checked by ``parse_start`` where it arrived; absent keys take
+        their defaults), with ``start_at`` made a window from now given the
+        worker's forward passes so far (``shifted``)."""
         known = {f.name for f in dataclass_fields(cls)} - {"warnings"}
         given = {k: v for k, v in command.items() if k in known and v is not None}
         given.setdefault("global_step", None)
         given.setdefault("step_start", 0)
         given.setdefault("step_end", None)
-        return cls(**given)
+        return cls(**given).shifted(forwards_done)
 
     def shifted(self, forwards_done: int) -> "StartRequest":
         """``start_at`` as a window counted from now, given the forward passes
@@ -205,7 +206,7 @@ def shift_to(command: dict[str, Any], forwards_done: int) -> dict[str, Any]:
     """``StartRequest.shifted`` on the wire form."""
     if command.get("start_at") is None:
         return command
-    return {**command, **StartRequest.from_command(command).shifted(forwards_done).to_command()}
+    return {**command, **StartRequest.from_command(command, forwards_done).to_command()}
 
 
 def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:

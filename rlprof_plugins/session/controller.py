@@ -25,8 +25,6 @@ from typing import Any, Callable
 
 from ..backends import Backend
 from ..errors import RequestError
-from ..layout import placement, session_dir
-from ..requests import StartRequest
 from ..stages import IterationInfo, iteration_annotation
 from .recording import Recording, report
 from .states import ACTIVE_STATES, DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
@@ -85,15 +83,15 @@ class ProfilerController:
         op = command.get("op")
         try:
             with self._lock:
-                if op == "start":
-                    return self._start(command)
+                if op == "status":
+                    return self._status(command.get("global_step"))
                 if op == "stop":
                     return self._stop(defer=bool(command.get("defer")))
                 if op == "complete_stop":
                     self.complete_stop()
                     return self._reply(True)
-                if op == "status":
-                    return self._status(command.get("global_step"))
+                if op == "start":
+                    return self._start(command)
             return {"ok": False, "error": f"unknown op {op!r}"}
         except RequestError as e:
             return {"ok": False, "invalid": {"field": e.field, "message": e.message}}
@@ -120,10 +118,8 @@ class ProfilerController:
         if current is not None and current.active:
             return self._reply(False, conflict="a profiling session is already running")
         self.complete_stop()  # one profiler at a time: the previous one stops first
-        request = StartRequest.from_command(command).shifted(self._forward_count())
-        # A per-request output_dir was checked against the configured one by the front end.
-        session = Session(request=request, directory=session_dir(request.output_dir or self._root, request.global_step),
-                          worker_name=self._worker_name(request.profile_prefix))
+        session = Session.from_command(command, root=self._root, forwards_done=self._forward_count(),
+                                       worker_name=self._worker_name)
         if current is not None:
             self._history.append(current)
         self._session = session
@@ -205,11 +201,10 @@ class ProfilerController:
             annotation.__exit__(None, None, None)
 
     def _begin_recording(self, s: Session) -> None:
-        place = placement(s.directory, s.global_step)
         try:
             backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
-            recording = Recording(backend, directory=s.directory, out=place.ranks(), place=place,
-                                  name=s.worker_name, rank=self._rank_name, role="worker")
+            recording = Recording.of_rank(backend, s.directory, step=s.global_step is not None, name=s.worker_name,
+                                          rank=self._rank_name)
             recording.start()
         except Exception as e:
             self._fail(s, e)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..backends import Backend
-from ..layout import Placement
 from .recording import Exported, Recording, report
 
 logger = logging.getLogger("rlprof")
@@ -89,12 +88,9 @@ class FrontendRecorder:
         self.session_id = session_id
         self.files = []
         self._directory, self._manifest = directory, manifest_info
-        # a step folder's API-server trace goes to frontend/, apart from the ranks
-        out = Placement(directory, step=manifest_info is not None).frontend()
         try:
-            recording = Recording(self._backend_factory(overrides), directory=directory, out=out,
-                                  place=Placement(out, False), name=self._worker_name(prefix), rank="frontend",
-                                  role="frontend")
+            recording = Recording.of_frontend(self._backend_factory(overrides), directory,
+                                              step=manifest_info is not None, name=self._worker_name(prefix))
             await self._on_thread(recording.start)
         except Exception as e:
             logger.warning("rlprof: frontend profiler did not start: %s", e)

@@ -54,6 +54,21 @@ class Recording:
         self._rank = rank
         self._role = role
 
+    @classmethod
+    def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str) -> "Recording":
+        """A worker's recording: raw and whole traces in ``ranks/`` of a step
+        folder, stage traces in ``<stage>/``; everything in ``directory`` itself
+        without a global step (the engine's own layout)."""
+        place = Placement(directory, step)
+        return cls(backend, directory=directory, out=place.ranks(), place=place, name=name, rank=rank, role="worker")
+
+    @classmethod
+    def of_frontend(cls, backend: Backend, directory: Path, *, step: bool, name: str) -> "Recording":
+        """The API server's recording: ``frontend/`` of a step folder, apart from the ranks."""
+        out = Placement(directory, step).frontend()
+        return cls(backend, directory=directory, out=out, place=Placement(out, False), name=name, rank="frontend",
+                   role="frontend")
+
     def start(self) -> None:
         self.backend.prepare(self._out, self._name)
         self.backend.start()

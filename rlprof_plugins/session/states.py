@@ -16,8 +16,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..layout import session_dir
 from ..requests import StartRequest
 from .window import StepWindow
 
@@ -52,6 +53,16 @@ class Session:
 
     def __post_init__(self) -> None:
         self.window = StepWindow(self.request.step_start, self.request.step_end)
+
+    @classmethod
+    def from_command(cls, command: dict[str, Any], *, root: str, forwards_done: int,
+                     worker_name: Callable[[str | None], str]) -> "Session":
+        """A new session from a start command as it reached this worker (its
+        request was checked where it arrived, including a per-request
+        ``output_dir`` against the configured ``root``)."""
+        request = StartRequest.from_command(command, forwards_done)
+        return cls(request=request, directory=session_dir(request.output_dir or root, request.global_step),
+                   worker_name=worker_name(request.profile_prefix))
 
     @property
     def global_step(self) -> int | None:
