@@ -56,6 +56,7 @@ def _emit(args, data: dict, text: str) -> None:
 # ---- merge ------------------------------------------------------------------
 def cmd_merge(args) -> int:
     from .trace.merge import merge
+    from .trace.naming import rank_label
     from .trace.sources import MergeGroup, RankFile, plan
 
     paths = [Path(p) for p in args.paths]
@@ -74,7 +75,7 @@ def cmd_merge(args) -> int:
             raise CliError("give one step folder, or trace files")
         if not args.output:
             raise CliError("merging files needs -o OUT")
-        inputs = [RankFile(p, f"rank{k}", "worker", (0, k)) for k, p in enumerate(paths)]
+        inputs = [RankFile(p, rank_label(k), "worker", (0, k)) for k, p in enumerate(paths)]
         groups, unplaced = [MergeGroup(paths[0].parent, None, inputs)], []
     if args.jobs is not None and args.jobs < 1:
         raise CliError("--jobs: at least 1")

@@ -2,7 +2,7 @@
 
 A front end (HTTP route, ``AsyncLLM.start_profile``) sends one command dict
 to every worker and gets one reply dict per worker back (see
-``session.ProfilerController.handle``). This module turns those replies into
+``session.controller.ProfilerController.handle``). This module turns those replies into
 one outcome for the caller, raising the error a user should see: 400 for an
 invalid request, 409 for a state conflict, 503 when a worker lacks the
 plugin. No engine imports; reads only a step folder's manifest.

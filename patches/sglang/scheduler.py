@@ -85,11 +85,6 @@ def parallel_of(manager: Any, module: Any) -> dict[str, int]:
     }
 
 
-def global_rank(pos: dict[str, int]) -> int:
-    """tp fastest, then pp, then dp: the order ``rlprof merge`` sorts ranks in."""
-    return pos["tp"] + pos["tp_size"] * (pos["pp"] + pos["pp_size"] * pos["dp"])
-
-
 def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, Any]:
     return {
         "engine": "sglang",
@@ -124,7 +119,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory
             worker_name=lambda prefix: sglang_worker_name(prefix, label),
-            rank_name=f"rank{global_rank(pos)}",
+            rank_name=label,  # the rank's one name, as in its file names
             backend_factory=choice.factory(
                 kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
                 config.options.npu_settings),

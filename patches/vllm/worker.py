@@ -25,7 +25,7 @@ from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.requests import parse_start
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.trace.naming import vllm_worker_name
+from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
 from ..base import Patch
 from .engine import PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
@@ -79,7 +79,7 @@ def rank_suffix(worker: Any) -> str:
     try:
         from vllm.distributed.utils import get_worker_rank_suffix
     except ImportError:
-        return f"rank{worker.rank}"
+        return rank_label(worker.rank)
     return get_worker_rank_suffix(global_rank=worker.rank)
 
 
@@ -112,7 +112,7 @@ def controller_for(worker: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=cfg.torch_profiler_dir,
             worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
-            rank_name=suffix,
+            rank_name=rank_label(worker.rank),  # the rank's one name; its files keep vLLM's suffix
             backend_factory=factory,
             manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),

@@ -101,7 +101,7 @@ class ProfilerController:
 
     def _reply(self, ok: bool, session: Session | None = None, **extra: Any) -> dict[str, Any]:
         session = session or self._session
-        reply = {"ok": ok, "session": session.summary() if session else None}
+        reply = {"ok": ok, "session": session.summary(self._rank_name) if session else None}
         reply.update(extra)
         return reply
 

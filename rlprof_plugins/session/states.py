@@ -81,10 +81,11 @@ class Session:
         self.ended_by = self.ended_by or "error"
         self.ended_at = self.ended_at or time.time()
 
-    def summary(self) -> dict[str, Any]:
-        """This session in a status answer."""
+    def summary(self, rank: str) -> dict[str, Any]:
+        """This session in a status answer; ``rank``: the rank's one name (``naming.rank_label``)."""
         r = self.request
         return {
+            "rank": rank,
             "session_id": r.session_id,
             "global_step": r.global_step,
             "state": self.state,

@@ -69,22 +69,47 @@ class TraceName:
 
     @property
     def label(self) -> str:
-        """One rank's name in merged traces and messages: ``rank1``, ``DP0-TP1``, ``frontend``."""
-        if self.role != "worker":
-            return self.role
-        if self.rank is not None:
-            return f"rank{self.rank}"
-        return "-".join(f"{k.upper()}{self.position[k]}" for k in ("dp", "pp", "tp", "ep") if k in self.position)
+        """This rank's one name (``rank_label``), or the role: ``rank1``, ``TP-1-PP-0``, ``frontend``."""
+        return rank_label(self.rank, self.position) if self.role == "worker" else self.role
 
     @property
     def order(self) -> tuple:
         """Workers by rank (tp fastest, then pp, then dp), the API server after them."""
-        if self.role != "worker":
-            return (1, 0)
-        if self.rank is not None:
-            return (0, self.rank)
-        p = self.position
-        return (0, p.get("dp", 0), p.get("pp", 0), p.get("tp", 0), p.get("ep", 0))
+        return rank_order(self.rank, self.position) if self.role == "worker" else (1, 0)
+
+
+# ---- one name per rank ---------------------------------------------------------
+_POSITION_KEYS = ("tp", "dp", "pp", "ep")  # SGLang's order in its file names
+_RANK_LABEL = re.compile(r"^rank(?P<rank>\d+)$|^TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?$")
+
+
+def rank_label(rank: int | None = None, position: dict[str, int] | None = None) -> str:
+    """A rank's one name, in its engine's words: in manifests (the writer and
+    its files), status answers, merged traces and summaries alike. vLLM:
+    ``rank<R>``, the global rank its own trace names end with; SGLang:
+    ``TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>]``, its trace names' rank part."""
+    if rank is not None:
+        return f"rank{rank}"
+    pos = position or {}
+    return "-".join(f"{k.upper()}-{pos[k]}" for k in _POSITION_KEYS if k in pos)
+
+
+def parse_rank_label(label: str) -> tuple[int | None, dict[str, int]] | None:
+    """``(rank, position)`` back from a ``rank_label``; None for another name."""
+    m = _RANK_LABEL.match(label)
+    if m is None:
+        return None
+    rank = m.group("rank")
+    return (int(rank) if rank is not None else None,
+            {k: int(m.group(k)) for k in _POSITION_KEYS if m.group(k) is not None})
+
+
+def rank_order(rank: int | None, position: dict[str, int]) -> tuple:
+    """Ranks in merge order: tp fastest, then pp, then dp (vLLM's global ranks count so)."""
+    if rank is not None:
+        return (0, rank)
+    p = position
+    return (0, p.get("dp", 0), p.get("pp", 0), p.get("tp", 0), p.get("ep", 0))
 
 
 _END = r"\.(?P<ns>\d+)(?:\.(?P<stage>prefill|decode))?\.pt\.trace\.json(?:\.gz)?$"
@@ -173,12 +198,9 @@ def vllm_frontend_name(host: str, pid: int) -> str:
 
 
 def sglang_rank_label(pos: dict[str, int]) -> str:
-    """SGLang's rank naming (``TP-1``, ``TP-0-PP-1``): sizes above one only, as native file names."""
-    parts = [f"TP-{pos['tp']}"]
-    for key, size in (("dp", "dp_size"), ("pp", "pp_size"), ("ep", "ep_size")):
-        if pos[size] > 1:
-            parts.append(f"{key.upper()}-{pos[key]}")
-    return "-".join(parts)
+    """An SGLang scheduler's ``rank_label`` from its place and the sizes
+    (``TP-1``, ``TP-0-PP-1``): dimensions of size above one only, as its native file names."""
+    return rank_label(position={k: pos[k] for k in _POSITION_KEYS if k == "tp" or pos[f"{k}_size"] > 1})
 
 
 def sglang_worker_name(prefix: str | None, label: str) -> str:

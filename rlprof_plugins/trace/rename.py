@@ -65,8 +65,8 @@ def _process_label(rank: RankRenamer, source_pid: Any, new_pid: int) -> str:
         kind, what = "device", original or f"device {source_pid}"
     else:
         kind, what = "CPU", f"{original or 'process'} (pid {source_pid})"
-    pos = " ".join(f"{k}{v}" for k, v in rank.rf.position.items())
-    head = rank.rf.label + (f" [{pos}]" if pos else "")
+    place = rank.rf.place
+    head = rank.rf.label + (f" [{place}]" if place else "")
     return f"{head} {kind}: {what}"
 
 

@@ -14,7 +14,6 @@ merge, are reported as unplaced with the reason, never guessed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +31,7 @@ class RankFile:
     """One input of a merge."""
 
     path: Path
-    label: str  # "rank1", "TP1-PP0", "frontend"
+    label: str  # the rank's one name (``naming.rank_label``: "rank1", "TP-1-PP-0") or "frontend"
     role: str = "worker"  # or "frontend"
     order: tuple = ()
     # torch_npu's trace_view.json: an event array whose ``ts`` are absolute
@@ -40,9 +39,15 @@ class RankFile:
     absolute_time: bool = False
     position: dict[str, int] = field(default_factory=dict)  # tp/pp/dp/ep where known
 
+    @property
+    def place(self) -> str:
+        """The tp/pp place where the label does not spell it (``tp1 pp1`` of ``rank3``), else ``""``."""
+        if not self.label.startswith("rank"):  # an SGLang label (TP-1-PP-1) names it already
+            return ""
+        return " ".join(f"{k}{v}" for k, v in self.position.items())
+
     def describe(self) -> str:
-        pos = " ".join(f"{k}{v}" for k, v in self.position.items())
-        return f"{self.label} ({pos})" if pos and not self.label.startswith(pos) else self.label
+        return f"{self.label} ({self.place})" if self.place else self.label
 
 
 @dataclass
@@ -108,15 +113,17 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
             unplaced.append((path, "listed in manifest.json but missing"))
             continue
         role = f.get("role", "worker")
-        rank = str(f.get("rank") or "")
-        m = re.search(r"rank(\d+)$", rank)
-        number = int(m.group(1)) if m else None
+        label = str(f.get("rank") or "")
+        number, position = naming.parse_rank_label(label) or (None, {})
+        if number is not None:
+            position = positions_from_rank(number, parallel)
+        order = naming.rank_order(number, position) if position or number is not None else (0, 1 << 30)
         rf = RankFile(
             path=path,
-            label="frontend" if role == "frontend" else rank,
+            label="frontend" if role == "frontend" else label,
             role=role,
-            order=(1, 0, path.name) if role == "frontend" else (0, number if number is not None else 1 << 30, rank),
-            position=positions_from_rank(number, parallel) if number is not None else {},
+            order=(1, 0, path.name) if role == "frontend" else (*order, label),
+            position=position,
             absolute_time=npu,
         )
         stage = f.get("stage")

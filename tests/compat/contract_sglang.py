@@ -238,8 +238,8 @@ def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["engine"] == "sglang" and manifest["engine_version"] == RELEASE
     decode = manifest_traces(folder, "decode")
-    assert list(decode) == ["rank0"] and decode["rank0"].name.startswith("TP-0.")
-    details = iteration_details(load_trace(decode["rank0"]))
+    assert list(decode) == ["TP-0"] and decode["TP-0"].name.startswith("TP-0.")
+    details = iteration_details(load_trace(decode["TP-0"]))
     assert sorted(details) == [1, 2, 3] and {d[0] for d in details.values()} == {"decode"}
 
 
@@ -254,7 +254,7 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     assert answer["state"] in ("stopping", "exporting", "done"), answer
     _idle(sched)  # the scheduler's idle hook finishes the answered stop
     assert wait_done(_status_of(handler), 5)["state"] == "done"
-    trace = manifest_traces(session_dir(tmp_path, 5))["rank0"]
+    trace = manifest_traces(session_dir(tmp_path, 5))["TP-0"]
     assert trace.name.startswith("rollout-TP-0.")
     details = iteration_details(load_trace(trace))
     assert details[0] == ("prefill", 5, 0, 1) and details[1] == ("decode", 0, 1, 1) and details[2][0] == "prefill"
@@ -263,14 +263,14 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     _send(handler, request.to_command())
     _batches(sched, [("DECODE", 1, 0)] * 3)
     assert wait_done(_status_of(handler), 6)["state"] == "done"
-    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0, 1]
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["TP-0"]))) == [0, 1]
     # SGLang's start_step: the forward-pass number (from server start) recording begins with
     done = sched.forward_ct
     request = sglang_http.build_request({"global_step": 7, "start_step": done + 3, "num_steps": 2}, config)
     assert _send(handler, request.to_command())["step_start"] == 2
     _batches(sched, [("DECODE", 1, 0)] * 5)
     assert wait_done(_status_of(handler), 7)["state"] == "done"
-    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 7))["rank0"]))) == [2, 3]
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 7))["TP-0"]))) == [2, 3]
 
 
 @needs_parallel_context
@@ -286,7 +286,7 @@ def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monk
         _send(handler, request.to_command())
         _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 3)
         assert wait_done(_status_of(handler), step)["state"] == "done"
-    frames = {step: sum(1 for e in load_trace(manifest_traces(session_dir(tmp_path, step))["rank0"])["traceEvents"]
+    frames = {step: sum(1 for e in load_trace(manifest_traces(session_dir(tmp_path, step))["TP-0"])["traceEvents"]
                         if e.get("cat") == "python_function") for step in (7, 8)}
     assert frames[7] > 0 and frames[8] == 0, frames
     for body, field in (({"profiler_kwargs": {"schedule": 1}}, "profiler_kwargs.schedule"),
@@ -328,7 +328,7 @@ def test_http_routes_end_to_end_in_process(patched, tmp_path, monkeypatch):
     while client.get("/profile_status", params={"global_step": 3}).json()["state"] != "done":
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 3))["rank0"]))) == [1, 2]
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 3))["TP-0"]))) == [1, 2]
 
 
 class _InProcess:
@@ -379,7 +379,7 @@ def test_in_process_tokenizer_calls_go_through_rlprof(patched, tmp_path, monkeyp
     answer = json.loads(asyncio.run(stop_while_idle()).message)
     assert answer["state"] == "done" and answer["files"], json.dumps(answer)
     assert all(Path(f).exists() for f in answer["files"])
-    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 4))["rank0"]))) == [1, 2]
+    assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 4))["TP-0"]))) == [1, 2]
 
     from rlprof_plugins.errors import RequestError
 
@@ -407,7 +407,7 @@ def test_engine_methods_take_every_request_field(patched, tmp_path, monkeypatch)
         assert (answer["global_step"], answer["step_start"], answer["step_end"]) == (11, 1, 3), answer
         _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 3)
         assert engine.stop_profile()["state"] == "done"
-        assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 11))["rank0"]))) == [1, 2]
+        assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 11))["TP-0"]))) == [1, 2]
         from rlprof_plugins.errors import RequestError
 
         with pytest.raises(RequestError) as e:

@@ -46,7 +46,7 @@ def test_rlprof_fields_work_without_configuration(sglang_plain, tmp_path):
     status = sglang_plain.wait_state()
     assert status["state"] == "done", status
     traces = manifest_traces(out / "global_step_2")
-    assert list(traces) == ["rank0"] and iteration_indices(load_trace(traces["rank0"])) == [0, 1, 2]
+    assert list(traces) == ["TP-0"] and iteration_indices(load_trace(traces["TP-0"])) == [0, 1, 2]
     # from now on this server's stops go through rlprof: a stop with nothing running is a clear 409
     assert sglang_plain.post("/stop_profile").status_code == 200  # acknowledges the window's end
     assert sglang_plain.post("/stop_profile").status_code == 409

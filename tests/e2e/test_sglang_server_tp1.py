@@ -22,8 +22,8 @@ def files_under(root: Path) -> set[Path]:
 
 def only_trace(folder: Path, stage: str = "all") -> dict:
     traces = manifest_traces(folder, stage)
-    assert list(traces) == ["rank0"], traces
-    return load_trace(traces["rank0"])
+    assert list(traces) == ["TP-0"], traces
+    return load_trace(traces["TP-0"])
 
 
 def test_config_window_records_exactly_step_start_to_step_end(sglang_tp1):

@@ -55,7 +55,7 @@ def test_merge_profiles_with_a_prefix_writes_one_merged_trace_of_both_ranks(sgla
     assert status["merge"]["state"] == "done" and len(status["merge"]["files"]) == 1
     folder = sglang_tp2.trace_dir / "global_step_1"
     ranks = manifest_traces(folder)
-    assert list(ranks) == ["rank0", "rank1"]
+    assert list(ranks) == ["TP-0", "TP-1"]
     for path in ranks.values():
         assert path.name.startswith("rollout-TP-")
         assert iteration_indices(load_trace(path)) == [0, 1, 2, 3]
@@ -63,7 +63,7 @@ def test_merge_profiles_with_a_prefix_writes_one_merged_trace_of_both_ranks(sgla
     assert str(merged) in status["merge"]["files"]
     report = check_file(merged)
     assert report.ok, report.errors
-    assert merged_iterations(merged) == {"rank0": [0, 1, 2, 3], "rank1": [0, 1, 2, 3]}
+    assert merged_iterations(merged) == {"TP-0": [0, 1, 2, 3], "TP-1": [0, 1, 2, 3]}
 
 
 def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
@@ -75,8 +75,8 @@ def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
     prefill = merged_file(folder, "prefill")
     decode = merged_file(folder, "decode")
     assert check_file(prefill).ok and check_file(decode).ok
-    assert merged_iterations(prefill) == {"rank0": [0], "rank1": [0]}
-    assert merged_iterations(decode) == {"rank0": list(range(1, 8)), "rank1": list(range(1, 8))}
+    assert merged_iterations(prefill) == {"TP-0": [0], "TP-1": [0]}
+    assert merged_iterations(decode) == {"TP-0": list(range(1, 8)), "TP-1": list(range(1, 8))}
 
 
 def test_stop_reaches_every_rank_and_answers_before_the_profilers_stop(sglang_tp2):
@@ -99,4 +99,4 @@ def test_the_plugin_was_loaded_by_the_opt_in_loader_not_the_entry_point(sglang_t
     assert [rank["worker"] for rank in r.json()["ranks"]] == ["TP-0", "TP-1"]
     sglang_tp2.complete(max_tokens=2)
     assert sglang_tp2.wait_state()["state"] == "done"
-    assert list(manifest_traces(sglang_tp2.trace_dir / "global_step_9")) == ["rank0", "rank1"]
+    assert list(manifest_traces(sglang_tp2.trace_dir / "global_step_9")) == ["TP-0", "TP-1"]

@@ -70,7 +70,7 @@ def test_sglang_native_names(prefix, stage):
     parsed = [naming.parse(sglang_name("1795353928.61", prefix, tp, pp, PP, stage=stage)) for pp, tp, _ in topology()]
     assert {p.group for p in parsed} == {(f"{prefix}-" if prefix else "") + "1795353928.61"}
     assert {p.stage for p in parsed} == {{"": None, "EXTEND": "prefill", "DECODE": "decode"}[stage]}
-    assert [p.label for p in parsed] == ["PP0-TP0", "PP0-TP1", "PP1-TP0", "PP1-TP1"]
+    assert [p.label for p in parsed] == ["TP-0-PP-0", "TP-1-PP-0", "TP-0-PP-1", "TP-1-PP-1"]
 
 
 @pytest.mark.parametrize("prefix", [None, "rollout"])

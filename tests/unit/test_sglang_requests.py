@@ -4,8 +4,8 @@ import pytest
 
 from rlprof_plugins.errors import RequestError
 from rlprof_plugins.patches.sglang.http import build_request, uses_rlprof
-from rlprof_plugins.patches.sglang.scheduler import decode_command, encode_command, global_rank
-from rlprof_plugins.trace.naming import sglang_rank_label as rank_label
+from rlprof_plugins.patches.sglang.scheduler import decode_command, encode_command
+from rlprof_plugins.trace.naming import parse_rank_label, rank_order, sglang_rank_label
 from rlprof_plugins.profiler_config import parse_profiler_config
 
 
@@ -91,4 +91,10 @@ def test_command_channel_round_trip():
 
 def test_rank_names_follow_sglang():
     pos = {"tp": 1, "tp_size": 2, "pp": 1, "pp_size": 2, "dp": 0, "dp_size": 1, "ep": 0, "ep_size": 1}
-    assert rank_label(pos) == "TP-1-PP-1" and global_rank(pos) == 3
+    assert sglang_rank_label(pos) == "TP-1-PP-1"
+    assert sglang_rank_label({**pos, "ep_size": 2, "ep": 1}) == "TP-1-PP-1-EP-1"
+    # one name: it parses back to the place, and ranks sort as global ranks count (tp fastest, then pp)
+    assert parse_rank_label("TP-1-PP-1") == (None, {"tp": 1, "pp": 1})
+    labels = [sglang_rank_label({**pos, "tp": t, "pp": p}) for p in (1, 0) for t in (1, 0)]
+    assert sorted(labels, key=lambda label: rank_order(*parse_rank_label(label))) == [
+        "TP-0-PP-0", "TP-1-PP-0", "TP-0-PP-1", "TP-1-PP-1"]

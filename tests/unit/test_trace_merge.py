@@ -112,7 +112,7 @@ def test_sglang_naming_is_recognised(tmp_path):
         (tmp_path / name).write_bytes(b"")
     plan = sources.plan(tmp_path)
     assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [
-        ("decode", ["TP0", "TP1"]), ("prefill", ["TP0", "TP1"])]
+        ("decode", ["TP-0", "TP-1"]), ("prefill", ["TP-0", "TP-1"])]
     assert [g.output.name for g in plan.groups] == ["merged.decode.pt.trace.json.gz", "merged.prefill.pt.trace.json.gz"]
     assert plan.unplaced == []
 
@@ -124,12 +124,12 @@ def test_rlprof_sglang_naming_is_recognised_without_a_manifest(tmp_path):
         (tmp_path / name).write_bytes(b"")
     plan = sources.plan(tmp_path)
     assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [
-        ("decode", ["TP0", "TP1"]), ("prefill", ["TP0", "TP1"])]
+        ("decode", ["TP-0", "TP-1"]), ("prefill", ["TP-0", "TP-1"])]
     (tmp_path / "extra").mkdir()
     for name in ("TP-0-PP-1.5.pt.trace.json.gz", "TP-0.4.pt.trace.json.gz"):
         (tmp_path / "extra" / name).write_bytes(b"")
     (group,) = sources.plan(tmp_path / "extra").groups
-    assert [f.label for f in group.inputs] == ["TP0", "PP1-TP0"] and group.output.name == "merged.pt.trace.json.gz"
+    assert [f.label for f in group.inputs] == ["TP-0", "TP-0-PP-1"] and group.output.name == "merged.pt.trace.json.gz"
 
 
 # ---- merge rules on CUDA-shaped ranks ------------------------------------------------
