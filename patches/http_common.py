@@ -5,12 +5,11 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
+from rlprof_plugins._log import logger
 from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
 
-logger = logging.getLogger("rlprof")
 
 KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError)
 # The engines' own profiling routes, which rlprof's replace.

@@ -35,12 +35,13 @@ import dataclasses
 import importlib
 import inspect
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+
+from rlprof_plugins._env import on
 
 from .engines import ENGINES
 
@@ -192,7 +193,7 @@ def changes(patch: Any, module: Any, release: str) -> list[str]:
 
 # ---- which releases the rule covers --------------------------------------------
 def strict() -> bool:
-    return os.environ.get(STRICT_ENV, "").lower() in ("1", "true", "yes")
+    return on(STRICT_ENV)
 
 
 def newest_tested(engine: str) -> str | None:

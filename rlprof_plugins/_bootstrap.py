@@ -20,22 +20,13 @@ plugin right after a watched module is imported:
 ``RLPROF_DISABLE=1`` turns both off.
 """
 
-import os
 import sys
+
+from ._env import allowed_by, on
 
 VLLM_TARGET = "vllm.entrypoints.llm"
 SGLANG_TARGET = "sglang.srt.server_args"
 SGLANG_AUTOLOAD = "RLPROF_SGLANG_AUTOLOAD"
-PLUGIN_NAME = "rlprof"
-
-
-def _on(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
-
-
-def _vllm_allowed() -> bool:
-    allow = os.environ.get("VLLM_PLUGINS")
-    return allow is None or PLUGIN_NAME in [p.strip() for p in allow.split(",")]
 
 
 def _register(engine: str) -> None:
@@ -79,12 +70,12 @@ class _LoadPluginAfterImport:
 
 def targets() -> dict:
     """The modules to watch in this process, given its environment."""
-    if _on("RLPROF_DISABLE"):
+    if on("RLPROF_DISABLE"):
         return {}
     out = {}
-    if _vllm_allowed() and VLLM_TARGET not in sys.modules:
+    if allowed_by("VLLM_PLUGINS") and VLLM_TARGET not in sys.modules:
         out[VLLM_TARGET] = "vllm"
-    if _on(SGLANG_AUTOLOAD) and SGLANG_TARGET not in sys.modules:
+    if on(SGLANG_AUTOLOAD) and SGLANG_TARGET not in sys.modules:
         out[SGLANG_TARGET] = "sglang"
     return out
 

@@ -40,12 +40,14 @@ def _in(version: str, spec: str) -> bool:
     return not spec or Version(version) in SpecifierSet(spec)
 
 
-def features(engine: str, version: str, applies=None) -> list[FeatureStatus]:
-    """Each rlprof feature of ``engine`` on ``version``: from the declarations,
-    or from ``applies(patch)`` (what a dry run found, e.g. on an untested release)."""
-    from .patches import ALL_PATCHES
+def features(engine: str, version: str, applies=None, patches=None) -> list[FeatureStatus]:
+    """Each rlprof feature of ``engine`` on ``version``: from the declarations
+    (``patches``: all of rlprof's unless given), or from ``applies(patch)``
+    (what a dry run found, e.g. on an untested release)."""
+    if patches is None:
+        from .patches import ALL_PATCHES as patches
 
-    mine = [p for p in ALL_PATCHES if p.engine == engine]
+    mine = [p for p in patches if p.engine == engine]
     fits_release = applies or (lambda p: p.supports(version))
     out = []
     for feature in dict.fromkeys(p.feature for p in mine):

@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from . import __version__, compat
+from ._env import allowed_by, on
 from .patches.engines import ENGINES
 LEGACY_VLLM_ENV = "VLLM_TORCH_PROFILER_"
 
@@ -116,13 +117,12 @@ def _plugin_loading(engine: str, version: str) -> str:
     if not ours:
         return f"rlprof is not registered in the {group} entry points: reinstall rlprof-plugins"
     if engine == "sglang" and importlib.util.find_spec("sglang.srt.plugins") is None:
-        on = os.environ.get("RLPROF_SGLANG_AUTOLOAD", "").lower() in ("1", "true", "yes")
+        autoload = on("RLPROF_SGLANG_AUTOLOAD")
         return ("SGLang " + version + " has no plugin entry points; RLPROF_SGLANG_AUTOLOAD=1 is "
-                + ("set: rlprof_plugins.pth loads the plugin in every SGLang process" if on
+                + ("set: rlprof_plugins.pth loads the plugin in every SGLang process" if autoload
                    else "NOT set: export it before launching, or the plugin never loads"))
-    allow = os.environ.get(facts.ALLOW_LIST_ENV)
-    if allow is not None and "rlprof" not in [p.strip() for p in allow.split(",")]:
-        return f"{group} lists rlprof, but {facts.ALLOW_LIST_ENV}={allow!r} leaves it out"
+    if not allowed_by(facts.ALLOW_LIST_ENV):
+        return f"{group} lists rlprof, but {facts.ALLOW_LIST_ENV}={os.environ[facts.ALLOW_LIST_ENV]!r} leaves it out"
     return f"loaded by the engine through the {group} entry point 'rlprof'"
 
 
@@ -145,7 +145,7 @@ def _environment(engine: str, version: str) -> list[str]:
     from .profiler_config import ENV, from_environment
 
     notes = []
-    if os.environ.get("RLPROF_DISABLE", "").lower() in ("1", "true", "yes"):
+    if on("RLPROF_DISABLE"):
         notes.append("RLPROF_DISABLE is set: the plugin is turned off")
     try:
         config = from_environment()

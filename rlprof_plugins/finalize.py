@@ -13,15 +13,14 @@ thread of its own, so neither the engine nor an exporter waits for it:
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 from typing import Any
 
 from . import manifest, retention
 from .trace import naming
+from ._log import logger
 
-logger = logging.getLogger("rlprof")
 
 WRITER = "merge"
 

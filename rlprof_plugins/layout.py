@@ -9,6 +9,7 @@ trace under its final name.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from .errors import RequestError
 
 STEP_DIR_PREFIX = "global_step_"
+_STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 # A step folder's subfolders. Each rank folder holds the worker traces of one
 # session and nothing else, so per-rank analysis tools (HolisticTraceAnalysis
 # loads every *.json/*.gz of a folder as one rank) and slime's analyzer open it
@@ -45,6 +47,23 @@ class Placement:
 
     def merged(self) -> Path:
         return self.root / MERGED if self.step else self.root
+
+
+def step_of(folder: Path) -> int | None:
+    """The global step a ``global_step_<N>`` folder's name says, or None."""
+    m = _STEP_DIR.match(folder.name)
+    return int(m.group(1)) if m else None
+
+
+def step_folders(root: Path) -> list[tuple[int, Path]]:
+    """The ``global_step_<N>`` folders directly inside ``root``, by N ascending
+    (real folders only: a symlink is never taken for a server's own folder)."""
+    found = []
+    for p in root.iterdir() if root.is_dir() else []:
+        step = step_of(p)
+        if step is not None and p.is_dir() and not p.is_symlink():
+            found.append((step, p))
+    return sorted(found)
 
 
 def placement(directory: Path, global_step: int | None) -> Placement:

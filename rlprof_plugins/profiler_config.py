@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .backends.torch_profiler import TorchSettings, settings_from_config
+from .backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, settings_from_config
 from .errors import OptionsError
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
 
@@ -31,14 +31,7 @@ ENV = "RLPROF_PROFILER_CONFIG"
 ACTIVITIES = ("CPU", "CUDA", "XPU")
 ACTIVITY_ALIASES = {"GPU": "CUDA"}
 
-_FLAGS = {
-    # key: default (vLLM 0.32's defaults for the same keys)
-    "torch_profiler_with_stack": True,
-    "torch_profiler_record_shapes": False,
-    "torch_profiler_with_memory": False,
-    "torch_profiler_with_flops": False,
-    "torch_profiler_use_gzip": True,
-}
+_FLAGS = NATIVE_DEFAULTS  # key: default, vLLM's for the same keys
 TORCH_KEYS = ("profiler", "torch_profiler_dir", "torch_profiler_activities", *_FLAGS)
 ALL_KEYS = TORCH_KEYS + OUR_KEYS
 PROFILERS = ("torch",)
@@ -50,11 +43,11 @@ class ProfilerConfig:
 
     torch_profiler_dir: str | None = None
     torch_profiler_activities: tuple[str, ...] | None = None  # None: CPU, plus CUDA when present
-    torch_profiler_with_stack: bool = True
-    torch_profiler_record_shapes: bool = False
-    torch_profiler_with_memory: bool = False
-    torch_profiler_with_flops: bool = False
-    torch_profiler_use_gzip: bool = True
+    torch_profiler_with_stack: bool = _FLAGS["torch_profiler_with_stack"]
+    torch_profiler_record_shapes: bool = _FLAGS["torch_profiler_record_shapes"]
+    torch_profiler_with_memory: bool = _FLAGS["torch_profiler_with_memory"]
+    torch_profiler_with_flops: bool = _FLAGS["torch_profiler_with_flops"]
+    torch_profiler_use_gzip: bool = _FLAGS["torch_profiler_use_gzip"]
     profiler: str = "torch"
     options: ProfileOptions = field(default_factory=ProfileOptions)
 

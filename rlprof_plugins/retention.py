@@ -7,30 +7,18 @@ directly inside the output root (no symlinks), and each removal is logged.
 
 from __future__ import annotations
 
-import logging
-import re
 import shutil
 from pathlib import Path
 
 from . import manifest
-
-logger = logging.getLogger("rlprof")
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
-
-
-def step_folders(root: Path) -> list[tuple[int, Path]]:
-    out = []
-    for p in root.iterdir() if root.is_dir() else []:
-        m = STEP_DIR.match(p.name)
-        if m and p.is_dir() and not p.is_symlink():
-            out.append((int(m.group(1)), p))
-    return sorted(out, reverse=True)
+from ._log import logger
+from .layout import step_folders
 
 
 def prune(root: Path, keep: int) -> list[Path]:
     """Remove complete step folders beyond the newest ``keep``; returns them."""
     removed = []
-    for step, folder in step_folders(root)[keep:]:
+    for step, folder in step_folders(root)[::-1][keep:]:  # the newest first
         data = manifest.read(folder)
         if data is None or data.get("state") not in manifest.TERMINAL:
             logger.info("rlprof: keeping %s beyond keep_last_steps=%d: not complete", folder, keep)

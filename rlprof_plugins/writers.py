@@ -14,16 +14,13 @@ complete.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from . import manifest
+from .layout import step_folders
 from .processes import alive
-
-logger = logging.getLogger("rlprof")
-
-STEP_GLOB = "global_step_*"
+from ._log import logger
 
 
 def reap(directory: Path) -> list[str]:
@@ -62,7 +59,7 @@ def reap_all(root: Path) -> dict[str, list[str]]:
     root = Path(root)
     found: dict[str, list[str]] = {}
     try:
-        folders = [root] if (root / manifest.MANIFEST).exists() else sorted(root.glob(STEP_GLOB))
+        folders = [root] if (root / manifest.MANIFEST).exists() else [p for _, p in step_folders(root)]
         for folder in folders:
             data = manifest.read(folder)
             if data is None or data.get("state") not in manifest.ACTIVE:

@@ -22,7 +22,6 @@ them, never ignored.
 import asyncio
 import dataclasses
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -31,18 +30,17 @@ from rlprof_plugins import writers
 from rlprof_plugins._log import session_event
 from rlprof_plugins.control import check_wait, combine, stop_wait_seconds, wait_until_written, with_step_manifest
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
-from rlprof_plugins.options import ProfileOptions
 from rlprof_plugins.backends import choice
+from rlprof_plugins.options import ProfileOptions
 from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
 from rlprof_plugins.request_fields import SGLANG, needs_rlprof
 from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 from ..base import Patch
 from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
-from .scheduler import encode_command
 from .engine import VERSIONS
+from .scheduler import encode_command
 
-logger = logging.getLogger("rlprof")
 
 # Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
 # without it starts no profiler for an activity it does not know.

@@ -30,10 +30,10 @@ idle hook is ``on_idle`` (0.5.12+) or ``self_check_during_idle``.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins._log import logger
 from rlprof_plugins.backends import choice
 from rlprof_plugins.control import unavailable_reply
 from rlprof_plugins.errors import OptionsError
@@ -45,7 +45,6 @@ from ..base import Patch
 from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS, version as sglang_version
 from .iterations import iteration_info
 
-logger = logging.getLogger("rlprof")
 
 CHANNEL = "rlprof:"
 CONTROLLER_ATTR = "_rlprof_controller"

@@ -14,10 +14,10 @@ unless ``routes_require_api_key`` is false.
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
 import hashlib
-import logging
 import os
 import secrets
 
+from rlprof_plugins._log import logger
 from rlprof_plugins.control import check_wait
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.requests import parse_start
@@ -26,10 +26,7 @@ from ..base import Patch
 from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
 from . import frontend
 from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
-from .profiler_config import (env_profiler_config, options_of, plugin_handles,
-                                   request_server)
-
-logger = logging.getLogger("rlprof")
+from .profiler_config import env_profiler_config, options_of, plugin_handles, request_server
 
 
 def api_tokens(args) -> list[str]:
@@ -125,8 +122,6 @@ def _wrap_attach_router(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     install_router(app, cfg, app.state.args)
     return None
-
-
 
 
 def _wrap_build_app_env_era(wrapped, instance, args, kwargs):

@@ -16,14 +16,14 @@ An in-process ``EngineCore`` (no busy loop) stops at once.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
+
+from rlprof_plugins._log import logger
 
 from ..base import Patch
 from .engine import VERSIONS
 
-logger = logging.getLogger("rlprof")
 
 UTILITY = "rlprof_control"
 

@@ -21,9 +21,23 @@ from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 
 
+# vLLM's torch profiler keys and their defaults (vLLM 0.32's): the one table
+# that rlprof's own configuration (SGLang, vLLM before 0.13) and the settings
+# read from any release's config fall back on.
+NATIVE_DEFAULTS = {
+    "torch_profiler_with_stack": True,
+    "torch_profiler_record_shapes": False,
+    "torch_profiler_with_memory": False,
+    "torch_profiler_with_flops": False,
+    "torch_profiler_use_gzip": True,
+}
+
+
 @dataclass(frozen=True)
 class TorchSettings:
-    """What to record; filled from the engine's native profiler keys."""
+    """What to record. Built from the engine's native profiler keys by
+    ``settings_from_config`` (``NATIVE_DEFAULTS`` for the keys a config lacks);
+    built bare, it records the least (no stacks, shapes or memory)."""
 
     activities: tuple[str, ...] = ("CPU",)
     record_shapes: bool = False
@@ -49,13 +63,16 @@ def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
     overrides = dict(overrides or {})
     activities = tuple(overrides.pop("activities", None) or getattr(cfg, "torch_profiler_activities", None)
                        or default_activities)
+    def native(key: str) -> Any:
+        return getattr(cfg, key, NATIVE_DEFAULTS[key])
+
     settings = TorchSettings(
         activities=activities,
-        record_shapes=getattr(cfg, "torch_profiler_record_shapes", False),
-        with_stack=getattr(cfg, "torch_profiler_with_stack", True),
-        with_memory=getattr(cfg, "torch_profiler_with_memory", False),
-        with_flops=getattr(cfg, "torch_profiler_with_flops", False),
-        use_gzip=getattr(cfg, "torch_profiler_use_gzip", True),
+        record_shapes=native("torch_profiler_record_shapes"),
+        with_stack=native("torch_profiler_with_stack"),
+        with_memory=native("torch_profiler_with_memory"),
+        with_flops=native("torch_profiler_with_flops"),
+        use_gzip=native("torch_profiler_use_gzip"),
         table_sort_key="self_cpu_time_total" if activities == ("CPU",) else "self_device_time_total",
         **extra,
     )

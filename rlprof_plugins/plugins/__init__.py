@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
+from .._env import on
 from .._log import logger
 
 _installed: set[str] = set()
@@ -12,7 +12,7 @@ _installed: set[str] = set()
 
 def disabled() -> bool:
     """``RLPROF_DISABLE=1`` turns every entry point off."""
-    return os.environ.get("RLPROF_DISABLE", "").lower() in ("1", "true", "yes")
+    return on("RLPROF_DISABLE")
 
 
 def install_patches(engine: str, group: str, version_of: Callable[[], str | None]) -> None:

@@ -17,7 +17,6 @@ marks the session ``failed`` with the reason.
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +27,7 @@ from ..errors import RequestError
 from ..stages import IterationInfo, iteration_annotation
 from .recording import Recording, report
 from .states import ACTIVE_STATES, DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
-
-logger = logging.getLogger("rlprof")
+from .._log import logger
 
 
 class ProfilerController:

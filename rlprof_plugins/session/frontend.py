@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..backends import Backend
 from .recording import Exported, Recording, report
+from .._log import logger
 
-logger = logging.getLogger("rlprof")
 
 POLL_INTERVAL_S = 0.25
 

@@ -13,7 +13,6 @@ the step's completion work (``finalize``).
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,7 @@ from typing import Any, ContextManager
 from .. import finalize, manifest
 from ..backends import Backend, RecordingKept
 from ..layout import Placement
-
-logger = logging.getLogger("rlprof")
+from .._log import logger
 
 
 @dataclass

@@ -21,13 +21,12 @@ whole span and operators; its stage comes from its file name if known.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..layout import STEP_DIR_PREFIX
+from ..layout import step_folders, step_of
 from ..stages import ITERATION_PREFIX, ITERATION_RE
 from . import codec
 from .clock import ts_ns
@@ -42,7 +41,6 @@ CPU_OP_CATS = frozenset({"cpu_op"})
 # torch records rlprof's ranges as user annotations; torch_npu as framework ops.
 ITERATION_CATS = frozenset({"user_annotation", "cpu_op"})
 TOP = 10
-_STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 
 
 @dataclass
@@ -152,11 +150,11 @@ def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) 
 
 def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
     """``root`` itself when it holds traces, else its ``global_step_N`` folders by N."""
-    m = _STEP_DIR.match(root.name)
-    steps = sorted((int(m2.group(1)), p) for p in root.iterdir() if p.is_dir() and (m2 := _STEP_DIR.match(p.name)))
-    if steps and not m:
+    own = step_of(root)
+    steps = step_folders(root)
+    if steps and own is None:
         return steps
-    return [(int(m.group(1)) if m else None, root)]
+    return [(own, root)]
 
 
 def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

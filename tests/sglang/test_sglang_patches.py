@@ -9,7 +9,7 @@ import pytest
 
 from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.sglang.scheduler import iteration_info
+from rlprof_plugins.patches.sglang.iterations import iteration_info
 from rlprof_plugins.patches.sglang.engine import version as sglang_version
 
 sglang = pytest.importorskip("sglang")

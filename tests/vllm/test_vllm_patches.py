@@ -79,15 +79,22 @@ def test_altered_worker_disables_only_its_feature(monkeypatch, caplog):
 
 
 def test_worker_without_hooks_answers_unavailable():
+    """A real vLLM ``Worker`` whose class the patch does not wrap says the hooks
+    are missing; the same worker with the patch applied gets past that check."""
+    from vllm.v1.worker import gpu_worker
+
     from rlprof_plugins.patches.vllm.worker import worker_control
 
+    worker = gpu_worker.Worker.__new__(gpu_worker.Worker)  # no engine behind it: only the checks run
     was_applied = WORKER_PATCH.applied
     WORKER_PATCH.revert()
     try:
-        reply = worker_control(object(), {"op": "status"})
-        assert reply["ok"] is False and "not installed" in reply["unavailable"]
+        reply = worker_control(worker, {"op": "status"})
+        assert reply["ok"] is False and "hooks are not installed" in reply["unavailable"], reply
+        assert apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
+        reply = worker_control(worker, {"op": "status"})
+        assert "profiler config is not handled" in reply["unavailable"], reply  # the next check answers
     finally:
+        WORKER_PATCH.revert()
         if was_applied:
-            from vllm.v1.worker import gpu_worker
-
             apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
