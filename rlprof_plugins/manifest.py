@@ -26,6 +26,15 @@ ACTIVE = ("recording", "waiting", "exporting")
 TERMINAL = ("done", "failed")
 
 
+def engine_header(*, engine: str, engine_version: str | None, expected_ranks: int, parallel: dict[str, int],
+                  trace_dir: str | None, plugin_version: str) -> dict[str, Any]:
+    """What every writer of a step's manifest says about the engine (each
+    session adds its own window, global step and options). ``parallel``: the
+    tp/pp/dp sizes, for readable rank names in merged traces."""
+    return {"engine": engine, "engine_version": engine_version, "plugin_version": plugin_version,
+            "expected_ranks": expected_ranks, "parallel": dict(parallel), "trace_dir": trace_dir}
+
+
 def aggregate_state(states: list[str]) -> str:
     """One state for many writers: still busy while any is busy."""
     for state in ACTIVE:

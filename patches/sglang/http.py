@@ -37,6 +37,7 @@ from rlprof_plugins.request_fields import SGLANG, needs_rlprof
 from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 from ..base import Patch
+from ..features import HTTP_ROUTES
 from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
 from .engine import VERSIONS
 from .scheduler import encode_command
@@ -252,7 +253,7 @@ HTTP_PATCH = Patch(
     engine="sglang",
     versions=VERSIONS,
     module="sglang.srt.entrypoints.http_server",
-    feature="rlprof HTTP profiling routes",
+    feature=HTTP_ROUTES,
     why=("native routes drop global_step and other unknown fields, answer every failure with 500 and "
          "have no status route"),
     upstream="profile routes that forward the whole body and a status route",

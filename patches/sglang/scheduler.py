@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins import __version__ as PLUGIN_VERSION, manifest
 from rlprof_plugins._log import logger
 from rlprof_plugins.backends import choice
 from rlprof_plugins.control import unavailable_reply
@@ -42,13 +42,13 @@ from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from ..base import Patch
-from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS, version as sglang_version
+from ..features import STEP_WINDOWS
+from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, NAME, VERSIONS, version as sglang_version
 from .iterations import iteration_info
 
 
 CHANNEL = "rlprof:"
 CONTROLLER_ATTR = "_rlprof_controller"
-FEATURE = "rlprof step windows and global-step folders"
 
 
 def encode_command(command: dict) -> str:
@@ -85,14 +85,11 @@ def parallel_of(manager: Any, module: Any) -> dict[str, int]:
 
 
 def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, Any]:
-    return {
-        "engine": "sglang",
-        "engine_version": sglang_version(),
-        "plugin_version": PLUGIN_VERSION,
-        "expected_ranks": pos["tp_size"] * pos["pp_size"] * pos["dp_size"],
-        "parallel": {"tp": pos["tp_size"], "pp": pos["pp_size"], "dp": pos["dp_size"]},
-        "trace_dir": config.torch_profiler_dir,
-    }
+    """What every scheduler's section of a step's manifest says about the engine."""
+    return manifest.engine_header(engine=NAME, engine_version=sglang_version(),
+                                  expected_ranks=pos["tp_size"] * pos["pp_size"] * pos["dp_size"],
+                                  parallel={"tp": pos["tp_size"], "pp": pos["pp_size"], "dp": pos["dp_size"]},
+                                  trace_dir=config.torch_profiler_dir, plugin_version=PLUGIN_VERSION)
 
 
 def forward_count(manager: Any) -> int:
@@ -236,7 +233,7 @@ PROFILER_MANAGER_PATCH = Patch(
     engine="sglang",
     versions=MANAGER_VERSIONS,
     module="sglang.srt.managers.scheduler_components.profiler_manager",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why=("native start_step counts from server start, export freezes the scheduler, no completion signal; "
          "route rlprof commands (ProfileReq with an rlprof: profile_id) to a ProfilerController"),
     upstream="a per-request window counted from the request, non-blocking export and a status request",
@@ -253,7 +250,7 @@ PROFILER_MIXIN_PATCH = Patch(
     engine="sglang",
     versions=MIXIN_VERSIONS,
     module="sglang.srt.managers.scheduler_profiler_mixin",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why="the same as sglang.profiler_manager.control, for releases whose profiler is a scheduler mixin",
     upstream="the same",
     wrap={"SchedulerProfilerMixin.profile": _wrap_profile},
@@ -265,7 +262,7 @@ SCHEDULER_PATCH = Patch(
     engine="sglang",
     versions=VERSIONS,
     module="sglang.srt.managers.scheduler",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why="count model iterations (run_batch) with rlprof's stage rule; finish a stop that was answered when idle",
     upstream="an iteration hook in the scheduler loop",
     wrap={"Scheduler.run_batch": _run_batch, "Scheduler.on_idle": _on_idle,

@@ -20,6 +20,7 @@ from rlprof_plugins.profiler_config import (ENV, export_to_environment, from_env
                                             parse_profiler_config, user_overlay)
 
 from ..base import Patch
+from ..features import SERVER_ARGUMENT
 from .engine import VERSIONS
 
 FLAG = "--profiler-config"
@@ -71,7 +72,7 @@ SERVER_ARGS_PATCH = Patch(
     engine="sglang",
     versions=VERSIONS,
     module="sglang.srt.server_args",
-    feature="the --profiler-config server argument",
+    feature=SERVER_ARGUMENT,
     why="SGLang has no profiling server arguments; rlprof's keys need a place next to the launch flags",
     upstream="a profiler config server argument (or plugin-declared arguments)",
     wrap={"ServerArgs.add_cli_args": _add_cli_args, "ServerArgs.from_cli_args": _from_cli_args},

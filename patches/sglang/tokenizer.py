@@ -31,9 +31,9 @@ from typing import Any
 
 from . import http as sglang_http
 from ..base import Patch
+from ..features import IN_PROCESS_CALLS
 from .engine import VERSIONS
 
-FEATURE = "rlprof sessions from SGLang's in-process calls"
 # The fields a ProfileReq carries that a caller sets, by their native names.
 _NOT_FIELDS = ("req_type", "type", "rid", "http_worker_ipc")
 
@@ -119,7 +119,7 @@ TOKENIZER_PATCH = Patch(
     engine="sglang",
     versions=VERSIONS,
     module="sglang.srt.managers.tokenizer_manager",
-    feature=FEATURE,
+    feature=IN_PROCESS_CALLS,
     why=("in-process callers (verl, sglang.Engine) call TokenizerManager.start_profile, bypassing the routes; "
          "its keyword form raises TypeError from 0.5.15"),
     upstream="a tokenizer-manager profile call taking the same request as the route, with a completion signal",
@@ -133,7 +133,7 @@ ENGINE_PATCH = Patch(
     engine="sglang",
     versions=VERSIONS,
     module="sglang.srt.entrypoints.engine",
-    feature=FEATURE,
+    feature=IN_PROCESS_CALLS,
     why=("sglang.Engine.start_profile(**kwargs) builds a ProfileReq from 0.5.15, which refuses rlprof's and "
          "vLLM's fields with TypeError"),
     upstream="Engine.start_profile forwarding its keywords to the tokenizer manager's request",

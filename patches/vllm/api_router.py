@@ -23,6 +23,7 @@ from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.requests import parse_start
 
 from ..base import Patch
+from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
 from . import frontend
 from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
@@ -64,7 +65,7 @@ def build_router(profiler_config, tokens: list[str]):
             body = await json_body(raw_request)
             request = parse_start({} if body is None else body, request_server(profiler_config))
             if not frontend.ASYNC_LLM_PATCH.applied:
-                raise UnavailableError(frontend.FEATURE, "the AsyncLLM patch is not applied in the API server")
+                raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
             result = await frontend.start(raw_request.app.state.engine_client, request)
         except Exception as e:
             return error_response(e)
@@ -144,7 +145,7 @@ ROUTER_PATCH = Patch(
     engine="vllm",
     versions=CONFIG_VERSIONS,
     module="vllm.entrypoints.serve.profile.api_router",
-    feature="rlprof HTTP profiling routes",
+    feature=HTTP_ROUTES,
     why="native routes ignore global_step, answer a double stop with 500, and have no status route",
     upstream="profile routes that forward a request body and map session errors to 4xx",
     wrap={"attach_router": _wrap_attach_router},
@@ -157,7 +158,7 @@ ENV_ERA_ROUTER_PATCH = Patch(
     engine="vllm",
     versions=ENV_ERA_VERSIONS,
     module="vllm.entrypoints.openai.api_server",
-    feature="rlprof HTTP profiling routes",
+    feature=HTTP_ROUTES,
     why=("before 0.13 the routes are registered at import only when VLLM_TORCH_PROFILER_DIR is set; "
          "build_app gets rlprof's routes when RLPROF_PROFILER_CONFIG is set"),
     upstream="the serve/profile api_router of vLLM 0.13",

@@ -22,6 +22,7 @@ from typing import Any
 from rlprof_plugins._log import logger
 
 from ..base import Patch
+from ..features import STEP_WINDOWS
 from .engine import VERSIONS
 
 
@@ -73,7 +74,7 @@ ENGINE_CORE_PATCH = Patch(
     engine="vllm",
     versions=VERSIONS,
     module="vllm.v1.engine.core",
-    feature="rlprof step windows and global-step folders",
+    feature=STEP_WINDOWS,
     why="the native profile utility cannot carry a global step or a status query",
     upstream="a profile utility taking a request object",
     add={"EngineCore." + UTILITY: rlprof_control},

@@ -31,11 +31,11 @@ from rlprof_plugins.requests import StartRequest, parse_start
 from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
 from ..base import Patch
+from ..features import STEP_WINDOWS
 from .engine_core import UTILITY
 from .engine import VERSIONS
 from .profiler_config import options_of, plugin_handles, profiler_config_of, request_server
 
-FEATURE = "rlprof step windows and global-step folders"
 RECORDER_ATTR = "_rlprof_frontend"
 
 
@@ -109,7 +109,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
         if request.global_step is not None:
             from .worker import manifest_header
 
-            header = {**manifest_header(llm.vllm_config), "global_step": request.global_step}
+            header = {**manifest_header(llm.vllm_config, cfg.torch_profiler_dir), "global_step": request.global_step}
             info = {"session_id": request.session_id, "header": header}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
                              manifest_info=info, session_id=request.session_id, overrides=request.torch_overrides)
@@ -155,7 +155,7 @@ def _wrap_async_start(wrapped, instance, args, kwargs):
     cfg = _config(instance)
     if not plugin_handles(cfg):
         if needs_rlprof(VLLM, kwargs):
-            raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
+            raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
     return start(instance, _request(cfg, call_fields(args, kwargs)))
 
@@ -190,7 +190,7 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
     cfg = _config(instance.llm_engine)
     if not plugin_handles(cfg):
         if needs_rlprof(VLLM, kwargs):
-            raise UnavailableError(FEATURE, 'needs "profiler": "torch" with a local torch_profiler_dir')
+            raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
     request = _request(cfg, call_fields(args, kwargs))
     writers.reap_all(Path(request.output_dir or cfg.torch_profiler_dir))
@@ -228,7 +228,7 @@ ASYNC_LLM_PATCH = Patch(
     engine="vllm",
     versions=VERSIONS,
     module="vllm.v1.engine.async_llm",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why="AsyncLLM.start_profile takes no global step and cannot report session state",
     upstream="start_profile(request) with a global step and a status method",
     wrap={
@@ -248,7 +248,7 @@ LLM_PATCH = Patch(
     engine="vllm",
     versions=VERSIONS,
     module="vllm.entrypoints.llm",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why="LLM.start_profile takes no global step and cannot report session state",
     upstream="the same as for AsyncLLM",
     wrap={"LLM.start_profile": _wrap_llm_start, "LLM.stop_profile": _wrap_llm_stop},

@@ -34,18 +34,17 @@ from rlprof_plugins.profiler_config import from_environment, merge_over, user_ov
 from rlprof_plugins.requests import Server
 
 from ..base import Patch
+from ..features import CONFIG_KEYS, ENV_CONFIG
 from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
 # id(config) -> (config, options): the config is held so its id is never reused.
 _options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
-FEATURE = "rlprof profiler-config keys"
 # The ProfilerConfig fields rlprof reads (plugin_handles, options_of, the torch settings).
 PROFILER_CONFIG_FIELDS = ("fields:profiler,torch_profiler_dir,delay_iterations,max_iterations,wait_iterations,"
                           "warmup_iterations,ignore_frontend,torch_profiler_activities,torch_profiler_with_stack,"
                           "torch_profiler_record_shapes,torch_profiler_with_memory,torch_profiler_with_flops,"
                           "torch_profiler_use_gzip")
-ENV_FEATURE = "rlprof configuration from RLPROF_PROFILER_CONFIG"
 
 
 def env_profiler_config() -> EnvProfilerConfig | None:
@@ -212,7 +211,7 @@ def _wrap_add_cli_args(wrapped, instance, args, kwargs):
             if action.dest == "profiler_config" and not hasattr(action.type, "_rlprof_native"):
                 action.type = _typed(action.type)
     except Exception as e:  # the parser must still work without our keys
-        warn_once("cli", "rlprof: %s are off: could not extend --profiler-config: %s", FEATURE, e)
+        warn_once("cli", "rlprof: %s are off: could not extend --profiler-config: %s", CONFIG_KEYS, e)
     return parser
 
 
@@ -246,7 +245,7 @@ ENV_CONFIG_PATCH = Patch(
     engine="vllm",
     versions=ENV_ERA_VERSIONS,
     module="vllm.engine.arg_utils",
-    feature=ENV_FEATURE,
+    feature=ENV_CONFIG,
     why=("vLLM < 0.13 is configured by VLLM_TORCH_PROFILER_* only; validate rlprof's JSON in "
          "RLPROF_PROFILER_CONFIG when the engine config is built, naming a bad key"),
     upstream="ProfilerConfig (vLLM 0.13)",
@@ -259,7 +258,7 @@ ARG_PATCH = Patch(
     engine="vllm",
     versions=CONFIG_VERSIONS,
     module="vllm.engine.arg_utils",
-    feature=FEATURE,
+    feature=CONFIG_KEYS,
     why=(
         "ProfilerConfig forbids unknown keys; wrap the --profiler-config parser "
         "and the dict path of AsyncEngineArgs to accept and validate "
@@ -279,7 +278,7 @@ LLM_CONFIG_PATCH = Patch(
     engine="vllm",
     versions=CONFIG_VERSIONS,
     module="vllm.entrypoints.llm",
-    feature=FEATURE,
+    feature=CONFIG_KEYS,
     why="LLM(profiler_config={...}) drops keys ProfilerConfig does not declare",
     upstream="the same extension point",
     wrap={"LLM.__init__": _wrap_llm_init},

@@ -17,7 +17,7 @@ import dataclasses
 import json
 from typing import Any
 
-from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins import __version__ as PLUGIN_VERSION, manifest
 from rlprof_plugins.backends import choice
 from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
 from rlprof_plugins.control import unavailable_reply
@@ -28,30 +28,23 @@ from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
 from ..base import Patch
-from .engine import PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
+from ..features import STEP_WINDOWS
+from .engine import NAME, PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
 from .iterations import iteration_info
 from .profiler_config import PROFILER_CONFIG_FIELDS, options_of, plugin_handles, profiler_config_of, request_server
 
 CONTROLLER_ATTR = "_rlprof_controller"
 PENDING_ATTR = "_rlprof_iteration_open"
 FORWARDS_ATTR = "_rlprof_forwards"  # forward passes run by this worker (SGLang's start_step counts them)
-FEATURE = "rlprof step windows and global-step folders"
 
 
-def manifest_header(vllm_config: Any) -> dict[str, Any]:
-    """What every writer of a step's manifest says about the engine."""
-    return {
-        "engine": "vllm",
-        "engine_version": vllm_version(),
-        "plugin_version": PLUGIN_VERSION,
-        "expected_ranks": vllm_config.parallel_config.world_size,
-        # rank -> tp/pp position, for readable names in merged traces
-        "parallel": {
-            "tp": vllm_config.parallel_config.tensor_parallel_size,
-            "pp": vllm_config.parallel_config.pipeline_parallel_size,
-            "dp": vllm_config.parallel_config.data_parallel_size,
-        },
-    }
+def manifest_header(vllm_config: Any, trace_dir: str | None) -> dict[str, Any]:
+    """What every writer of a step's manifest (each rank, the API server) says about the engine."""
+    p = vllm_config.parallel_config
+    return manifest.engine_header(engine=NAME, engine_version=vllm_version(), expected_ranks=p.world_size,
+                                  parallel={"tp": p.tensor_parallel_size, "pp": p.pipeline_parallel_size,
+                                            "dp": p.data_parallel_size},
+                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION)
 
 
 def torch_settings(cfg: Any) -> TorchSettings:
@@ -114,7 +107,7 @@ def controller_for(worker: Any) -> ProfilerController:
             worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
             rank_name=rank_label(worker.rank),  # the rank's one name; its files keep vLLM's suffix
             backend_factory=factory,
-            manifest_header={**manifest_header(worker.vllm_config), "trace_dir": cfg.torch_profiler_dir},
+            manifest_header=manifest_header(worker.vllm_config, cfg.torch_profiler_dir),
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
@@ -253,7 +246,7 @@ WORKER_PATCH = worker_patch(
     versions=VERSIONS,
     module="vllm.v1.worker.gpu_worker",
     cls="Worker",
-    feature=FEATURE,
+    feature=STEP_WINDOWS,
     why=(
         "native Worker.profile builds its profiler once and counts windows off by one; "
         "count iterations at execute_model/sample_tokens and run rlprof sessions"

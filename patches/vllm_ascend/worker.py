@@ -13,7 +13,8 @@ own ``TorchNPUProfilerWrapper`` records from start to stop, without windows.
 
 from __future__ import annotations
 
-from ..vllm.worker import FEATURE, worker_patch
+from .. import features
+from ..vllm.worker import worker_patch
 from .engine import NAME, VERSIONS
 
 NPU_WORKER_PATCH = worker_patch(
@@ -22,7 +23,7 @@ NPU_WORKER_PATCH = worker_patch(
     versions=VERSIONS,
     module="vllm_ascend.worker.worker",
     cls="NPUWorker",
-    feature=FEATURE + " on Ascend",
+    feature=features.STEP_WINDOWS_ON_ASCEND,
     why=(
         "vllm-ascend's NPUWorker is not a subclass of vLLM's Worker and profiles with one "
         "TorchNPUProfilerWrapper from start to stop; count iterations and run rlprof sessions there too"

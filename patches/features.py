@@ -1,0 +1,14 @@
+"""The user-visible features the patches serve: the rows of docs/compatibility.md.
+
+A patch names its feature from here, so two patches that serve one feature
+cannot spell it two ways (a typo would otherwise add a row to the table and
+leave the feature marked available with half its patches).
+"""
+
+STEP_WINDOWS = "rlprof step windows and global-step folders"
+STEP_WINDOWS_ON_ASCEND = STEP_WINDOWS + " on Ascend"
+HTTP_ROUTES = "rlprof HTTP profiling routes"
+CONFIG_KEYS = "rlprof profiler-config keys"  # vLLM's --profiler-config, extended
+ENV_CONFIG = "rlprof configuration from RLPROF_PROFILER_CONFIG"  # vLLM before --profiler-config
+SERVER_ARGUMENT = "the --profiler-config server argument"  # SGLang
+IN_PROCESS_CALLS = "rlprof sessions from SGLang's in-process calls"
