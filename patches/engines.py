@@ -1,8 +1,24 @@
 """The engines rlprof patches, each with its facts module (``<engine>/engine.py``).
 
-One place to look an engine's facts up by its name: ``shapes`` (the newest
-tested release), ``rlprof_plugins.compat`` (the compatibility table) and
-``rlprof doctor`` read them through ``ENGINES``. vllm-ascend is a platform
+Each facts module declares, once, what the patches beside it rely on:
+
+- ``NAME``, ``TITLE``; ``ENTRY_POINTS``, the group the engine loads plugins
+  from, and ``ALLOW_LIST_ENV``, the variable that can leave plugins out;
+- ``FIRST``/``BELOW``/``VERSIONS``: the supported range, from the oldest
+  release to just past the newest tested one (newer releases of the same
+  major: the shape rule, ``shapes.py``), and the eras' ranges inside it;
+- ``TESTED``: the releases the contract tests run against, unpacked from their
+  wheels (tests/compat), each with its shapes in ``shape_records/``;
+  ``CI_SUBSET``: those CI runs;
+- ``HOW_TO_CONFIGURE``: per era, how profiling is configured (first match wins);
+- ``CAPABILITIES``: what depends on the release itself rather than on a patch
+  (name, releases that have it, what happens on the others), probed by the
+  contract tests;
+- ``version()``: the installed release, or None.
+
+``shapes`` (the newest tested release), ``rlprof_plugins.compat`` (the
+compatibility table), ``rlprof doctor`` and the entry points read them here,
+by engine name; none writes a bound of its own. vllm-ascend is a platform
 plugin of vLLM with no tested-release table of its own (docs/npu.md).
 """
 

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from . import __version__, compat
 from ._env import allowed_by, on
 from .patches.engines import ENGINES
-LEGACY_VLLM_ENV = "VLLM_TORCH_PROFILER_"
 
 
 @dataclass
@@ -157,12 +156,14 @@ def _environment(engine: str, version: str) -> list[str]:
                              f"(a key set differently in both stops the launch): {ours}")
     except Exception as e:
         notes.append(f"{ENV} is set but invalid: {e}")
-    legacy = sorted(k for k in os.environ if k.startswith(LEGACY_VLLM_ENV))
-    if engine == "vllm" and legacy:
+    vllm = ENGINES["vllm"]
+    legacy = sorted(k for k in os.environ if k.startswith(vllm.LEGACY_ENV))
+    if engine == vllm.NAME and legacy:
         v = Version(version)
-        if v >= Version("0.16"):
-            notes.append(f"{', '.join(legacy)}: not read by vLLM {version} (removed in 0.16); newer releases warn")
-        elif v >= Version("0.13"):
+        if v >= Version(vllm.LEGACY_ENV_GONE):
+            notes.append(f"{', '.join(legacy)}: not read by vLLM {version} (removed in {vllm.LEGACY_ENV_GONE}); "
+                         "newer releases warn")
+        elif v >= Version(vllm.CONFIG_FIRST):
             notes.append(f"{', '.join(legacy)}: on vLLM {version} these override --profiler-config; unset them")
         else:
             notes.append(f"{', '.join(legacy)}: vLLM's own profiler; rlprof's sessions need {ENV}")

@@ -1,49 +1,41 @@
-"""vLLM as the patches see it: the facts they rely on, declared once.
+"""vLLM's facts, declared once: what the names mean is in ``patches/engines.py``.
 
-The supported range and its eras, the releases the contract tests run on,
-how each era is configured, what depends on the release itself rather than
-on a patch, and where the installed version is read. The patches of this
-folder, ``rlprof_plugins.compat`` (docs/compatibility.md), ``patches/shapes.py``
-and ``rlprof doctor`` read these names; none of them writes a bound of its own.
+vLLM's eras: ``--profiler-config`` and ``ProfilerConfig`` arrived in 0.13
+(before, only the ``VLLM_TORCH_PROFILER_*`` variables); the engine loop's
+idle callbacks, which let a stop answer before torch's own stop, in 0.17.
 """
 
 from __future__ import annotations
 
 NAME = "vllm"
 TITLE = "vLLM"
-# How the engine loads rlprof: its entry-point group, and the variable that can leave plugins out.
 ENTRY_POINTS = "vllm.general_plugins"
 ALLOW_LIST_ENV = "VLLM_PLUGINS"
 
-# From the oldest supported release to just past the newest tested one. Newer
-# releases of the same major are covered by the shape rule (patches/shapes.py).
 FIRST = "0.10"
 BELOW = "0.34"
+CONFIG_FIRST = "0.13"  # ProfilerConfig and --profiler-config
+LEGACY_ENV = "VLLM_TORCH_PROFILER_"  # the env era's variables: they override the flag until 0.16
+LEGACY_ENV_GONE = "0.16"  # not read from here on
 VERSIONS = f">={FIRST},<{BELOW}"  # every release rlprof supports
-CONFIG_VERSIONS = f">=0.13,<{BELOW}"  # releases with ProfilerConfig and --profiler-config
-ENV_ERA_VERSIONS = f">={FIRST},<0.13"  # VLLM_TORCH_PROFILER_* only
+CONFIG_VERSIONS = f">={CONFIG_FIRST},<{BELOW}"
+ENV_ERA_VERSIONS = f">={FIRST},<{CONFIG_FIRST}"
 
-# Releases whose real modules the contract tests run against, unpacked from
-# their published wheels (tests/compat/releases.py), except the one installed
-# in the test environment, which tests/e2e also serves end to end (0.32: 0.33
-# has no CPU build). Each has its recorded shapes (patches/shape_records/vllm/).
+# 0.32 is also served end to end (0.33 has no CPU build).
 TESTED = ("0.10.2.post2", "0.12.0.post2", "0.13.0", "0.15.1", "0.16.0", "0.17.1", "0.24.0", "0.32.0", "0.33.0")
 CI_SUBSET = ("0.12.0.post2", "0.16.0", "0.32.0", "0.33.0")  # one per era boundary that matters most
 
-# How profiling is configured on each era (first matching range wins).
 HOW_TO_CONFIGURE: tuple[tuple[str, str], ...] = (
-    ("<0.13", "no --profiler-config on this release: set RLPROF_PROFILER_CONFIG='{\"torch_profiler_dir\": "
+    (f"<{CONFIG_FIRST}", "no --profiler-config on this release: set RLPROF_PROFILER_CONFIG='{\"torch_profiler_dir\": "
               "\"/traces\", \"step_start\": 2, \"step_end\": 6}' (same JSON keys) in the server's "
               "environment and start it with `vllm serve`; VLLM_TORCH_PROFILER_DIR is not needed"),
-    ("<0.16", "vllm serve --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/traces\", "
+    (f"<{LEGACY_ENV_GONE}", "vllm serve --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/traces\", "
               "\"step_start\": 2, \"step_end\": 6}'; do not also set VLLM_TORCH_PROFILER_* (on this release "
               "they override the flag)"),
     ("", "vllm serve --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": \"/traces\", "
          "\"step_start\": 2, \"step_end\": 6}'"),
 )
 
-# What depends on the release itself rather than on a patch: (name, releases
-# that have it, what happens on the others). The contract tests probe each.
 CAPABILITIES: tuple[tuple[str, str, str], ...] = (
     ("stop answered before the profiler stops", ">=0.17",
      "EngineCore has no idle callbacks: the stop (torch's, seconds with stacks) runs on the engine loop "
@@ -59,7 +51,7 @@ PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", 
 
 
 def version() -> str | None:
-    """The installed vLLM's version, or None (not installed, or not importable)."""
+    """The installed vLLM's version, or None."""
     try:
         from vllm.version import __version__
 
