@@ -54,7 +54,7 @@ class StartRequest:
     # Per-request torch.profiler settings, as TorchSettings field names.
     torch_overrides: dict[str, Any] | None = None
     # SGLang's ``start_step``: the absolute forward-pass number the window
-    # begins with; each worker shifts the window by its own count (``shift_to``).
+    # begins with; each worker shifts the window by its own count (``shifted``).
     start_at: int | None = None
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # For the caller's answer only (e.g. an output_dir ignored on vLLM); not sent to workers.
@@ -200,13 +200,6 @@ def _window(given: dict[str, Any], defaults: ProfileOptions) -> tuple[int, int |
         end = None if defaults.step_end is None else start + defaults.step_end - defaults.step_start
     check_window(start, end, error=RequestError)
     return start, end, start_at
-
-
-def shift_to(command: dict[str, Any], forwards_done: int) -> dict[str, Any]:
-    """``StartRequest.shifted`` on the wire form."""
-    if command.get("start_at") is None:
-        return command
-    return {**command, **StartRequest.from_command(command, forwards_done).to_command()}
 
 
 def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:

@@ -44,7 +44,7 @@ class Recording:
 
     def __init__(self, backend: Backend, *, directory: Path, out: Path, place: Placement, name: str, rank: str,
                  role: str) -> None:
-        self.backend = backend
+        self._backend = backend
         self.directory = directory
         self._out = out
         self._place = place
@@ -68,22 +68,22 @@ class Recording:
                    role="frontend")
 
     def start(self) -> None:
-        self.backend.prepare(self._out, self._name)
-        self.backend.start()
+        self._backend.prepare(self._out, self._name)
+        self._backend.start()
 
     def annotation(self, label: str) -> ContextManager[object]:
-        return self.backend.annotation(label)
+        return self._backend.annotation(label)
 
     def stop(self) -> float:
         """Stop the profiler (torch post-processes here); returns the seconds it took."""
         t0 = time.perf_counter()
-        self.backend.stop()
+        self._backend.stop()
         return time.perf_counter() - t0
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises."""
         try:
-            self.backend.stop()
+            self._backend.stop()
         except Exception:
             pass
 
@@ -91,7 +91,7 @@ class Recording:
         t0 = time.perf_counter()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            written = self.backend.export(self._place, self._name, by_stage=by_stage)
+            written = self._backend.export(self._place, self._name, by_stage=by_stage)
             return Exported(self._describe(written), None, time.perf_counter() - t0)
         except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
             return Exported(self._describe(e.kept), e, time.perf_counter() - t0)

@@ -5,7 +5,7 @@ import pytest
 from rlprof_plugins.errors import RequestError
 from rlprof_plugins.options import ProfileOptions
 from rlprof_plugins.request_fields import ENTRY_POINTS, FIELD_NAMES, FIELDS, field_table
-from rlprof_plugins.requests import Server, parse_start, shift_to
+from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 DEFAULTS = ProfileOptions(step_start=2, step_end=6)
 
@@ -56,15 +56,19 @@ def test_start_step_is_an_absolute_forward_count(tmp_path):
     r = parse_start({"start_step": 10, "num_steps": 3}, server(tmp_path, "sglang"))
     assert (r.step_start, r.step_end, r.start_at) == (0, 3, 10)
     command = r.to_command()
+
+    def at(command, forwards_done):  # the request as a worker that ran that many passes reads it back
+        return StartRequest.from_command(command, forwards_done)
+
     # SGLang's rule: recording begins with forward pass 10 (or the next one when 10 is past)
-    assert shift_to(command, forwards_done=4)["step_start"] == 5
-    assert (shift_to(command, 4)["step_end"], shift_to(command, 4)["start_at"]) == (8, None)
-    assert (shift_to(command, 9)["step_start"], shift_to(command, 9)["step_end"]) == (0, 3)
-    assert (shift_to(command, 50)["step_start"], shift_to(command, 50)["step_end"]) == (0, 3)
+    assert at(command, forwards_done=4).step_start == 5
+    assert (at(command, 4).step_end, at(command, 4).start_at) == (8, None)
+    assert (at(command, 9).step_start, at(command, 9).step_end) == (0, 3)
+    assert (at(command, 50).step_start, at(command, 50).step_end) == (0, 3)
     until_stop = parse_start({"start_step": 10, "max_iterations": 0}, server(tmp_path)).to_command()
-    assert (shift_to(until_stop, 4)["step_start"], shift_to(until_stop, 4)["step_end"]) == (5, None)
-    plain = parse_start({}, server(tmp_path)).to_command()
-    assert shift_to(plain, 100) is plain
+    assert (at(until_stop, 4).step_start, at(until_stop, 4).step_end) == (5, None)
+    plain = parse_start({}, server(tmp_path))
+    assert at(plain.to_command(), 100) == plain  # no start_at: read back unchanged
 
 
 @pytest.mark.parametrize("fields, field", [
