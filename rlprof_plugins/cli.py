@@ -5,6 +5,7 @@
     rlprof split-stages TRACE [-o DIR]      per-stage traces from iteration annotations
     rlprof summary DIR [--json]             where each step's time went, step over step
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
+    rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine, and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
     rlprof start|stop|status --url U | --router R [--global-step N ...]
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -155,26 +155,32 @@ def cmd_check(args) -> int:
 
 # ---- doctor --------------------------------------------------------------------------
 def cmd_doctor(args) -> int:
-    from .doctor import ENGINES, diagnose, header, render
+    from .doctor import ENGINES, diagnose_all, header, render
 
-    engines = [args.engine] if args.engine else list(ENGINES)
-    # Engines log to stdout while their modules import; keep stdout for the result.
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        reports = [diagnose(e, dry_run=not args.no_import) for e in engines]
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+    reports = diagnose_all([args.engine] if args.engine else list(ENGINES), dry_run=not args.no_import)
     found = [r for r in reports if r.installed]
-    text = "\n".join([header()] + [render(r) for r in reports])
-    _emit(args, {"engines": [r.to_json() for r in reports]}, text)
+    _emit(args, {"engines": [r.to_json() for r in reports]}, "\n".join([header()] + [render(r) for r in reports]))
     if not found:
         print("rlprof: error: no supported engine (vllm, sglang) is installed in this environment", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if all(r.ok for r in found) else EXIT_FAILED
+
+
+# ---- stitch -------------------------------------------------------------------------
+def cmd_stitch(args) -> int:
+    from .trace.stitch import stitch
+
+    chunks = [Path(p) for p in args.chunks]
+    for p in chunks:
+        if not p.is_file():
+            raise CliError(f"{p}: no such file")
+    progress = _progress(args)
+    if progress:
+        progress(f"stitching {len(chunks)} chunks into {args.output}")
+    result = stitch(chunks, Path(args.output))
+    _emit(args, {"output": str(result.output), "events": result.events, "chunks": result.chunks},
+          f"wrote {result.output}: {result.events:,} events from {result.chunks} chunks")
+    return EXIT_OK
 
 
 # ---- npu-analyse ---------------------------------------------------------------------
@@ -245,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("traces", nargs="+")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("stitch", help="join one rank's chunk traces (a chunked session) into one trace")
+    p.add_argument("chunks", nargs="+", help="the chunk traces, in recording order")
+    p.add_argument("-o", "--output", required=True, help="the trace to write (gzip when it ends in .gz)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=cmd_stitch)
 
     p = sub.add_parser("doctor", help="the installed engine: version, features, patches, how to configure "
                                       "(exit 1 if a patch declared for it fails)")

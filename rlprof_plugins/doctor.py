@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 
 from . import __version__, compat
@@ -195,6 +196,20 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report.environment = _environment(engine, version)
     report.configure = compat.how_to_configure(engine, version)
     return report
+
+
+def diagnose_all(engines: list[str], *, dry_run: bool = True) -> list[EngineReport]:
+    """``diagnose`` each engine; what the engines print while their modules
+    import goes to stderr, so stdout keeps only the result."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        return [diagnose(e, dry_run=dry_run) for e in engines]
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def render(report: EngineReport) -> str:

@@ -23,6 +23,10 @@ from .backends.npu_options import NpuSettings
 from .errors import OptionsError
 
 
+# The chunk length by default: measured (docs/performance.md, "torch's own stop").
+DEFAULT_CHUNK_ITERATIONS = 0
+
+
 @dataclass(frozen=True)
 class ProfileOptions:
     """Server-wide defaults for every profiling session.
@@ -49,6 +53,13 @@ class ProfileOptions:
     after), waiting at most this long (0: answer at once); the engine keeps
     serving meanwhile: the caller polls the session's state.
 
+    ``chunk_iterations``: record a window as consecutive torch sessions of
+    this many iterations, stitched into one trace per rank after the stop, so
+    each of torch's own stops (seconds with stacks on, on the engine's thread)
+    post-processes one chunk, not the whole window; 0: one torch session.
+    Not with ``operator_table`` (torch's table needs the whole session) or
+    the npu backend (torch_npu's stop does not post-process on that thread).
+
     ``allowed_output_dirs``: directories besides the configured one that a
     start request's ``output_dir`` may name (SGLang's field, accepted on both
     engines); rlprof never writes anywhere else.
@@ -62,6 +73,7 @@ class ProfileOptions:
     merge: bool = False
     routes_require_api_key: bool = True
     stop_wait_seconds: int = 120
+    chunk_iterations: int = DEFAULT_CHUNK_ITERATIONS
     allowed_output_dirs: tuple[str, ...] = ()
     backend: str = "auto"
     npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
@@ -155,6 +167,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
+        chunk_iterations=check_count("chunk_iterations", data.get("chunk_iterations", DEFAULT_CHUNK_ITERATIONS)),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         backend=check_backend(data.get("backend", "auto")),
         **npu,

@@ -49,6 +49,8 @@ class StartRequest:
     operator_table: bool = False
     keep_last_steps: int | None = None
     merge: bool = False
+    # Iterations per torch session (0: one for the whole window); stitched per rank after the stop.
+    chunk_iterations: int = 0
     # Where this session's folders go (an allowed ``output_dir``); None: the configured directory.
     output_dir: str | None = None
     # Per-request torch.profiler settings, as TorchSettings field names.
@@ -146,6 +148,7 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         by_stage=_same_flag(given, "by_stage", "profile_by_stage", server.defaults.by_stage),
         operator_table=server.defaults.operator_table,
         keep_last_steps=server.defaults.keep_last_steps,
+        chunk_iterations=_chunk_iterations(given, server),
         merge=check_flag("merge_profiles", given["merge_profiles"], error=RequestError)
         if "merge_profiles" in given else server.defaults.merge,
         output_dir=output_dir,
@@ -200,6 +203,14 @@ def _window(given: dict[str, Any], defaults: ProfileOptions) -> tuple[int, int |
         end = None if defaults.step_end is None else start + defaults.step_end - defaults.step_start
     check_window(start, end, error=RequestError)
     return start, end, start_at
+
+
+def _chunk_iterations(given: dict[str, Any], server: Server) -> int:
+    """Iterations per torch session; 0 where the whole session must be one
+    (the operator table is built from one torch session)."""
+    value = check_count("chunk_iterations", given.get("chunk_iterations", server.defaults.chunk_iterations),
+                        error=RequestError)
+    return 0 if server.defaults.operator_table else value
 
 
 def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:

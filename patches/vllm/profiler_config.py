@@ -34,7 +34,7 @@ from rlprof_plugins.profiler_config import from_environment, merge_over, user_ov
 from rlprof_plugins.requests import Server
 
 from ..base import Patch
-from ..features import CONFIG_KEYS, ENV_CONFIG
+from .. import features
 from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
@@ -211,7 +211,7 @@ def _wrap_add_cli_args(wrapped, instance, args, kwargs):
             if action.dest == "profiler_config" and not hasattr(action.type, "_rlprof_native"):
                 action.type = _typed(action.type)
     except Exception as e:  # the parser must still work without our keys
-        warn_once("cli", "rlprof: %s are off: could not extend --profiler-config: %s", CONFIG_KEYS, e)
+        warn_once("cli", "rlprof: %s are off: could not extend --profiler-config: %s", features.CONFIG_KEYS, e)
     return parser
 
 
@@ -245,7 +245,7 @@ ENV_CONFIG_PATCH = Patch(
     engine="vllm",
     versions=ENV_ERA_VERSIONS,
     module="vllm.engine.arg_utils",
-    feature=ENV_CONFIG,
+    feature=features.ENV_CONFIG,
     why=("vLLM < 0.13 is configured by VLLM_TORCH_PROFILER_* only; validate rlprof's JSON in "
          "RLPROF_PROFILER_CONFIG when the engine config is built, naming a bad key"),
     upstream="ProfilerConfig (vLLM 0.13)",
@@ -258,7 +258,7 @@ ARG_PATCH = Patch(
     engine="vllm",
     versions=CONFIG_VERSIONS,
     module="vllm.engine.arg_utils",
-    feature=CONFIG_KEYS,
+    feature=features.CONFIG_KEYS,
     why=(
         "ProfilerConfig forbids unknown keys; wrap the --profiler-config parser "
         "and the dict path of AsyncEngineArgs to accept and validate "
@@ -278,7 +278,7 @@ LLM_CONFIG_PATCH = Patch(
     engine="vllm",
     versions=CONFIG_VERSIONS,
     module="vllm.entrypoints.llm",
-    feature=CONFIG_KEYS,
+    feature=features.CONFIG_KEYS,
     why="LLM(profiler_config={...}) drops keys ProfilerConfig does not declare",
     upstream="the same extension point",
     wrap={"LLM.__init__": _wrap_llm_init},

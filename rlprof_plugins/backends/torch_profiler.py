@@ -80,6 +80,10 @@ def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
 
 
 class TorchProfilerBackend:
+    # A session may be recorded as several of these in a row (session/chunks.py):
+    # torch's stop post-processes on the recording thread, in proportion to what it holds.
+    chunkable = True
+
     def __init__(self, settings: TorchSettings) -> None:
         import torch
 

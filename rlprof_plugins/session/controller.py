@@ -19,14 +19,13 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..backends import Backend
 from ..errors import RequestError
 from ..stages import IterationInfo, iteration_annotation
-from .recording import Recording, report
-from .states import ACTIVE_STATES, DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
+from .recording import Exporter, Recording, report
+from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 from .._log import logger
 
 
@@ -68,7 +67,7 @@ class ProfilerController:
         self._history: collections.deque[Session] = collections.deque(maxlen=HISTORY)
         self._recording: Recording | None = None
         self._annotation: Any = None
-        self._exporter: ThreadPoolExecutor | None = None
+        self._exporter = Exporter()
         # A session whose stop was answered but whose profiler still runs.
         self._stopping: tuple[Session, Recording] | None = None
         # Read on every engine iteration: a plain attribute, no lock. True
@@ -150,9 +149,7 @@ class ProfilerController:
             if s is not None and s.active:
                 self._finish(s, ended_by="shutdown")
             self.complete_stop()
-            exporter, self._exporter = self._exporter, None
-        if exporter is not None:
-            exporter.shutdown(wait=True)
+        self._exporter.shutdown()
 
     @property
     def stop_pending(self) -> bool:
@@ -188,6 +185,8 @@ class ProfilerController:
                 if s.window.over_after(s.iteration):
                     with self._lock:
                         self._finish(s, ended_by="window")
+                elif s.request.chunk_iterations and s.recorded % s.request.chunk_iterations == 0:
+                    self._next_chunk(s)
             s.iteration += 1
         except Exception as e:
             self._fail(s, e)
@@ -210,6 +209,17 @@ class ProfilerController:
         self._recording = recording
         s.state = RECORDING
         s.recording_started_at = time.time()
+
+    def _next_chunk(self, s: Session) -> None:
+        """Chunked recording (``chunk_iterations``): a fresh profiler from this
+        iteration boundary on; the stopped one is written off the engine thread."""
+        recording = self._recording
+        if recording is None or not recording.chunkable:
+            return
+        backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
+        stopped, seconds = recording.rotate(backend)
+        s.count_stop(seconds)
+        self._exporter.submit(recording.write_chunk, stopped)
 
     def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
         """End recording: stop the profiler on this (the engine) thread now,
@@ -248,14 +258,12 @@ class ProfilerController:
     def _stop_and_export(self, s: Session, recording: Recording) -> None:
         t0 = time.perf_counter()
         try:
-            s.stop_seconds = recording.stop()
+            s.count_stop(recording.stop())
         except Exception as e:
-            s.stop_seconds = time.perf_counter() - t0
+            s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)
             return
         self._write_manifest(s)
-        if self._exporter is None:
-            self._exporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
         self._exporter.submit(self._export, s, recording)
 
     def _export(self, s: Session, recording: Recording) -> None:

@@ -14,13 +14,15 @@ the step's completion work (``finalize``).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 from .. import finalize, manifest
 from ..backends import Backend, RecordingKept
 from ..layout import Placement
+from .chunks import Chunks, chunkable
 from .._log import logger
 
 
@@ -51,6 +53,7 @@ class Recording:
         self._name = name
         self._rank = rank
         self._role = role
+        self.chunks: Chunks | None = None  # set by the first rotate()
 
     @classmethod
     def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str) -> "Recording":
@@ -74,6 +77,27 @@ class Recording:
     def annotation(self, label: str) -> ContextManager[object]:
         return self._backend.annotation(label)
 
+    def rotate(self, backend: Backend) -> tuple[Backend, float]:
+        """End the current chunk at an iteration boundary (engine thread): stop
+        the running profiler, start ``backend`` in its place. Returns the
+        stopped one, for ``write_chunk`` off this thread, and the stop's seconds."""
+        if self.chunks is None:
+            self.chunks = Chunks(self.directory, self._name)
+        stopped, seconds = self._backend, self.stop()
+        self._backend = backend
+        self.start()
+        self.chunks.handed_off += 1
+        return stopped, seconds
+
+    @property
+    def chunkable(self) -> bool:
+        return chunkable(self._backend)
+
+    def write_chunk(self, backend: Backend) -> None:
+        """Export a stopped chunk (exporter thread)."""
+        assert self.chunks is not None
+        self.chunks.write(backend)
+
     def stop(self) -> float:
         """Stop the profiler (torch post-processes here); returns the seconds it took."""
         t0 = time.perf_counter()
@@ -91,7 +115,12 @@ class Recording:
         t0 = time.perf_counter()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            written = self._backend.export(self._place, self._name, by_stage=by_stage)
+            if self.chunks is None:
+                written = self._backend.export(self._place, self._name, by_stage=by_stage)
+            else:  # the last chunk, then all of them joined
+                self.chunks.write(self._backend)
+                settings = getattr(self._backend, "settings", None)
+                written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True))
             return Exported(self._describe(written), None, time.perf_counter() - t0)
         except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
             return Exported(self._describe(e.kept), e, time.perf_counter() - t0)
@@ -100,6 +129,25 @@ class Recording:
 
     def _describe(self, written: list) -> list[dict[str, Any]]:
         return [f.describe(self.directory, self._rank, self._role) for f in written]
+
+
+class Exporter:
+    """The one background thread of a worker that writes what its engine
+    thread stopped (chunks, whole sessions), in the order they were stopped."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
+        self._pool.submit(fn, *args)
+
+    def shutdown(self) -> None:
+        """Wait for what was submitted (a worker going away)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def report(directory: Path, *, session_id: str, writer: str, section: dict[str, Any],

@@ -47,7 +47,9 @@ class Session:
     started_at: float = field(default_factory=time.time)
     recording_started_at: float | None = None
     ended_at: float | None = None
-    stop_seconds: float | None = None  # on the engine thread: the profiler's own stop
+    stop_seconds: float | None = None  # on the engine thread: the profiler's own stops, in all
+    longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
+    stops: int = 0
     export_seconds: float | None = None  # on the exporter thread
     window: StepWindow = field(init=False)
 
@@ -74,6 +76,12 @@ class Session:
 
     def count_stage(self, stage: str) -> None:
         self.stages[stage] = self.stages.get(stage, 0) + 1
+
+    def count_stop(self, seconds: float) -> None:
+        """One of torch's stops on the engine thread (one per chunk)."""
+        self.stops += 1
+        self.stop_seconds = (self.stop_seconds or 0.0) + seconds
+        self.longest_stop_seconds = max(self.longest_stop_seconds or 0.0, seconds)
 
     def fail(self, exc: BaseException) -> None:
         self.state = FAILED
@@ -103,6 +111,8 @@ class Session:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "stop_seconds": self.stop_seconds,
+            "longest_stop_seconds": self.longest_stop_seconds,
+            "stops": self.stops,
             "export_seconds": self.export_seconds,
         }
 
@@ -126,5 +136,7 @@ class Session:
             "recording_started_at": self.recording_started_at,
             "ended_at": self.ended_at,
             "stop_seconds": self.stop_seconds,
+            "longest_stop_seconds": self.longest_stop_seconds,
+            "stops": self.stops,
             "export_seconds": self.export_seconds,
         }

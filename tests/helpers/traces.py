@@ -83,3 +83,24 @@ def manifest_traces(directory: str | Path, stage: str = "all") -> dict[str, Path
             assert f["rank"] not in out, f"two {stage} traces for {f['rank']} in {directory}"
             out[f["rank"]] = directory / f["path"]
     return dict(sorted(out.items()))
+
+
+def ops_in_iterations(trace: dict) -> "dict[int, dict[str, int]]":
+    """Per recorded iteration: the cpu_op names on its thread and how often each
+    ran (what a chunked and a plain session over the same traffic agree on)."""
+    events = trace["traceEvents"]
+    ranges = sorted((e["ts"], e["ts"] + e["dur"], e.get("tid"), int(m.group(1))) for e in events
+                    if e.get("ph") == "X" and (m := re.match(r"rlprof::iteration (\d+)", str(e.get("name", "")))))
+    out: dict[int, dict[str, int]] = {index: {} for *_, index in ranges}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            for start, end, tid, index in ranges:
+                if tid == e.get("tid") and start <= e["ts"] <= end:
+                    out[index][e["name"]] = out[index].get(e["name"], 0) + 1
+                    break
+    return out
+
+
+def python_frames(trace: dict) -> int:
+    """Python stack events (``with_stack``)."""
+    return sum(1 for e in trace["traceEvents"] if e.get("cat") == "python_function")

@@ -174,7 +174,20 @@ def test_command_round_trip(tmp_path):
     assert len(cmd.pop("session_id")) == 12
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
                    "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True,
-                   "output_dir": None, "torch_overrides": None, "start_at": None}
+                   "chunk_iterations": 0, "output_dir": None, "torch_overrides": None, "start_at": None}
+
+
+def test_chunk_iterations_from_the_request_or_the_server(tmp_path):
+    assert parse_start({}, server(tmp_path, defaults=ProfileOptions(chunk_iterations=8))).chunk_iterations == 8
+    assert parse_start({"chunk_iterations": 3}, server(tmp_path)).chunk_iterations == 3
+    assert parse_start({"chunk_iterations": 0}, server(tmp_path, defaults=ProfileOptions(chunk_iterations=8))
+                       ).chunk_iterations == 0
+    # torch's operator table is built from one torch session: no chunks with it
+    table = ProfileOptions(operator_table=True, chunk_iterations=8)
+    assert parse_start({"chunk_iterations": 3}, server(tmp_path, defaults=table)).chunk_iterations == 0
+    with pytest.raises(RequestError) as e:
+        parse_start({"chunk_iterations": -1}, server(tmp_path))
+    assert e.value.field == "chunk_iterations"
 
 
 def test_field_table_covers_every_field_and_entry_point():

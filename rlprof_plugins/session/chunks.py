@@ -1,0 +1,94 @@
+"""A recording made of consecutive torch sessions, and the one trace it ends as.
+
+torch's own ``stop()`` post-processes every recorded event on the thread
+that recorded (the engine's), seconds with Python stacks on. With
+``chunk_iterations`` a session's window is recorded as chunks: at an
+iteration boundary the running profiler stops (a pause as long as one
+chunk's post-processing) and a fresh one starts; the stopped one is written
+by the exporter thread into a hidden folder of the session's directory
+(``.rlprof-chunks/``) while the engine serves on. After the last chunk the
+exporter stitches them (``trace.stitch``, in a child process) into the file
+an unchunked session writes, split by stage when asked, then removes them.
+
+A stitch that fails leaves the chunks where they are, listed in the manifest
+with the ``rlprof stitch`` command that finishes the job.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..backends import Backend, ExportedFile, RecordingKept
+from ..layout import Placement, atomic_target
+from ..trace.naming import trace_file
+from ..trace.stage_split import split_in_subprocess
+from ..trace.stitch import stitch_in_subprocess
+
+CHUNK_DIR = ".rlprof-chunks"
+
+
+def chunkable(backend: Backend) -> bool:
+    """Whether the backend's stop is the one worth chunking (torch.profiler's;
+    torch_npu writes while it records and analyses off the engine already)."""
+    return bool(getattr(backend, "chunkable", False))
+
+
+class Chunks:
+    """The chunks of one rank's session: written one by one, joined at the end."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.folder = directory / CHUNK_DIR
+        self._name = name
+        self.paths: list[Path] = []
+        self.handed_off = 0  # chunks stopped on the engine thread (the exporter may lag behind)
+        self.error: BaseException | None = None
+
+    def write(self, backend: Backend) -> None:
+        """Export one stopped chunk (exporter thread). A chunk that cannot be
+        written is remembered: the session fails at the end, the others kept."""
+        index = len(self.paths)
+        try:
+            written = backend.export(Placement(self.folder, False), f"{self._name}.chunk{index:04d}")
+            self.paths += [f.path for f in written if f.kind == "trace"]
+        except Exception as e:
+            self.error = self.error or e
+
+    def join(self, place: Placement, *, by_stage: bool, gzip: bool = True) -> list[ExportedFile]:
+        """The chunks as the trace(s) one torch session would have written."""
+        ns = time.time_ns()
+        final = place.ranks() / trace_file(self._name, ns, gzip=gzip)
+        if self.error is not None:
+            raise self._kept(f"a chunk could not be written: {type(self.error).__name__}: {self.error}", final)
+        try:
+            if by_stage:
+                raw = atomic_target(place.root / trace_file(self._name, ns, gzip=False))
+                try:
+                    stitch_in_subprocess(self.paths, raw)
+                    written = [ExportedFile(path, "trace", stage) for stage, path in
+                               split_in_subprocess(raw, place.stage_template(), f"{self._name}.{ns}", gzip)]
+                finally:
+                    raw.unlink(missing_ok=True)
+            else:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                stitch_in_subprocess(self.paths, final)
+                written = [ExportedFile(final)]
+        except Exception as e:
+            raise self._kept(f"stitching {len(self.paths)} chunks failed: {type(e).__name__}: {e}", final,
+                             place if by_stage else None) from e
+        self._remove()
+        return written
+
+    def _kept(self, reason: str, final: Path, split_to: Placement | None = None) -> RecordingKept:
+        finish = f"rlprof stitch {' '.join(str(p) for p in self.paths)} -o {final}"
+        if split_to is not None:
+            finish += f" && rlprof split-stages {final} -o '{split_to.stage_template()}'"
+        return RecordingKept(reason, [ExportedFile(p) for p in self.paths], finish)
+
+    def _remove(self) -> None:
+        for path in self.paths:
+            path.unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()  # other ranks' chunks may still be there
+        except OSError:
+            pass

@@ -1,0 +1,116 @@
+"""One rank's consecutive recordings (the chunks of one session) as one trace.
+
+A chunked session (``chunk_iterations``) records a long window as several
+torch sessions in a row, so each of torch's stops post-processes only one
+chunk on the engine thread. This joins them back, streaming, into the trace
+a single session would have written:
+
+- **clocks**: each chunk has its own ``baseTimeNanoseconds``; every chunk is
+  moved onto the first one's, so the timeline runs on without a jump;
+- **processes**: the same OS process and the same devices recorded every
+  chunk, so pids and tids stay as they are; the metadata events each chunk
+  repeats (process and thread names, sort indexes) are written once;
+- **ids**: flow, async and correlation ids and torch's Python ids restart or
+  repeat across sessions; chunk ``k`` shifts them by ``k * ID_STRIDE``, so no
+  arrow or call-stack link joins two chunks;
+- **iterations**: the controller numbers ``rlprof::iteration`` ranges across
+  chunks, so they run on unchanged.
+
+Memory stays flat (a batch of events at a time). The engine never runs
+this: the exporter runs it in a child process (``stitch_in_subprocess``),
+and ``rlprof stitch`` finishes a session whose stitching failed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .clock import base_time_ns
+from .reader import TraceReader
+from .rename import ID_ARGS, ID_PHASES, ID_STRIDE
+from .writer import TraceWriter
+
+PYTHON_ID_ARGS = ("Python id", "Python parent id")
+CHUNK_KEY = "rlprof_chunks"  # in the stitched trace's header: one entry per chunk
+
+
+@dataclass
+class StitchResult:
+    output: Path
+    events: int
+    chunks: int
+    seconds: float
+
+
+def _shifted(events: list[dict], shift_us: float, offset: int, seen_metadata: set) -> list[dict]:
+    out = []
+    for event in events:
+        ph = event.get("ph")
+        if ph == "M":
+            key = (event.get("name"), event.get("pid"), event.get("tid"), json.dumps(event.get("args"), sort_keys=True))
+            if key in seen_metadata:
+                continue
+            seen_metadata.add(key)
+        if shift_us:
+            ts = event.get("ts")
+            if ts.__class__ is float or ts.__class__ is int:
+                event["ts"] = ts + shift_us
+        if offset:
+            if ph.__class__ is str and ph in ID_PHASES:
+                for key in ("id", "bind_id", "id2"):
+                    value = event.get(key)
+                    if value.__class__ is int:
+                        event[key] = value + offset
+            args = event.get("args")
+            if args.__class__ is dict:
+                for key in ID_ARGS + PYTHON_ID_ARGS:
+                    value = args.get(key)
+                    if value.__class__ is int:
+                        args[key] = value + offset
+        out.append(event)
+    return out
+
+
+def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3) -> StitchResult:
+    """Write ``chunks`` (in recording order) as one trace at ``output`` (gzip
+    when it ends in ``.gz``), atomically."""
+    if not chunks:
+        raise ValueError("no chunks to stitch")
+    t0 = time.perf_counter()
+    readers = [TraceReader(path) for path in chunks]
+    try:
+        bases = [base_time_ns(r) for r in readers]
+        first = bases[0]
+        header = {k: v for k, v in readers[0].header.items()}
+        if first is not None:
+            header["baseTimeNanoseconds"] = first
+        header[CHUNK_KEY] = [{"source": p.name, "baseTimeNanoseconds": b} for p, b in zip(chunks, bases)]
+        seen_metadata: set = set()
+        trailer: dict[str, Any] = {}
+        with TraceWriter(output, header, compresslevel=compresslevel) as writer:
+            for k, (reader, base) in enumerate(zip(readers, bases)):
+                shift = (base - first) / 1000.0 if base is not None and first is not None else 0.0
+                for batch in reader.batches():
+                    writer.write_batch(_shifted(batch, shift, k * ID_STRIDE, seen_metadata))
+                trailer.update({key: v for key, v in reader.trailer.items() if key != "baseTimeNanoseconds"})
+            writer.close(trailer)
+            events = writer.count
+    finally:
+        for reader in readers:
+            reader.close()
+    return StitchResult(output, events, len(chunks), time.perf_counter() - t0)
+
+
+def stitch_in_subprocess(chunks: list[Path], output: Path) -> None:
+    """``stitch`` in a child Python process (JSON work never holds an engine
+    process's GIL); raises with the child's error on failure."""
+    cmd = [sys.executable, "-m", "rlprof_plugins.cli", "stitch", *map(str, chunks), "-o", str(output), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"stitching chunks failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
