@@ -113,16 +113,19 @@ patch-table: env
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info
 
-# docs/performance.md: plugin vs native vLLM, ratios from one run (~5 min).
+# docs/performance.md: plugin vs native vLLM, ratios from one run, and the largest stall (~20 min).
 bench: env tiny-model
 	$(VPY) benchmarks/bench_vllm_profiling.py
+	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
+	$(VPY) benchmarks/stop_breakdown.py
 
 bench-merge: env
 	$(VPY) benchmarks/bench_trace_tools.py
 
-# docs/performance.md: SGLang's stop, native vs rlprof, on one server (~3 min).
+# docs/performance.md: SGLang's stop, native vs rlprof, on one server, and the largest stall (~15 min).
 bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_sglang_stop.py
+	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
 
 # docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
 bench-sglang-idle: env tiny-model

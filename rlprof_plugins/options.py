@@ -24,7 +24,7 @@ from .errors import OptionsError
 
 
 # The chunk length by default: measured (docs/performance.md, "torch's own stop").
-DEFAULT_CHUNK_ITERATIONS = 0
+DEFAULT_CHUNK_ITERATIONS = 32
 
 
 @dataclass(frozen=True)

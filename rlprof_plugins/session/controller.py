@@ -212,14 +212,12 @@ class ProfilerController:
 
     def _next_chunk(self, s: Session) -> None:
         """Chunked recording (``chunk_iterations``): a fresh profiler from this
-        iteration boundary on; the stopped one is written off the engine thread."""
+        iteration boundary on; the stopped one is written with the rest at the export."""
         recording = self._recording
         if recording is None or not recording.chunkable:
             return
         backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
-        stopped, seconds = recording.rotate(backend)
-        s.count_stop(seconds)
-        self._exporter.submit(recording.write_chunk, stopped)
+        s.count_stop(recording.rotate(backend))
 
     def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
         """End recording: stop the profiler on this (the engine) thread now,

@@ -77,26 +77,21 @@ class Recording:
     def annotation(self, label: str) -> ContextManager[object]:
         return self._backend.annotation(label)
 
-    def rotate(self, backend: Backend) -> tuple[Backend, float]:
+    def rotate(self, backend: Backend) -> float:
         """End the current chunk at an iteration boundary (engine thread): stop
-        the running profiler, start ``backend`` in its place. Returns the
-        stopped one, for ``write_chunk`` off this thread, and the stop's seconds."""
+        the running profiler, start ``backend`` in its place; the stopped one
+        is written with the rest at the export. Returns the stop's seconds."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self._name)
         stopped, seconds = self._backend, self.stop()
         self._backend = backend
         self.start()
-        self.chunks.handed_off += 1
-        return stopped, seconds
+        self.chunks.stopped.append(stopped)
+        return seconds
 
     @property
     def chunkable(self) -> bool:
         return chunkable(self._backend)
-
-    def write_chunk(self, backend: Backend) -> None:
-        """Export a stopped chunk (exporter thread)."""
-        assert self.chunks is not None
-        self.chunks.write(backend)
 
     def stop(self) -> float:
         """Stop the profiler (torch post-processes here); returns the seconds it took."""
@@ -117,8 +112,9 @@ class Recording:
             self.directory.mkdir(parents=True, exist_ok=True)
             if self.chunks is None:
                 written = self._backend.export(self._place, self._name, by_stage=by_stage)
-            else:  # the last chunk, then all of them joined
-                self.chunks.write(self._backend)
+            else:  # every chunk written, then joined
+                self.chunks.stopped.append(self._backend)
+                self.chunks.write_all()
                 settings = getattr(self._backend, "settings", None)
                 written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True))
             return Exported(self._describe(written), None, time.perf_counter() - t0)
