@@ -87,6 +87,13 @@ class Chunks:
         self._remove()
         return written
 
+    def keep(self, place: Placement) -> RecordingKept:
+        """The session failed while recording: write the chunks stopped so far
+        and keep them as they are."""
+        self.write_all()
+        return self._kept(f"{len(self.paths)} chunks recorded before it kept",
+                          place.ranks() / trace_file(self._name, time.time_ns()))
+
     def _kept(self, reason: str, final: Path, split_to: Placement | None = None) -> RecordingKept:
         finish = f"rlprof stitch {' '.join(str(p) for p in self.paths)} -o {final}"
         if split_to is not None:

@@ -14,6 +14,7 @@ takes seconds with stacks on): the engine completes it at its next iteration
 or when idle (``complete_stop``). Nothing raises into the engine: a failure
 marks the session ``failed`` with the reason.
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,27 +22,23 @@ import threading
 import time
 from typing import Any, Callable
 
+from .._log import logger
 from ..backends import Backend
 from ..errors import RequestError
 from ..stages import IterationInfo, iteration_annotation
 from .recording import Exporter, Recording, report
 from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
-from .._log import logger
 
 
 class ProfilerController:
     """Runs sessions for one worker.
 
-    ``backend_factory(operator_table, overrides)`` makes a fresh backend per
-    session (native vLLM builds its profiler once; a fresh one is what lands
-    step after step in its own folder). ``worker_name(prefix)``: this rank's
-    trace name. ``manifest_header``: the engine's part of each step manifest.
-    ``record_from_request``: a window from iteration 0 records from the start
-    request (vLLM's behaviour; its engine sleeps while idle) or, when False,
-    from the first iteration: SGLang's scheduler busy-polls while idle, and a
-    profiler running then records ~10 MB of host memory a second without bound
-    (11 GB after 15 idle minutes on the CPU test server). ``forward_count()``:
-    forward passes run so far, for SGLang's absolute ``start_step``.
+    ``backend_factory(operator_table, overrides)``: a fresh backend per session (native vLLM
+    builds one once). ``worker_name(prefix)``: this rank's trace name; ``manifest_header``: the
+    engine's part of each step manifest. ``record_from_request``: a window from iteration 0
+    records from the start request (vLLM's behaviour) or, False, from the first iteration: SGLang's
+    idle scheduler busy-polls, and a profiler running then grows ~10 MB a second without bound.
+    ``forward_count()``: forward passes so far, for SGLang's absolute ``start_step``.
     """
 
     def __init__(
@@ -140,10 +137,8 @@ class ProfilerController:
         return self._reply(False, conflict="no profiling session is running")
 
     def shutdown(self, timeout: float | None = 120) -> None:
-        """Finish a running session and wait for exports before the worker
-        goes away: a torch profiler still running at interpreter exit crashes
-        torch's teardown, and users expect the recorded data on disk (vLLM's
-        own ``WorkerProfiler.shutdown`` writes it too)."""
+        """Finish a running session and wait for exports before the worker goes away: a profiler
+        left running crashes torch's teardown; the data goes to disk, as vLLM's own shutdown does."""
         with self._lock:
             s = self._session
             if s is not None and s.active:
@@ -211,8 +206,7 @@ class ProfilerController:
         s.recording_started_at = time.time()
 
     def _next_chunk(self, s: Session) -> None:
-        """Chunked recording (``chunk_iterations``): a fresh profiler from this
-        iteration boundary on; the stopped one is written with the rest at the export."""
+        """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
         recording = self._recording
         if recording is None or not recording.chunkable:
             return
@@ -287,11 +281,19 @@ class ProfilerController:
             self._annotation = None
             if recording is not None:
                 recording.abandon()
+                if recording.chunks is not None:  # what earlier chunks recorded stays on disk
+                    self._exporter.submit(self._keep_chunks, s, recording)
         self._write_manifest(s)
 
+    def _keep_chunks(self, s: Session, recording: Recording) -> None:
+        """Exporter thread, after a failure: the chunks stopped before it, kept with the command that joins them."""
+        kept = recording.salvage()
+        with self._lock:
+            s.files, s.error = kept.files, f"{s.error}; {kept.error}"
+            self._write_manifest(s)
+
     def _write_manifest(self, s: Session) -> None:
-        """Keep the step folder's manifest current (global-step sessions only:
-        without a global step the folder layout stays vLLM's own)."""
+        """Keep the step folder's manifest current (global-step sessions only)."""
         if s.global_step is None:
             return
         report(s.directory, session_id=s.request.session_id, writer=self._rank_name, section=s.manifest_section(),

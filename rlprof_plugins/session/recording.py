@@ -83,15 +83,23 @@ class Recording:
         is written with the rest at the export. Returns the stop's seconds."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self._name)
-        stopped, seconds = self._backend, self.stop()
+        seconds = self.stop()
+        self.chunks.stopped.append(self._backend)  # kept before anything else can fail
         self._backend = backend
         self.start()
-        self.chunks.stopped.append(stopped)
         return seconds
 
     @property
     def chunkable(self) -> bool:
         return chunkable(self._backend)
+
+    def salvage(self) -> Exported:
+        """After a failure (exporter thread): the chunks stopped before it,
+        written and kept as they are, with the command that joins them."""
+        if self.chunks is None:
+            return Exported()
+        kept = self.chunks.keep(self._place)
+        return Exported(self._describe(kept.kept), kept)
 
     def stop(self) -> float:
         """Stop the profiler (torch post-processes here); returns the seconds it took."""

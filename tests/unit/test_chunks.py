@@ -118,3 +118,30 @@ def test_stitch_moves_each_chunk_onto_the_first_clock_and_keeps_ids_apart(tmp_pa
     ids = [e["id"] for e in out["traceEvents"] if e["ph"] == "s"]
     externals = [e["args"]["External id"] for e in out["traceEvents"] if e.get("cat") == "cpu_op"]
     assert len(set(ids)) == 2 and len(set(externals)) == 2 and ids == externals
+
+
+def test_a_failure_while_recording_keeps_the_chunks_recorded_before_it(tmp_path):
+    made = []
+
+    class NoStart(TorchProfilerBackend):
+        def start(self):
+            raise RuntimeError("Kineto could not start")
+
+    def factory(table, overrides=None):  # the third chunk's profiler cannot start
+        made.append(1)
+        return (NoStart if len(made) == 3 else TorchProfilerBackend)(TorchSettings(with_stack=True))
+
+    ctl = make_controller(tmp_path, factory)
+    assert start(ctl, global_step=5, step_end=9, chunk_iterations=2)["ok"]
+    workload(ctl, 9)
+    ctl.shutdown()  # waits for the exporter
+    status = ctl.handle({"op": "status", "global_step": 5})["session"]
+    assert status["state"] == "failed" and "Kineto could not start" in status["error"], status
+    kept = [Path(f) for f in status["files"]]
+    assert len(kept) == 2 and all(p.exists() and p.parent.name == CHUNK_DIR for p in kept)  # iterations 0-3
+    assert "rlprof stitch" in status["error"]
+    manifest = json.loads((tmp_path / "global_step_5" / "manifest.json").read_text())
+    assert manifest["state"] == "failed" and len(manifest["files"]) == 2
+    out = tmp_path / "joined.pt.trace.json.gz"
+    assert rlprof(["stitch", *map(str, kept), "-o", str(out), "--quiet"]) == 0
+    assert iteration_indices(load_trace(out)) == [0, 1, 2, 3]
