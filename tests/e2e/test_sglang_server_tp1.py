@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.traces import (iteration_details, iteration_indices, load_trace, manifest_traces, ops_in_iterations,
-                                  python_frames)
+from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, manifest_traces
 
 ONE_REQUEST_TOKENS = 8
 
@@ -184,22 +184,4 @@ def test_double_start_is_409_and_the_first_session_goes_on(sglang_tp1):
 def test_chunked_session_records_what_a_plain_one_records(sglang_tp1):
     """chunk_iterations on SGLang's scheduler thread: the same operators in
     every iteration, the same stacks, one checked trace."""
-    from rlprof_plugins.trace.check import check
-
-    sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)  # both runs then find the prompt cached alike
-    traces = {}
-    for step, chunk in ((40, 0), (41, 3)):
-        r = sglang_tp1.post("/start_profile", {"global_step": step, "step_start": 0, "step_end": 8,
-                                               "chunk_iterations": chunk, "with_stack": True})
-        assert r.status_code == 200, r.text
-        sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-        status = sglang_tp1.wait_state()
-        assert status["state"] == "done", status
-        assert status["ranks"][0]["stops"] == (1 if chunk == 0 else 3)
-        (path,) = manifest_traces(sglang_tp1.trace_dir / f"global_step_{step}").values()
-        assert check(path).ok
-        traces[chunk] = load_trace(path)
-    plain, chunked = traces[0], traces[3]
-    assert iteration_indices(plain) == iteration_indices(chunked) == list(range(8))
-    assert ops_in_iterations(plain) == ops_in_iterations(chunked)
-    assert python_frames(chunked) > 0 and python_frames(plain) > 0
+    check_chunked_matches_plain(sglang_tp1, {"with_stack": True}, lambda folder: only(manifest_traces(folder)))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.traces import (iteration_details, iteration_indices, load_trace, ops_in_iterations, python_frames,
-                                  rank_folder, rank_traces)
+from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_folder, rank_traces
 
 ONE_REQUEST_TOKENS = 8  # one request, ignore_eos: 1 prefill + 7 decode iterations
 
@@ -260,23 +260,5 @@ def test_failed_export_is_reported_and_serving_goes_on(server_tp1):
 def test_chunked_session_records_what_a_plain_one_records(server_tp1):
     """chunk_iterations: torch's stop paid per chunk on the worker; the same
     operators in every iteration, the same stacks, one checked trace."""
-    from rlprof_plugins.trace.check import check
-
-    server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)  # both runs then find the prompt cached alike
-    traces = {}
-    for step, chunk in ((40, 0), (41, 3)):
-        r = server_tp1.post("/start_profile", {"global_step": step, "step_start": 0, "step_end": 8,
-                                               "chunk_iterations": chunk, "profiler_kwargs": {"with_stack": True}})
-        assert r.status_code == 200, r.text
-        server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-        status = server_tp1.wait_state()
-        assert status["state"] == "done", status
-        assert status["ranks"][0]["stops"] == (1 if chunk == 0 else 3)  # 8 iterations: 3 + 3 + 2
-        (path,) = rank_traces(server_tp1.trace_dir / f"global_step_{step}").values()
-        assert check(path).ok
-        traces[chunk] = load_trace(path)
-    plain, chunked = traces[0], traces[3]
-    assert iteration_indices(plain) == iteration_indices(chunked) == list(range(8))
-    assert ops_in_iterations(plain) == ops_in_iterations(chunked)
-    assert python_frames(chunked) > 0 and python_frames(plain) > 0
-    assert not (server_tp1.trace_dir / "global_step_41" / ".rlprof-chunks").exists()
+    check_chunked_matches_plain(server_tp1, {"profiler_kwargs": {"with_stack": True}},
+                                lambda folder: only(rank_traces(folder)))

@@ -1,0 +1,42 @@
+"""One check for both engines' servers: a chunked session records what a plain one records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from tests.helpers.traces import iteration_indices, load_trace, ops_in_iterations, python_frames
+
+ITERATIONS = 8  # one request of 8 tokens: 1 prefill + 7 decode iterations
+CHUNK = 3  # 8 iterations in chunks of 3: 3 + 3 + 2
+
+
+def check_chunked_matches_plain(server, extra: dict, trace_of: Callable[[Path], Path]) -> None:
+    """Record the same traffic twice, once as one torch session and once in
+    chunks; ``extra``: the engine's way to ask for stacks; ``trace_of(step
+    folder)``: the rank's one trace there."""
+    from rlprof_plugins.trace.check import check
+
+    server.complete(max_tokens=ITERATIONS)  # both runs then find the prompt cached alike
+    traces = {}
+    for step, chunk in ((40, 0), (41, CHUNK)):
+        r = server.post("/start_profile", {"global_step": step, "step_start": 0, "step_end": ITERATIONS,
+                                           "chunk_iterations": chunk, **extra})
+        assert r.status_code == 200, r.text
+        server.complete(max_tokens=ITERATIONS)
+        status = server.wait_state()
+        assert status["state"] == "done", status
+        assert status["ranks"][0]["stops"] == (1 if chunk == 0 else 3)
+        path = trace_of(server.trace_dir / f"global_step_{step}")
+        assert check(path).ok
+        traces[chunk] = load_trace(path)
+    plain, chunked = traces[0], traces[CHUNK]
+    assert iteration_indices(plain) == iteration_indices(chunked) == list(range(ITERATIONS))
+    assert ops_in_iterations(plain) == ops_in_iterations(chunked)
+    assert python_frames(chunked) > 0 and python_frames(plain) > 0
+    assert not (server.trace_dir / "global_step_41" / ".rlprof-chunks").exists()
+
+
+def only(traces: dict[str, Path]) -> Path:
+    (path,) = traces.values()
+    return path
