@@ -1,6 +1,7 @@
 """What the vLLM and SGLang profiling routes share: reading a body, the
-``global_step`` query, and turning rlprof's errors into HTTP answers
-(400/409/503 with a JSON body; anything else 500, logged)."""
+``global_step`` query, streaming a step's file (``GET /profile_file``), and
+turning rlprof's errors into HTTP answers (400/404/409/503 with a JSON body;
+anything else 500, logged)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import json
 from typing import Any
 
 from rlprof_plugins._log import logger
-from rlprof_plugins.errors import ConflictError, RequestError, UnavailableError
+from rlprof_plugins.errors import ConflictError, NotFoundError, RequestError, UnavailableError
 
 
-KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError)
+KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError, NotFoundError)
+PIECE_BYTES = 4 << 20  # one read of a streamed file
 # The engines' own profiling routes, which rlprof's replace.
 PROFILE_PATHS = ("/start_profile", "/stop_profile")
 
@@ -44,3 +46,38 @@ def status_step(raw_request) -> int | None:
 
 def stop_status(result: dict) -> str:
     return "already_finished" if result.get("already_finished") else "stopped"
+
+
+def file_query(raw_request) -> tuple[int, str, str]:
+    """``GET /profile_file?global_step=N&rank=R&path=P``: a file of a step as
+    its rank wrote it (``path`` relative to the rank's step folder, as the
+    manifest lists it; ``manifest.json`` for the rank's folder's manifest)."""
+    step = status_step(raw_request)
+    if step is None:
+        raise RequestError("global_step", "is required")
+    query = raw_request.query_params
+    for field in ("rank", "path"):
+        if not query.get(field):
+            raise RequestError(field, "is required")
+    return step, query["rank"], query["path"]
+
+
+async def file_response(read_piece):
+    """The file ``await read_piece(offset)`` reads piece by piece (``{"data", "size"}``)
+    as a streamed answer. The first piece is read before answering, so a
+    missing file is a 404, not a broken stream."""
+    from fastapi.responses import StreamingResponse
+
+    first = await read_piece(0)
+
+    async def pieces():
+        piece, offset = first, 0
+        while piece["data"]:
+            yield piece["data"]
+            offset += len(piece["data"])
+            if offset >= piece["size"]:
+                return
+            piece = await read_piece(offset)
+
+    return StreamingResponse(pieces(), media_type="application/octet-stream",
+                             headers={"Content-Length": str(first["size"])})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import manifest
-from .errors import ConflictError, RequestError, UnavailableError
+from .errors import ConflictError, NotFoundError, RequestError, UnavailableError
 from .manifest import aggregate_state
 
 UNAVAILABLE = "unavailable"
@@ -58,9 +58,37 @@ def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) 
         "by_stage": first.get("by_stage"),
         "already_finished": any(r.get("already_finished") for r in replies),
         "ranks": sessions,
+        "nodes": nodes_of(sessions),
         "files": [f for s in sessions for f in s.get("files", [])],
         "errors": [s["error"] for s in sessions if s.get("error")],
     }
+
+
+def nodes_of(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks by node: host, folder, ranks and state of each (a server
+    spanning nodes writes each node's ranks where that node's disk is)."""
+    nodes: dict[tuple, dict[str, Any]] = {}
+    for s in sessions:
+        key = (s.get("node") or 0, s.get("host"), s.get("directory"))
+        node = nodes.setdefault(key, {"node": key[0], "host": key[1], "directory": key[2], "ranks": [], "states": []})
+        node["ranks"].append(s.get("rank"))
+        node["states"].append(s.get("state"))
+    out = []
+    for node in nodes.values():
+        node["state"] = aggregate_state(node.pop("states"))
+        out.append(node)
+    return out
+
+
+def roster_command(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``roster`` command for a started session whose ranks run on several
+    nodes (None otherwise): every rank then names, in its folder's manifest,
+    where the ranks of the other nodes write."""
+    ranks = result.get("ranks") or []
+    if result.get("global_step") is None or len({r.get("node") or 0 for r in ranks}) < 2:
+        return None
+    return {"op": "roster", "session_id": result.get("session_id"), "global_step": result.get("global_step"),
+            "roster": [{k: r.get(k) for k in ("rank", "node", "host", "directory")} for r in ranks]}
 
 
 # A session in one of these states has written (or given up on) its files.
@@ -154,3 +182,39 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     if merge.get("error"):
         result.setdefault("errors", []).append(f"merge: {merge['error']}")
     return result
+
+
+# ---- files of a step, for rlprof collect ---------------------------------------
+def file_piece(replies: Sequence[dict[str, Any]], rank: str, path: str) -> dict[str, Any]:
+    """The piece of ``rank``'s file that its own worker read (``read`` command
+    replies of every worker): ``{"data", "size"}``; 404 naming the field otherwise."""
+    for r in replies:
+        if isinstance(r, dict) and "data" in r:
+            return r
+    for r in replies:
+        if isinstance(r, dict) and "missing" in r:
+            raise NotFoundError("path", r["missing"])
+    raise NotFoundError("rank", f"no rank named {rank!r} (the status lists each rank's name)")
+
+
+def local_piece(status: dict[str, Any], rank: str, path: str, offset: int, length: int) -> dict[str, Any]:
+    """A piece of a file the status lists for ``rank`` (``frontend``: the API
+    server's trace), read from this process's disk; 404 naming the field when it
+    is not listed, or lives on another node's disk."""
+    if rank == "frontend":
+        entry = {"directory": status.get("directory"), "files": (status.get("frontend") or {}).get("files", [])}
+    else:
+        entry = next((r for r in status.get("ranks", []) if r.get("rank") == rank), None)
+        if entry is None:
+            raise NotFoundError("rank", f"no rank named {rank!r} in global step {status.get('global_step')}")
+    directory = Path(entry.get("directory") or ".")
+    target = directory / path
+    if path != manifest.MANIFEST and str(target) not in [str(f) for f in entry.get("files", [])]:
+        raise NotFoundError("path", f"{rank} has no written file {path!r} in global step {status.get('global_step')}")
+    try:
+        with open(target, "rb") as f:
+            f.seek(offset)
+            return {"data": f.read(length), "size": target.stat().st_size}
+    except FileNotFoundError:
+        raise NotFoundError("path", f"{target} is not on this server's disk (node {entry.get('node', 0)}, "
+                                    f"host {entry.get('host')}): use a shared directory") from None

@@ -58,3 +58,18 @@ class UnavailableError(RuntimeError):
 
     def to_json(self) -> dict:
         return {"error": {"type": "unavailable", "feature": self.feature, "message": self.message}}
+
+
+class NotFoundError(LookupError):
+    """A file a request names is not among those the session wrote (or not
+    readable from this server); maps to HTTP 404 and names the field."""
+
+    status = 404
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def to_json(self) -> dict:
+        return {"error": {"type": "not_found", "field": self.field, "message": self.message}}

@@ -5,12 +5,27 @@ server). Each owns one section (``writers[<rank name>]``) and updates it
 under an exclusive ``flock`` on ``.manifest.lock``: read, replace its
 section, recompute the file list and the overall state, write atomically.
 Tools (merge, summary) read this file instead of parsing file names.
+
+A server spanning nodes (``nodes`` > 1 in the header) may write each node's
+ranks into a folder of that node's own disk. A folder then waits only for
+the ranks of the nodes that write into it (each worker section says its
+``node``; a node holds ``expected_ranks / nodes`` ranks), and names the ranks
+that live elsewhere (``elsewhere``: node, host, folder, ranks; from the
+``roster`` the front end hands every rank once all have started). The status
+answer is the one place that says when the whole step is complete.
+
+The lock is ``flock``; where a mount refuses it (Lustre without ``-o flock``,
+NFS without a lock daemon: ENOLCK, EOPNOTSUPP, ENOSYS) an exclusive ``mkdir``
+of ``.manifest.lock.d`` takes its place (atomic on NFS and Lustre alike).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +35,9 @@ from .processes import identity
 
 MANIFEST = "manifest.json"
 LOCK = ".manifest.lock"
+LOCK_DIR = ".manifest.lock.d"  # the lock where flock is refused
+STALE_LOCK_S = 120.0  # a lock directory this old was left by a process that died holding it
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 SCHEMA = 1
 
 ACTIVE = ("recording", "waiting", "exporting")
@@ -27,12 +45,14 @@ TERMINAL = ("done", "failed")
 
 
 def engine_header(*, engine: str, engine_version: str | None, expected_ranks: int, parallel: dict[str, int],
-                  trace_dir: str | None, plugin_version: str) -> dict[str, Any]:
+                  trace_dir: str | None, plugin_version: str, nodes: int = 1) -> dict[str, Any]:
     """What every writer of a step's manifest says about the engine (each
     session adds its own window, global step and options). ``parallel``: the
-    tp/pp/dp sizes, for readable rank names in merged traces."""
+    tp/pp/dp sizes, for readable rank names in merged traces; ``nodes``: how
+    many nodes the server spans (each holds ``expected_ranks / nodes`` ranks)."""
     return {"engine": engine, "engine_version": engine_version, "plugin_version": plugin_version,
-            "expected_ranks": expected_ranks, "parallel": dict(parallel), "trace_dir": trace_dir}
+            "expected_ranks": expected_ranks, "parallel": dict(parallel), "trace_dir": trace_dir,
+            "nodes": max(1, int(nodes or 1))}
 
 
 def aggregate_state(states: list[str]) -> str:
@@ -45,13 +65,39 @@ def aggregate_state(states: list[str]) -> str:
     return "done" if states else "idle"
 
 
+def expected_here(data: dict[str, Any]) -> int:
+    """The ranks this folder waits for: all of them, or on a server spanning
+    nodes those of the nodes that write here (each worker section names its node)."""
+    ranks = [s for s in data.get("writers", {}).values() if s.get("role") == "worker"]
+    expected = int(data.get("expected_ranks") or len(ranks))
+    nodes = int(data.get("nodes") or 1)
+    if nodes <= 1:
+        return expected
+    here = {int(s.get("node") or 0) for s in ranks}
+    return max(len(ranks), expected // nodes * len(here))
+
+
+def _nodes(data: dict[str, Any]) -> None:
+    """A multi-node folder's ``nodes_here`` and ``elsewhere`` (the other nodes' host, folder and ranks)."""
+    here = sorted({int(s.get("node") or 0) for s in data["writers"].values() if s.get("role") == "worker"})
+    data["nodes_here"] = here
+    elsewhere: dict[int, dict[str, Any]] = {}
+    for r in data.get("roster") or []:
+        if int(r.get("node") or 0) not in here:
+            node = elsewhere.setdefault(int(r.get("node") or 0), {"node": int(r.get("node") or 0), "host": r.get("host"),
+                                                                  "directory": r.get("directory"), "ranks": []})
+            node["ranks"].append(r.get("rank"))
+    data["elsewhere"] = [elsewhere[n] for n in sorted(elsewhere)]
+
+
 def _write(directory: Path, data: dict[str, Any]) -> None:
     """Recompute the overall state and file list, then write atomically (under the lock)."""
     ranks = [w for w, s in data["writers"].items() if s.get("role") == "worker"]
     states = [s["state"] for s in data["writers"].values()]
-    expected = data.get("expected_ranks") or len(ranks)
-    if len(ranks) < expected:
+    if len(ranks) < expected_here(data):
         states.append("recording")  # a rank has not reported yet
+    if int(data.get("nodes") or 1) > 1:
+        _nodes(data)
     data["state"] = aggregate_state(states)
     data["files"] = sorted((f for s in data["writers"].values() for f in s.get("files", [])), key=lambda f: f["path"])
     data["updated_at"] = time.time()
@@ -63,12 +109,55 @@ def rewrite(directory: Path, change: Callable[[dict[str, Any]], bool]) -> dict[s
     True. Returns the manifest (None when the folder has none)."""
     if not (directory / MANIFEST).exists():
         return None
-    with open(directory / LOCK, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(directory):
         data = read(directory)
         if data is not None and change(data):
             _write(directory, data)
     return data
+
+
+@contextlib.contextmanager
+def locked(directory: Path):
+    """The folder's manifest lock: ``flock``, or an exclusive ``mkdir`` where the mount refuses flock."""
+    with open(directory / LOCK, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            refused = False
+        except OSError as e:
+            if e.errno not in NO_FLOCK:
+                raise
+            refused = True
+        if refused:
+            with _dir_lock(directory / LOCK_DIR):
+                yield
+        else:
+            yield
+
+
+@contextlib.contextmanager
+def _dir_lock(path: Path, pause: float = 0.01):
+    """``mkdir`` is atomic on every shared filesystem: who creates the folder holds the lock.
+    A folder older than ``STALE_LOCK_S`` is taken over (its holder died)."""
+    while True:
+        try:
+            os.mkdir(path)
+            break
+        except FileExistsError:
+            try:
+                if time.time() - path.stat().st_mtime > STALE_LOCK_S:
+                    os.rmdir(path)
+                    continue
+            except OSError:
+                continue  # released meanwhile
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+    try:
+        yield
+    finally:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 def read(directory: Path) -> dict[str, Any] | None:
@@ -94,8 +183,7 @@ def update(
     update is the one that makes every expected writer terminal.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / LOCK, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(directory):
         data = read(directory)
         if data is None or data.get("session_id") != session_id:
             data = {"schema": SCHEMA, "session_id": session_id, "created_at": time.time(), "writers": {}}
@@ -106,4 +194,25 @@ def update(
         _write(directory, data)
     if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:
         on_complete(data)  # outside the lock: it may update the manifest itself
+    return data
+
+
+def write_collected(directory: Path, parts: list[dict[str, Any]], collected_from: list[dict[str, Any]]) -> dict:
+    """One manifest for a step gathered from several nodes' folders (``rlprof
+    collect``): every node's writers, the header of the first; a node's own
+    merged trace is left out (it holds that node's ranks only). Ranks of nodes
+    not gathered stay expected, so the state says the step is incomplete."""
+    if not parts:
+        raise ValueError("no manifest to combine")
+    first = parts[0]
+    sessions = {p.get("session_id") for p in parts}
+    if len(sessions) > 1:
+        raise ValueError(f"the nodes' manifests belong to different sessions: {sorted(map(str, sessions))}")
+    data = {k: v for k, v in first.items() if k not in ("writers", "files", "state", "nodes_here", "elsewhere")}
+    data["writers"] = {name: section for part in parts for name, section in part.get("writers", {}).items()
+                       if section.get("role") != "merge"}
+    data["collected_from"] = collected_from
+    directory.mkdir(parents=True, exist_ok=True)
+    with locked(directory):
+        _write(directory, data)
     return data

@@ -1,4 +1,6 @@
-"""SGLang HTTP routes: ``/start_profile`` with a global step, clear 400/409, ``/profile_status``.
+"""SGLang HTTP routes: ``/start_profile`` with a global step, clear 400/409, ``/profile_status``,
+``/profile_file`` (a rank's written file, from this server's disk: a step spanning
+nodes is collected from a shared directory or each node's folder).
 
 SGLang's routes parse the body into ``ProfileReq``, which drops unknown
 fields (``global_step`` vanishes silently), answer every failure with HTTP
@@ -28,7 +30,8 @@ from typing import Any, Optional
 
 from rlprof_plugins import writers
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import check_wait, combine, stop_wait_seconds, wait_until_written, with_step_manifest
+from rlprof_plugins.control import (check_wait, combine, local_piece, roster_command, stop_wait_seconds,
+                                    wait_until_written, with_step_manifest)
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.backends import choice
 from rlprof_plugins.options import ProfileOptions
@@ -38,7 +41,8 @@ from rlprof_plugins.requests import Server, StartRequest, parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
-from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
+from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
+                           status_step, stop_status)
 from .engine import VERSIONS
 from .scheduler import encode_command
 
@@ -169,7 +173,19 @@ def build_routes(module: Any, native: dict):
             return error_response(e)
         return JSONResponse(result)
 
-    return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status}
+    async def profile_file(raw_request: Request):
+        try:
+            step, rank, path = file_query(raw_request)
+
+            async def read_piece(offset: int) -> dict:
+                return local_piece(await status(manager(), step), rank, path, offset, PIECE_BYTES)
+
+            return await file_response(read_piece)
+        except Exception as e:
+            return error_response(e)
+
+    return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
+            "/profile_file": profile_file}
 
 
 async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
@@ -177,6 +193,9 @@ async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerCon
     request = build_request(body, config)
     await asyncio.to_thread(writers.reap_all, Path(request.output_dir))
     result = combine(await send(tokenizer_manager, request.to_command()))
+    roster = roster_command(result)
+    if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
+        await send(tokenizer_manager, roster)
     mark_used()
     session_event("started", result)
     return result
@@ -231,7 +250,7 @@ def _install_routes(module: Any):
     for path, endpoint in endpoints.items():
         if level is not None:
             endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
-        methods = ["GET"] if path == "/profile_status" else sorted(found[path][1].methods)
+        methods = ["GET"] if path not in found else sorted(found[path][1].methods)
         route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/')}")
         if path in found:
             routes[found[path][0]] = route
@@ -258,7 +277,7 @@ HTTP_PATCH = Patch(
          "have no status route"),
     upstream="profile routes that forward the whole body and a status route",
     install=_install_routes,
-    install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status (added)",),
+    install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file (added)",),
     relies_on={
         "app": "present",
         "_global_state": "present",

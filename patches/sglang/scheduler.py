@@ -84,12 +84,28 @@ def parallel_of(manager: Any, module: Any) -> dict[str, int]:
     }
 
 
-def manifest_header(pos: dict[str, int], config: ProfilerConfig) -> dict[str, Any]:
+def node_of() -> tuple[int, int]:
+    """``(node_rank, nnodes)`` of this scheduler's server (``--node-rank``, ``--nnodes``), from the
+    server arguments the release publishes to its schedulers (``runtime_context.get_server_args``
+    on the newest, ``server_args.get_global_server_args`` before); one node where neither answers."""
+    import importlib
+
+    for module, name in (("sglang.srt.runtime_context", "get_server_args"),
+                         ("sglang.srt.server_args", "get_global_server_args")):
+        try:
+            args = getattr(importlib.import_module(module), name)()
+            return int(getattr(args, "node_rank", 0) or 0), int(getattr(args, "nnodes", 1) or 1)
+        except Exception:
+            continue
+    return 0, 1
+
+
+def manifest_header(pos: dict[str, int], config: ProfilerConfig, nodes: int = 1) -> dict[str, Any]:
     """What every scheduler's section of a step's manifest says about the engine."""
     return manifest.engine_header(engine=NAME, engine_version=sglang_version(),
                                   expected_ranks=pos["tp_size"] * pos["pp_size"] * pos["dp_size"],
                                   parallel={"tp": pos["tp_size"], "pp": pos["pp_size"], "dp": pos["dp_size"]},
-                                  trace_dir=config.torch_profiler_dir, plugin_version=PLUGIN_VERSION)
+                                  trace_dir=config.torch_profiler_dir, plugin_version=PLUGIN_VERSION, nodes=nodes)
 
 
 def forward_count(manager: Any) -> int:
@@ -112,6 +128,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         # On Ascend SGLang swaps torch.profiler for torch_npu's; the npu
         # backend records with torch_npu's own API and options instead.
         kind = choice.resolve(config.options.backend, choice.device_type())
+        node, nodes = node_of()
         ctl = ProfilerController(
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory
             worker_name=lambda prefix: sglang_worker_name(prefix, label),
@@ -119,10 +136,11 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
             backend_factory=choice.factory(
                 kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
                 config.options.npu_settings),
-            manifest_header=manifest_header(pos, config),
+            manifest_header=manifest_header(pos, config, nodes),
             # The idle scheduler busy-polls: recording it would grow without bound.
             record_from_request=False,
             forward_count=lambda: forward_count(manager),
+            node=node,
         )
         manager.__dict__[CONTROLLER_ATTR] = ctl
     return ctl

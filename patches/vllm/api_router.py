@@ -3,7 +3,9 @@
 vLLM's routes ignore unknown body fields, answer a double stop with HTTP 500
 and return no information. When rlprof runs the sessions we register our own
 routes at the same paths instead of vLLM's (only when a profiler is
-configured, as vLLM does), plus ``GET /profile_status``.
+configured, as vLLM does), plus ``GET /profile_status`` and ``GET
+/profile_file`` (a rank's written file, read by that rank's worker wherever
+its node is: what ``rlprof collect`` gathers a step spanning nodes with).
 
 vLLM's ``--api-key`` guards only ``/v1``-style paths, so anyone who reaches
 the server could start profiles and fill its disk. Our routes require the
@@ -24,7 +26,8 @@ from rlprof_plugins.requests import parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
-from ..http_common import PROFILE_PATHS, error_response, json_body, status_step, stop_status
+from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
+                           status_step, stop_status)
 from . import frontend
 from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 from .profiler_config import env_profiler_config, options_of, plugin_handles, request_server
@@ -89,11 +92,20 @@ def build_router(profiler_config, tokens: list[str]):
             return error_response(e)
         return JSONResponse(result)
 
+    @router.get("/profile_file")
+    async def profile_file(raw_request: Request):
+        try:
+            step, rank, path = file_query(raw_request)
+            return await file_response(frontend.file_reader(raw_request.app.state.engine_client, step, rank, path,
+                                                            PIECE_BYTES))
+        except Exception as e:
+            return error_response(e)
+
     return router, Unauthorized
 
 
 def install_router(app, cfg, args) -> None:
-    """Our three routes (and the 401 answer) on ``app``."""
+    """Our four routes (and the 401 answer) on ``app``."""
     from fastapi.responses import JSONResponse
 
     tokens = api_tokens(args)

@@ -21,8 +21,8 @@ from typing import Any
 from rlprof_plugins import writers
 
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import (combine, stop_wait_seconds, wait_until_written, wait_until_written_sync,
-                                    with_step_manifest)
+from rlprof_plugins.control import (combine, file_piece, local_piece, roster_command, stop_wait_seconds,
+                                    wait_until_written, wait_until_written_sync, with_step_manifest)
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.session.frontend import FrontendRecorder
 from rlprof_plugins.layout import session_dir
@@ -97,6 +97,9 @@ async def start(llm: Any, request: StartRequest) -> dict:
     await asyncio.to_thread(writers.reap_all, Path(request.output_dir or cfg.torch_profiler_dir))
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
     result = combine(replies)
+    roster = roster_command(result)
+    if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
+        await llm.engine_core.call_utility_async(UTILITY, roster)
     recorder = _recorder(llm)
     if recorder is not None:
         directory = session_dir(request.output_dir or cfg.torch_profiler_dir, request.global_step)
@@ -151,6 +154,20 @@ async def _async_status(llm: Any, global_step: int | None = None) -> dict:
     return with_step_manifest(_with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command))))
 
 
+def file_reader(llm: Any, global_step: int, rank: str, path: str, length: int):
+    """``read_piece(offset)`` for ``GET /profile_file``: a rank's file read by
+    that rank's own worker, wherever its node is (the API server's trace from
+    this process's disk)."""
+    async def read_piece(offset: int) -> dict:
+        if rank == "frontend":
+            return local_piece(await _async_status(llm, global_step), rank, path, offset, length)
+        command = {"op": "read", "global_step": global_step, "rank": rank, "path": path, "offset": offset,
+                   "length": length}
+        return file_piece(await llm.engine_core.call_utility_async(UTILITY, command), rank, path)
+
+    return read_piece
+
+
 def _wrap_async_start(wrapped, instance, args, kwargs):
     cfg = _config(instance)
     if not plugin_handles(cfg):
@@ -195,6 +212,9 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
     request = _request(cfg, call_fields(args, kwargs))
     writers.reap_all(Path(request.output_dir or cfg.torch_profiler_dir))
     result = combine(_call_sync(instance, request.to_command()))
+    roster = roster_command(result)
+    if roster is not None:
+        _call_sync(instance, roster)
     if request.warnings:
         result["warnings"] = list(request.warnings)
     session_event("started", result)

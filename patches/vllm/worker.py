@@ -44,7 +44,12 @@ def manifest_header(vllm_config: Any, trace_dir: str | None) -> dict[str, Any]:
     return manifest.engine_header(engine=NAME, engine_version=vllm_version(), expected_ranks=p.world_size,
                                   parallel={"tp": p.tensor_parallel_size, "pp": p.pipeline_parallel_size,
                                             "dp": p.data_parallel_size},
-                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION)
+                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION, nodes=getattr(p, "nnodes", 1))
+
+
+def node_of(vllm_config: Any) -> int:
+    """The node this process runs on (``--node-rank``; vLLM 0.11+ runs a server across nodes)."""
+    return int(getattr(vllm_config.parallel_config, "node_rank", 0) or 0)
 
 
 def torch_settings(cfg: Any) -> TorchSettings:
@@ -109,6 +114,7 @@ def controller_for(worker: Any) -> ProfilerController:
             backend_factory=factory,
             manifest_header=manifest_header(worker.vllm_config, cfg.torch_profiler_dir),
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),
+            node=node_of(worker.vllm_config),
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
     return ctl

@@ -1,4 +1,4 @@
-"""``rlprof start|stop|status``: the client's actions from a shell.
+"""``rlprof start|stop|status|collect``: the client's actions from a shell.
 
 Each prints one row per server (ok or the reason it failed) and exits 1 when
 any server failed, 2 on bad usage, so a shell script or a job scheduler can
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from .discovery import Server
 from .http import API_KEY_ENV, ROUTER_API_KEY_ENV
@@ -81,6 +82,29 @@ def cmd_status(args) -> int:
     return _finish(args, [result])
 
 
+def cmd_collect(args) -> int:
+    import os
+
+    from .collect import CollectError, collect
+
+    urls = [u for given in args.url or [] for u in given.split(",") if u.strip()]
+    if len(urls) != 1:
+        print("rlprof: error: collect: give one server (--url URL): the one whose ranks span the nodes",
+              file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        got = collect(urls[0], args.global_step, args.output, api_key=args.api_key or os.environ.get(API_KEY_ENV),
+                      timeout=args.request_timeout)
+    except CollectError as e:
+        print(f"rlprof: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    nodes = ", ".join(f"node {n.get('node')} ({n.get('host')}: {len(n.get('ranks', []))} ranks)" for n in got.nodes)
+    print(json.dumps(got.to_json(), indent=2) if args.json else
+          f"collected {len(got.files)} files ({got.bytes / 1e6:.1f} MB) of global step {args.global_step} from "
+          f"{nodes} into {got.directory}\nnext: rlprof merge {got.directory}")
+    return EXIT_OK
+
+
 def _step(text: str) -> int:
     try:
         value = int(text)
@@ -131,8 +155,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--wait", action="store_true", help="wait until every session is done or failed")
     p.set_defaults(func=cmd_status)
 
+    p = sub.add_parser("collect", help="one step's files from a server, from every node its ranks ran on, "
+                                       "into one folder (then rlprof merge)")
+    _common(p)
+    p.add_argument("--global-step", type=_step, required=True, help="the step to collect")
+    p.add_argument("-o", "--output", required=True, help="where global_step_<N>/ is written")
+    p.set_defaults(func=cmd_collect)
+
 
 def check_usage(parser: argparse.ArgumentParser, args) -> None:
     """Exit 2 (argparse's usage error) when no server was named."""
-    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status) and not (args.url or args.router):
+    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status, cmd_collect) and not (args.url or args.router):
         parser.error(f"{args.command}: give --url URL (one or more) or --router URL")

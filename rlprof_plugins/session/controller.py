@@ -38,21 +38,16 @@ class ProfilerController:
     engine's part of each step manifest. ``record_from_request``: a window from iteration 0
     records from the start request (vLLM's behaviour) or, False, from the first iteration: SGLang's
     idle scheduler busy-polls, and a profiler running then grows ~10 MB a second without bound.
-    ``forward_count()``: forward passes so far, for SGLang's absolute ``start_step``.
+    ``forward_count()``: forward passes so far, for SGLang's absolute ``start_step``. ``node``: the
+    node this rank runs on, for a server spanning nodes (``manifest`` explains what it changes).
     """
 
-    def __init__(
-        self,
-        *,
-        root_dir: str,
-        worker_name: Callable[[str | None], str],
-        backend_factory: Callable[[bool, dict[str, Any]], Backend],
-        manifest_header: dict[str, Any] | None = None,
-        rank_name: str | None = None,
-        record_from_request: bool = True,
-        forward_count: Callable[[], int] | None = None,
-    ) -> None:
-        self._root = root_dir
+    def __init__(self, *, root_dir: str, worker_name: Callable[[str | None], str],
+                 backend_factory: Callable[[bool, dict[str, Any]], Backend],
+                 manifest_header: dict[str, Any] | None = None, rank_name: str | None = None,
+                 record_from_request: bool = True, forward_count: Callable[[], int] | None = None,
+                 node: int = 0) -> None:
+        self._root, self._node = root_dir, node
         self._forward_count = forward_count or (lambda: 0)
         self._record_from_request = record_from_request
         self._worker_name = worker_name
@@ -78,7 +73,8 @@ class ProfilerController:
         try:
             with self._lock:
                 if op == "status":
-                    return self._status(command.get("global_step"))
+                    s = self._find(command.get("global_step"))
+                    return self._reply(True, s) if s is not None else {"ok": True, "session": None}
                 if op == "stop":
                     return self._stop(defer=bool(command.get("defer")))
                 if op == "complete_stop":
@@ -86,6 +82,12 @@ class ProfilerController:
                     return self._reply(True)
                 if op == "start":
                     return self._start(command)
+                if op in ("roster", "read"):  # about one session's files (Session.answer)
+                    s = self._find(command.get("global_step"))
+                    reply = {"ok": True, **(s.answer(command, self._rank_name) if s is not None else {})}
+                    if reply.get("roster"):
+                        self._write_manifest(s)
+                    return reply
             return {"ok": False, "error": f"unknown op {op!r}"}
         except RequestError as e:
             return {"ok": False, "invalid": {"field": e.field, "message": e.message}}
@@ -95,17 +97,14 @@ class ProfilerController:
 
     def _reply(self, ok: bool, session: Session | None = None, **extra: Any) -> dict[str, Any]:
         session = session or self._session
-        reply = {"ok": ok, "session": session.summary(self._rank_name) if session else None}
-        reply.update(extra)
-        return reply
+        return {"ok": ok, "session": session.summary(self._rank_name) if session else None, **extra}
 
-    def _status(self, global_step: int | None) -> dict[str, Any]:
+    def _find(self, global_step: int | None) -> Session | None:
+        """The current session, or the newest one of ``global_step``."""
         if global_step is None:
-            return self._reply(True)
-        for s in [self._session, *reversed(self._history)]:
-            if s is not None and s.global_step == global_step:
-                return self._reply(True, s)
-        return {"ok": True, "session": None}
+            return self._session
+        return next((s for s in [self._session, *reversed(self._history)]
+                     if s is not None and s.global_step == global_step), None)
 
     def _start(self, command: dict[str, Any]) -> dict[str, Any]:
         current = self._session
@@ -113,7 +112,7 @@ class ProfilerController:
             return self._reply(False, conflict="a profiling session is already running")
         self.complete_stop()  # one profiler at a time: the previous one stops first
         session = Session.from_command(command, root=self._root, forwards_done=self._forward_count(),
-                                       worker_name=self._worker_name)
+                                       worker_name=self._worker_name, node=self._node)
         if current is not None:
             self._history.append(current)
         self._session = session

@@ -13,12 +13,14 @@ States: ``waiting`` (started; the window has not begun), ``recording``,
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ..layout import session_dir
+from ..manifest import MANIFEST
 from ..requests import StartRequest
 from .window import StepWindow
 
@@ -29,6 +31,8 @@ DONE = "done"
 FAILED = "failed"
 ACTIVE_STATES = (WAITING, RECORDING)
 HISTORY = 16  # finished sessions kept for status queries by global step
+HOST = socket.gethostname()
+READ_MAX = 8 << 20  # the most bytes one ``read`` command answers (a piece of a file, ``rlprof collect``)
 
 
 @dataclass
@@ -51,6 +55,8 @@ class Session:
     longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
     stops: int = 0
     export_seconds: float | None = None  # on the exporter thread
+    node: int = 0  # the node this rank runs on (a server spanning nodes)
+    roster: list[dict[str, Any]] | None = None  # every rank's node, host and folder, once all started
     window: StepWindow = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,13 +64,13 @@ class Session:
 
     @classmethod
     def from_command(cls, command: dict[str, Any], *, root: str, forwards_done: int,
-                     worker_name: Callable[[str | None], str]) -> "Session":
+                     worker_name: Callable[[str | None], str], node: int = 0) -> "Session":
         """A new session from a start command as it reached this worker (its
         request was checked where it arrived, including a per-request
         ``output_dir`` against the configured ``root``)."""
         request = StartRequest.from_command(command, forwards_done)
         return cls(request=request, directory=session_dir(request.output_dir or root, request.global_step),
-                   worker_name=worker_name(request.profile_prefix))
+                   worker_name=worker_name(request.profile_prefix), node=node)
 
     @property
     def global_step(self) -> int | None:
@@ -94,6 +100,8 @@ class Session:
         r = self.request
         return {
             "rank": rank,
+            "host": HOST,
+            "node": self.node,
             "session_id": r.session_id,
             "global_step": r.global_step,
             "state": self.state,
@@ -119,13 +127,38 @@ class Session:
     def manifest_header(self) -> dict[str, Any]:
         """What this session adds to the step manifest's header (the engine's part comes from the patch)."""
         r = self.request
-        return {"global_step": r.global_step, "window": {"step_start": r.step_start, "step_end": r.step_end},
-                "by_stage": r.by_stage, "merge": r.merge, "keep_last_steps": r.keep_last_steps}
+        header = {"global_step": r.global_step, "window": {"step_start": r.step_start, "step_end": r.step_end},
+                  "by_stage": r.by_stage, "merge": r.merge, "keep_last_steps": r.keep_last_steps}
+        if self.roster is not None:
+            header["roster"] = self.roster
+        return header
+
+    def answer(self, command: dict[str, Any], rank: str) -> dict[str, Any]:
+        """The commands about this session's files. ``roster``: where every rank
+        writes (a server spanning nodes; the front end sends it once all started);
+        ``read``: a piece of one of this rank's written files, for ``rlprof collect``
+        through the head node (the only way to another node's disk a trainer has)."""
+        if command.get("op") == "roster":
+            if command.get("session_id") != self.request.session_id:
+                return {}
+            self.roster = [dict(r) for r in command.get("roster") or []]
+            return {"roster": True}
+        if command.get("rank") != rank:
+            return {}  # another rank's file
+        path = str(command.get("path") or "")
+        listed = path in [f["path"] for f in self.files] and self.state in (DONE, FAILED)
+        if not listed and path != MANIFEST:  # its own files once written, and its folder's manifest
+            return {"missing": f"{rank} has no written file {path!r} in global step {self.global_step}"}
+        offset, length = int(command.get("offset") or 0), min(int(command.get("length") or READ_MAX), READ_MAX)
+        with open(self.directory / path, "rb") as f:
+            f.seek(offset)
+            return {"data": f.read(length), "size": (self.directory / path).stat().st_size}
 
     def manifest_section(self) -> dict[str, Any]:
         """This worker's section of the step manifest."""
         return {
             "role": "worker",
+            "node": self.node,
             "state": self.state,
             "iterations_recorded": self.recorded,
             "stage_iterations": dict(self.stages),

@@ -10,7 +10,10 @@ What a merged view needs that concatenating files gets wrong:
   ``correlation`` / ``External id`` args are shifted by ``rank order *
   10**12``, so no arrow joins two ranks (viewers pair flows by id, not pid).
 - **clocks**: Kineto writes ``ts`` relative to ``baseTimeNanoseconds``;
-  inputs with different bases are moved onto the smallest one.
+  inputs with different bases are moved onto the smallest one. Ranks
+  recorded on different hosts (a server spanning nodes) are aligned on the
+  ends of their first collectives instead of the hosts' wall clocks
+  (``align``); the shifts and the residual skew are in ``rlprof_merge.clock``.
 - **metadata**: each rank's ``deviceProperties`` and ``distributedInfo``
   are kept (in ``rlprof_merge.ranks``; device properties also concatenated
   at the top level, like SGLang's merger does).
@@ -33,6 +36,7 @@ from typing import Any
 
 from .. import __version__
 from . import codec
+from .align import collective_ends_us, offsets
 from .clock import base_time_ns, first_ts_ns
 from .gz import file_size
 from .parallel import pool, processes_for
@@ -123,11 +127,18 @@ def merge_jobs(group: MergeGroup, output: Path) -> int:
     return processes_for(len(group.inputs), sum(file_size(rf.path) for rf in group.inputs))
 
 
+ALIGN = ("auto", "collectives", "clock")
+
+
 def merge(group: MergeGroup, output: Path | None = None, *, progress: Progress | None = None,
-          compresslevel: int = 3, jobs: int | None = None) -> MergeResult:
+          compresslevel: int = 3, jobs: int | None = None, align: str = "auto") -> MergeResult:
     """Write ``group``'s inputs as one trace (atomically) and return what was written.
-    ``jobs``: processes to use (default: ``merge_jobs``). A failure leaves
-    nothing behind (not even the ``merged/`` folder it made)."""
+    ``jobs``: processes to use (default: ``merge_jobs``). ``align``: ``clock``
+    (each host's wall clock), ``collectives`` (a shared instant, ``align``), or
+    ``auto``: collectives when the inputs come from more than one host. A
+    failure leaves nothing behind (not even the ``merged/`` folder it made)."""
+    if align not in ALIGN:
+        raise ValueError(f"align: one of {', '.join(ALIGN)}, got {align!r}")
     if not group.inputs:
         raise ValueError(f"{group.directory}: no rank traces to merge")
     output = Path(output or group.output)
@@ -135,7 +146,7 @@ def merge(group: MergeGroup, output: Path | None = None, *, progress: Progress |
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         processes = 1 if output.suffix != ".gz" else (jobs or merge_jobs(group, output))
-        return _merge(group, output, progress, compresslevel, processes)
+        return _merge(group, output, progress, compresslevel, processes, align)
     except BaseException:
         if created:
             try:
@@ -164,8 +175,32 @@ def _header(group: MergeGroup, readers: list[TraceReader], bases: list[int | Non
     return header
 
 
+def _clock(group: MergeGroup, bases: list[int | None], align: str) -> tuple[list[float], dict[str, Any]]:
+    """Per input, microseconds added on top of its base-time shift, and what the merge says about clocks."""
+    extra = [0.0] * len(group.inputs)
+    if align == "clock" or (align == "auto" and len(group.hosts) < 2):
+        return extra, {"aligned_on": "wall clock", "hosts": sorted(group.hosts)}
+    workers = [(k, rf) for k, rf in enumerate(group.inputs)
+               if rf.role == "worker" and not rf.absolute_time and bases[k] is not None]
+    found = offsets([(rf.label, collective_ends_us(rf.path, bases[k])) for k, rf in workers])
+    if found is None:
+        return extra, {"aligned_on": "wall clock", "hosts": sorted(group.hosts),
+                       "note": "too few collectives recorded to align on"}
+    by_host: dict[str | None, float] = {}
+    for (k, rf), a in zip(workers, found):
+        extra[k] = a.shift_us
+        by_host.setdefault(rf.host, a.shift_us)
+    for k, rf in enumerate(group.inputs):  # the API server's trace: its host's shift
+        if rf.role != "worker":
+            extra[k] = by_host.get(rf.host, 0.0)
+    return extra, {"aligned_on": "collectives", "hosts": sorted(group.hosts),
+                   "residual_skew_us": round(max(a.residual_us for a in found), 3),
+                   "ranks": [{"label": a.label, "shift_us": round(a.shift_us, 3), "pairs": a.pairs,
+                              "residual_us": round(a.residual_us, 3)} for a in found]}
+
+
 def _merge(group: MergeGroup, output: Path, progress: Progress | None, compresslevel: int,
-           jobs: int) -> MergeResult:
+           jobs: int, align: str = "auto") -> MergeResult:
     t0 = time.perf_counter()
     # Every input's header first: they are needed before the first event is
     # written, and a missing/corrupt header fails before any output exists.
@@ -180,7 +215,9 @@ def _merge(group: MergeGroup, output: Path, progress: Progress | None, compressl
         for r in readers:
             r.close()
     base_out = header.get("baseTimeNanoseconds")
-    job_list = [_RankJob(rf, order, (base - base_out) / 1000.0 if base is not None and base_out is not None else 0.0,
+    extra, clock = _clock(group, bases, align)
+    job_list = [_RankJob(rf, order, extra[order] + ((base - base_out) / 1000.0 if base is not None and base_out is not None
+                                                    else 0.0),
                          (base_out or 0) if rf.absolute_time else None, report=progress is not None)
                 for order, (rf, base) in enumerate(zip(group.inputs, bases))]
     if progress:
@@ -204,7 +241,8 @@ def _merge(group: MergeGroup, output: Path, progress: Progress | None, compressl
                 "trailer": d.trailer,
             })
         trailer = {"traceName": str(output.name),
-                   "rlprof_merge": {"plugin_version": __version__, "stage": group.stage, "ranks": ranks_meta}}
+                   "rlprof_merge": {"plugin_version": __version__, "stage": group.stage, "ranks": ranks_meta,
+                                    "clock": clock, "missing": list(group.missing)}}
         written = writer.count
         writer.close(trailer)
     return MergeResult(output, written, [d.stats for d in done], time.perf_counter() - t0)

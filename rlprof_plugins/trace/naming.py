@@ -165,25 +165,50 @@ def is_trace(path: Path) -> bool:
         (".", MERGED_NAME + ".", MERGED_NAME + "-"))
 
 
-def trace_rank(path: Path, limit: int = 1 << 16) -> int | None:
-    """The rank a Kineto trace says it recorded (``distributedInfo.rank``),
+def trace_distributed(path: Path, limit: int = 1 << 16) -> dict:
+    """A Kineto trace's ``distributedInfo`` (rank, world_size, ...; {} when it has none),
     from the first ``limit`` bytes: Kineto writes that header before the events."""
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rt", errors="replace") as f:
             head = f.read(limit)
     except (OSError, EOFError):
-        return None
+        return {}
     at = head.find('"distributedInfo"')
     brace = head.find("{", at) if at >= 0 else -1
     if brace < 0:
-        return None
+        return {}
     try:
         info, _ = json.JSONDecoder().raw_decode(head, brace)  # nested (pg_config) as Kineto writes it
     except ValueError:
-        return None
-    rank = info.get("rank") if isinstance(info, dict) else None
-    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _whole(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def trace_rank(path: Path, limit: int = 1 << 16) -> int | None:
+    """The rank a Kineto trace says it recorded (``distributedInfo.rank``)."""
+    return _whole(trace_distributed(path, limit).get("rank"))
+
+
+def trace_world_size(path: Path, limit: int = 1 << 16) -> int | None:
+    """How many ranks the trace's process group had (``distributedInfo.world_size``)."""
+    return _whole(trace_distributed(path, limit).get("world_size"))
+
+
+def expected_labels(labels: list[str], expected: int) -> list[str] | None:
+    """Every rank's name of a step with ``expected`` ranks, in the form ``labels``
+    use (vLLM ``rank<R>``, SGLang ``TP-<t>`` with TP alone); None where the form
+    does not say (SGLang with pp/dp: only the count is known)."""
+    parsed = [parse_rank_label(label) for label in labels]
+    if parsed and all(p is not None and p[0] is not None for p in parsed):
+        return [rank_label(r) for r in range(expected)]
+    if parsed and all(p is not None and p[0] is None and set(p[1]) == {"tp"} for p in parsed):
+        return [rank_label(position={"tp": t}) for t in range(expected)]
+    return None
 
 
 # ---- the names rlprof writes ------------------------------------------------

@@ -9,7 +9,10 @@ no rank (vLLM's env era: torch's ``<host>_<pid>`` default) is placed by the
 rank its trace header records (``distributedInfo``).
 
 Files that match no form, or that would put two files of one rank into one
-merge, are reported as unplaced with the reason, never guessed.
+merge, are reported as unplaced with the reason, never guessed. A rank the
+step should have and the folder lacks (the manifest's ``expected_ranks``, or
+the traces' ``distributedInfo.world_size``) is named in ``MergeGroup.missing``,
+with where it lives when the manifest knows (a server spanning nodes).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class RankFile:
     # (epoch) microseconds, as strings; Kineto traces count from a base time.
     absolute_time: bool = False
     position: dict[str, int] = field(default_factory=dict)  # tp/pp/dp/ep where known
+    host: str | None = None  # the host whose clock it was recorded by, where the manifest says
 
     @property
     def place(self) -> str:
@@ -58,6 +62,12 @@ class MergeGroup:
     stage: str | None
     inputs: list[RankFile]
     group: str = ""  # SGLang profile id / vLLM prefix, when several sessions share a folder
+    missing: list[str] = field(default_factory=list)  # ranks the step has and this merge lacks, with where
+
+    @property
+    def hosts(self) -> set[str]:
+        """The hosts (clocks) its inputs were recorded on, where known."""
+        return {rf.host for rf in self.inputs if rf.host}
 
     @property
     def output(self) -> Path:
@@ -99,6 +109,7 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
     groups: dict[str | None, list[RankFile]] = {}
     unplaced = []
     parallel = data.get("parallel")
+    hosts = {name: (w.get("process") or {}).get("host") for name, w in data.get("writers", {}).items()}
     for f in data["files"]:
         path = directory / f["path"]
         npu = f.get("kind") == "npu_profile"
@@ -125,6 +136,7 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
             order=(1, 0, path.name) if role == "frontend" else (*order, label),
             position=position,
             absolute_time=npu,
+            host=hosts.get("frontend" if role == "frontend" else label),
         )
         stage = f.get("stage")
         groups.setdefault(None if stage in (None, "all") else stage, []).append(rf)
@@ -132,8 +144,26 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
         # A by-stage session: the API server's trace is not split by stage.
         for rf in groups.pop(None):
             unplaced.append((rf.path, f"{rf.label} trace of a by-stage session (not split by stage)"))
-    return Plan([_group(directory, stage, files, unplaced) for stage, files in sorted(groups.items(), key=_stage_key)],
-                unplaced)
+    out = [_group(directory, stage, files, unplaced) for stage, files in sorted(groups.items(), key=_stage_key)]
+    where = {r.get("rank"): r for r in data.get("roster") or []}
+    for g in out:
+        g.missing = _missing(g, int(data.get("expected_ranks") or 0), where)
+    return Plan(out, unplaced)
+
+
+def _missing(group: MergeGroup, expected: int, where: dict[str, dict] | None = None) -> list[str]:
+    """The ranks ``group`` lacks of ``expected``, each with where it was written when known."""
+    labels = [rf.label for rf in group.inputs if rf.role == "worker"]
+    if not expected or len(labels) >= expected:
+        return []
+    names = naming.expected_labels(labels, expected)
+    if names is None:
+        return [f"{expected - len(labels)} of {expected} ranks (have {', '.join(labels) or 'none'})"]
+    out = []
+    for name in (n for n in names if n not in labels):
+        r = (where or {}).get(name)
+        out.append(f"{name} (node {r.get('node')}, host {r.get('host')}, {r.get('directory')})" if r else name)
+    return out
 
 
 def _stage_key(item) -> tuple:
@@ -180,6 +210,9 @@ def _from_names(directory: Path) -> Plan:
             groups.setdefault(key, []).append(rf)
     out = [_group(directory, stage, files, unplaced, group) for (group, stage), files in
            sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or ""))]
+    for g in out:  # no manifest: the world size the traces recorded
+        sizes = [naming.trace_world_size(rf.path) for rf in g.inputs if rf.role == "worker" and not rf.absolute_time]
+        g.missing = _missing(g, max((n for n in sizes if n), default=0))
     if len({g for g, _ in groups}) <= 1:
         for g in out:
             g.group = ""

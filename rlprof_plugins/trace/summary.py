@@ -162,13 +162,15 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
     steps_out = []
-    unplaced = []
+    unplaced, missing = [], []
     previous: dict[str | None, float] = {}
     for global_step, directory in step_dirs(root):
         p = plan(directory)
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
                      if not why.startswith("frontend")]  # only worker traces are summarised
         stages_out = []
+        missing += [{"global_step": global_step, "stage": g.stage or "all", "rank": m} for g in p.groups
+                    for m in g.missing]
         for group, stats in zip(p.groups, _stats_of(p.groups, progress)):
             if not stats:
                 continue
@@ -180,7 +182,7 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
             previous[stage_key] = entry["wall_ms"]
             stages_out.append(entry)
         steps_out.append({"global_step": global_step, "directory": str(directory), "stages": stages_out})
-    return {"root": str(root), "steps": steps_out, "unplaced": unplaced}
+    return {"root": str(root), "steps": steps_out, "unplaced": unplaced, "missing": missing}
 
 
 def _stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
@@ -264,4 +266,6 @@ def render_table(summary: dict[str, Any]) -> str:
                 lines.append(f"  {op['ms']:10.3f} ms  {op['name'][:100]}")
     for u in summary["unplaced"]:
         lines.append(f"not summarised: {u['path']}: {u['reason']}")
+    for m in summary.get("missing", []):
+        lines.append(f"warning: step {m['global_step']} ({m['stage']}) lacks {m['rank']}")
     return "\n".join(lines)

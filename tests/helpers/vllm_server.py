@@ -135,3 +135,55 @@ def run_until_exit(tmp: Path, profiler_config_arg: list[str], timeout: float = 1
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(TINY_MODEL),
            "--port", str(free_port()), *SMALL_FLAGS, *profiler_config_arg]
     return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(), timeout=timeout, cwd=tmp)
+
+
+SERVE = REPO / "tests" / "tools" / "vllm_serve.py"
+
+
+@dataclass
+class TwoNodeServer:
+    """One vLLM server spanning two "nodes" on this machine (TP=2, a rank on
+    each): the head (node 0, the HTTP server) and a headless node 1, each with
+    its own profiler configuration, as on two hosts (engine notes, section 1)."""
+
+    head: VllmServer
+    node1: subprocess.Popen
+    node1_log: Path
+
+    def stop(self) -> None:
+        self.head.stop()
+        if self.node1.poll() is None:
+            os.killpg(self.node1.pid, signal.SIGTERM)
+            try:
+                self.node1.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.node1.pid, signal.SIGKILL)
+                self.node1.wait(10)
+
+
+def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300) -> TwoNodeServer:
+    """``vllm serve --nnodes 2 --node-rank R`` twice; ``configs``: each node's ``--profiler-config``."""
+    port, master = free_port(), free_port()
+
+    def command(node: int) -> list[str]:
+        cmd = [sys.executable, str(SERVE), "serve", str(TINY_MODEL), *SMALL_FLAGS, "--tensor-parallel-size", "2",
+               "--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", str(node),
+               "--master-addr", "127.0.0.1", "--master-port", str(master),
+               "--profiler-config", json.dumps(configs[node])]
+        return cmd + (["--headless"] if node else ["--host", "127.0.0.1", "--port", str(port)])
+
+    def env(node: int) -> dict[str, str]:
+        return cpu_env(1, VLLM_TARGET_DEVICE="cpu", VLLM_HOST_IP="127.0.0.1", VLLM_LOOPBACK_IP="127.0.0.1",
+                       VLLM_CPU_OMP_THREADS_BIND=str(node))
+
+    node1_log = tmp / "node1.log"
+    with open(node1_log, "wb") as log:
+        node1 = subprocess.Popen(command(1), stdout=log, stderr=subprocess.STDOUT, env=env(1), start_new_session=True,
+                                 cwd=tmp)
+    try:
+        head = launch(VllmServer, "vLLM node 0", tmp, tmp / "node0.log", port, command(0), env(0), configs[0], timeout)
+    except Exception as e:
+        os.killpg(node1.pid, signal.SIGKILL)
+        node1.wait(10)
+        raise RuntimeError(f"{e}\nnode 1 log:\n{node1_log.read_text(errors='replace')[-3000:]}") from e
+    return TwoNodeServer(head, node1, node1_log)

@@ -1,0 +1,140 @@
+"""The ``rlprof`` trace tools: merge, split-stages, summary, check, stitch.
+
+Each works on folders and files only (no engine, no server); ``cli`` wires
+them into the command line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .cli_common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of, reap_folder
+
+
+# ---- merge ------------------------------------------------------------------
+def cmd_merge(args) -> int:
+    from .trace.merge import merge
+    from .trace.naming import rank_label
+    from .trace.sources import MergeGroup, RankFile, plan
+
+    paths = [Path(p) for p in args.paths]
+    for p in paths:
+        if not p.exists():
+            raise CliError(f"{p}: no such file or directory")
+    if len(paths) == 1 and paths[0].is_dir():
+        reap_folder(paths[0])
+        pl = plan(paths[0])
+        groups, unplaced = pl.groups, pl.unplaced
+        if args.output and len(groups) > 1:
+            raise CliError(f"{paths[0]}: {len(groups)} merges ({', '.join(g.output.name for g in groups)}); "
+                           "-o needs exactly one")
+    else:
+        if any(p.is_dir() for p in paths):
+            raise CliError("give one step folder, or trace files")
+        if not args.output:
+            raise CliError("merging files needs -o OUT")
+        inputs = [RankFile(p, rank_label(k), "worker", (0, k)) for k, p in enumerate(paths)]
+        groups, unplaced = [MergeGroup(paths[0].parent, None, inputs)], []
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError("--jobs: at least 1")
+    progress = progress_of(args)
+    for path, why in unplaced:
+        print(f"rlprof: not merged: {path}: {why}", file=sys.stderr)
+    missing = _warn_missing([(g.stage or "all", m) for g in groups for m in g.missing])
+    if not groups or not any(g.inputs for g in groups):
+        raise CliError(f"{paths[0]}: no rank traces found to merge")
+    results = []
+    for g in groups:
+        out = Path(args.output) if args.output else g.output
+        r = merge(g, out, progress=progress, compresslevel=args.level, jobs=args.jobs, align=args.align)
+        results.append({"output": str(r.output), "stage": g.stage, "events": r.events, "seconds": round(r.seconds, 3),
+                        "ranks": [{"label": s.label, "source": s.source, "events": s.events} for s in r.ranks]})
+    text = "\n".join(f"wrote {m['output']} ({len(m['ranks'])} traces, {m['events']:,} events, {m['seconds']:.1f} s)"
+                     for m in results)
+    emit(args, {"merged": results, "unplaced": [{"path": str(p), "reason": w} for p, w in unplaced],
+                 "missing": [{"stage": s, "rank": m} for s, m in missing]}, text)
+    return EXIT_FAILED if args.strict and missing else EXIT_OK
+
+
+def _warn_missing(missing: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Never drop a rank silently: name each one the step has and the folder lacks."""
+    for stage, rank in missing:
+        print(f"rlprof: warning: missing rank ({stage}): {rank}; `rlprof collect` gathers a step spanning nodes",
+              file=sys.stderr)
+    return missing
+
+
+# ---- split-stages -------------------------------------------------------------
+def _base_name(trace: Path) -> str:
+    name = trace.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def cmd_split(args) -> int:
+    from .trace.stage_split import split_file
+
+    trace = Path(args.trace)
+    if not trace.is_file():
+        raise CliError(f"{trace}: no such file")
+    out_dir = args.output_dir or str(trace.parent)  # "{stage}" in it: one folder per stage
+    progress = progress_of(args)
+    if progress:
+        progress(f"splitting {trace} by stage")
+    try:
+        written = split_file(trace, out_dir, _base_name(trace), gzip=not args.no_gzip, progress=progress)
+    except ValueError as e:  # includes TraceFormatError
+        raise CliError(str(e) if str(trace) in str(e) else f"{trace}: {e}") from None
+    emit(args, {"files": [{"stage": s, "path": str(p)} for s, p in written]},
+          "\n".join(f"wrote {p} ({s})" for s, p in written))
+    return EXIT_OK
+
+
+# ---- summary --------------------------------------------------------------------
+def cmd_summary(args) -> int:
+    from .trace.summary import render_table, summarise
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise CliError(f"{root}: no such directory")
+    reap_folder(root)
+    data = summarise(root, progress=progress_of(args))
+    if not any(step["stages"] for step in data["steps"]):
+        raise CliError(f"{root}: no rank traces found")
+    emit(args, data, render_table(data))
+    missing = _warn_missing([(f"step {m['global_step']}, {m['stage']}", m["rank"]) for m in data["missing"]])
+    return EXIT_FAILED if args.strict and missing else EXIT_OK
+
+
+# ---- check --------------------------------------------------------------------------
+def cmd_check(args) -> int:
+    from .trace.check import check
+
+    reports = [check(p) for p in args.traces]
+    lines = []
+    for r in reports:
+        lines.append(f"{'ok  ' if r.ok else 'FAIL'} {r.path}: {r.events:,} events, {r.ranks} rank(s), {r.flows} flows, "
+                     f"{r.error_count} error(s), {r.warning_count} warning(s)")
+        lines += [f"  error: {m}" for m in r.errors] + [f"  warning: {m}" for m in r.warnings[:10]]
+    emit(args, {"reports": [r.to_json() for r in reports]}, "\n".join(lines))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+
+
+# ---- stitch -------------------------------------------------------------------------
+def cmd_stitch(args) -> int:
+    from .trace.stitch import stitch
+
+    chunks = [Path(p) for p in args.chunks]
+    for p in chunks:
+        if not p.is_file():
+            raise CliError(f"{p}: no such file")
+    progress = progress_of(args)
+    if progress:
+        progress(f"stitching {len(chunks)} chunks into {args.output}")
+    result = stitch(chunks, Path(args.output))
+    emit(args, {"output": str(result.output), "events": result.events, "chunks": result.chunks},
+          f"wrote {result.output}: {result.events:,} events from {result.chunks} chunks")
+    return EXIT_OK
