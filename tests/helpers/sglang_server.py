@@ -68,3 +68,29 @@ def run_until_exit(tmp: Path, args: list[str], timeout: float = 180,
     cmd = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL),
            "--port", str(free_port()), *SMALL_FLAGS, *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(**(env or {})), timeout=timeout, cwd=tmp)
+
+
+def start_two_nodes(tmp: Path, config: dict, timeout: float = 300):
+    """One SGLang server spanning two "nodes" on this machine (``--tp 2 --nnodes 2
+    --node-rank R --dist-init-addr``, a scheduler on each): node 0 serves HTTP,
+    node 1 answers only SGLang's dummy health check. Returns (head, node 1's process)."""
+    import signal
+
+    port, node1_port, init = free_port(), free_port(), free_port()
+
+    def command(node: int, http_port: int) -> list[str]:
+        return server_command(http_port, config, tp=2, extra=["--nnodes", "2", "--node-rank", str(node),
+                                                              "--dist-init-addr", f"127.0.0.1:{init}"])
+
+    log1 = tmp / "sglang-node1.log"
+    with open(log1, "wb") as log:
+        node1 = subprocess.Popen(command(1, node1_port), stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
+                                 env=cpu_env(SGLANG_CPU_OMP_THREADS_BIND="1"), start_new_session=True)
+    try:
+        head = launch(SglangServer, "SGLang node 0", tmp, tmp / "sglang-node0.log", port, command(0, port),
+                      cpu_env(SGLANG_CPU_OMP_THREADS_BIND="0"), config, timeout)
+    except Exception as e:
+        os.killpg(node1.pid, signal.SIGKILL)
+        node1.wait(10)
+        raise RuntimeError(f"{e}\nnode 1 log:\n{log1.read_text(errors='replace')[-3000:]}") from e
+    return head, node1
