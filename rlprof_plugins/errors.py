@@ -26,8 +26,10 @@ class RequestError(ValueError):
         self.field = field
         self.message = message
 
+    kind = "invalid_request"
+
     def to_json(self) -> dict:
-        return {"error": {"type": "invalid_request", "field": self.field, "message": self.message}}
+        return {"error": {"type": self.kind, "field": self.field, "message": self.message}}
 
 
 class ConflictError(RuntimeError):
@@ -60,16 +62,10 @@ class UnavailableError(RuntimeError):
         return {"error": {"type": "unavailable", "feature": self.feature, "message": self.message}}
 
 
-class NotFoundError(LookupError):
-    """A file a request names is not among those the session wrote (or not
-    readable from this server); maps to HTTP 404 and names the field."""
+
+class NotFoundError(RequestError):
+    """A request naming a file the session did not write (or one not readable
+    from this server); maps to HTTP 404 and names the field."""
 
     status = 404
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-    def to_json(self) -> dict:
-        return {"error": {"type": "not_found", "field": self.field, "message": self.message}}
+    kind = "not_found"

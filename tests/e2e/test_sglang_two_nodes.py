@@ -7,9 +7,6 @@ directory). Checked: each rank's node in the status, one manifest that waits
 for both nodes, ``rlprof collect`` and a strict merge of both ranks.
 """
 
-import os
-import signal
-
 import pytest
 
 from rlprof_plugins import manifest
@@ -21,6 +18,7 @@ from tests.helpers.traces import iteration_indices, load_trace, manifest_traces,
 @pytest.fixture(scope="module")
 def sglang_two_nodes(tmp_path_factory):
     from tests.helpers.sglang_server import available, start_two_nodes
+    from tests.helpers.vllm_server import stop_process
 
     if not available():
         pytest.skip(".venv-sglang missing (make env)")
@@ -30,9 +28,7 @@ def sglang_two_nodes(tmp_path_factory):
     head.trace_dir = tmp / "traces"
     yield head
     head.stop()
-    if node1.poll() is None:
-        os.killpg(node1.pid, signal.SIGTERM)
-        node1.wait(30)
+    stop_process(node1)
 
 
 def test_both_nodes_in_status_manifest_collect_and_merge(sglang_two_nodes, tmp_path):

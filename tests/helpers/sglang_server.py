@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port, launch
+from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port, launch, stop_process
 
 SGLANG_PYTHON = Path(os.environ.get("RLPROF_SGLANG_PYTHON", REPO / ".venv-sglang" / "bin" / "python"))
 SMALL_FLAGS = [
@@ -74,8 +74,6 @@ def start_two_nodes(tmp: Path, config: dict, timeout: float = 300):
     """One SGLang server spanning two "nodes" on this machine (``--tp 2 --nnodes 2
     --node-rank R --dist-init-addr``, a scheduler on each): node 0 serves HTTP,
     node 1 answers only SGLang's dummy health check. Returns (head, node 1's process)."""
-    import signal
-
     port, node1_port, init = free_port(), free_port(), free_port()
 
     def command(node: int, http_port: int) -> list[str]:
@@ -90,7 +88,6 @@ def start_two_nodes(tmp: Path, config: dict, timeout: float = 300):
         head = launch(SglangServer, "SGLang node 0", tmp, tmp / "sglang-node0.log", port, command(0, port),
                       cpu_env(SGLANG_CPU_OMP_THREADS_BIND="0"), config, timeout)
     except Exception as e:
-        os.killpg(node1.pid, signal.SIGKILL)
-        node1.wait(10)
+        stop_process(node1)
         raise RuntimeError(f"{e}\nnode 1 log:\n{log1.read_text(errors='replace')[-3000:]}") from e
     return head, node1

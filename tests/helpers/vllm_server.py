@@ -93,13 +93,18 @@ class VllmServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM to a server's process group, SIGKILL after 30 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
 
 
 def launch(server_cls, name: str, tmp: Path, log_path: Path, port: int, command: list[str], env: dict[str, str],
@@ -152,13 +157,7 @@ class TwoNodeServer:
 
     def stop(self) -> None:
         self.head.stop()
-        if self.node1.poll() is None:
-            os.killpg(self.node1.pid, signal.SIGTERM)
-            try:
-                self.node1.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.node1.pid, signal.SIGKILL)
-                self.node1.wait(10)
+        stop_process(self.node1)
 
 
 def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300) -> TwoNodeServer:
@@ -183,7 +182,6 @@ def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300)
     try:
         head = launch(VllmServer, "vLLM node 0", tmp, tmp / "node0.log", port, command(0), env(0), configs[0], timeout)
     except Exception as e:
-        os.killpg(node1.pid, signal.SIGKILL)
-        node1.wait(10)
+        stop_process(node1)
         raise RuntimeError(f"{e}\nnode 1 log:\n{node1_log.read_text(errors='replace')[-3000:]}") from e
     return TwoNodeServer(head, node1, node1_log)
