@@ -32,8 +32,9 @@ $(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.vllm-installed
 	touch $@
 
 # The routers RL fleets put in front of rollout servers (Rust programs in PyPI
-# wheels); the trainer-control tests discover servers through them.
-$(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.vllm-installed
+# wheels); the trainer-control tests discover servers through them. After the
+# compat packages: two pip runs must not share one environment (make -j).
+$(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 	$(VPY) -m pip install -q vllm-router==0.1.17 sglang-router==0.3.2
 	touch $@
 

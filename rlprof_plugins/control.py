@@ -194,6 +194,8 @@ def file_piece(replies: Sequence[dict[str, Any]], rank: str, path: str) -> dict[
     for r in replies:
         if isinstance(r, dict) and "missing" in r:
             raise NotFoundError("path", r["missing"])
+        if isinstance(r, dict) and not r.get("ok") and "error" in r:  # e.g. removed since (keep_last_steps)
+            raise NotFoundError("path", f"{rank} could not read {path!r}: {r['error']}")
     raise NotFoundError("rank", f"no rank named {rank!r} (the status lists each rank's name)")
 
 

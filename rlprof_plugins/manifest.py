@@ -65,6 +65,14 @@ def aggregate_state(states: list[str]) -> str:
     return "done" if states else "idle"
 
 
+def _node(entry: dict[str, Any]) -> int:
+    return int(entry.get("node") or 0)
+
+
+def _nodes_here(data: dict[str, Any]) -> list[int]:
+    return sorted({_node(s) for s in data.get("writers", {}).values() if s.get("role") == "worker"})
+
+
 def expected_here(data: dict[str, Any]) -> int:
     """The ranks this folder waits for: all of them, or on a server spanning
     nodes those of the nodes that write here (each worker section names its node)."""
@@ -73,19 +81,17 @@ def expected_here(data: dict[str, Any]) -> int:
     nodes = int(data.get("nodes") or 1)
     if nodes <= 1:
         return expected
-    here = {int(s.get("node") or 0) for s in ranks}
-    return max(len(ranks), expected // nodes * len(here))
+    return max(len(ranks), expected // nodes * len(_nodes_here(data)))
 
 
 def _nodes(data: dict[str, Any]) -> None:
     """A multi-node folder's ``nodes_here`` and ``elsewhere`` (the other nodes' host, folder and ranks)."""
-    here = sorted({int(s.get("node") or 0) for s in data["writers"].values() if s.get("role") == "worker"})
-    data["nodes_here"] = here
+    here = data["nodes_here"] = _nodes_here(data)
     elsewhere: dict[int, dict[str, Any]] = {}
     for r in data.get("roster") or []:
-        if int(r.get("node") or 0) not in here:
-            node = elsewhere.setdefault(int(r.get("node") or 0), {"node": int(r.get("node") or 0), "host": r.get("host"),
-                                                                  "directory": r.get("directory"), "ranks": []})
+        if _node(r) not in here:
+            node = elsewhere.setdefault(_node(r), {"node": _node(r), "host": r.get("host"),
+                                                   "directory": r.get("directory"), "ranks": []})
             node["ranks"].append(r.get("rank"))
     data["elsewhere"] = [elsewhere[n] for n in sorted(elsewhere)]
 

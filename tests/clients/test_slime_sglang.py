@@ -33,22 +33,24 @@ def rlprof_config(tmp) -> dict:
 def fleets(tmp_path_factory):
     from tests.helpers.routers import start_router
     from tests.helpers.sglang_server import available, start_server
+    from tests.helpers.vllm_server import start_together
 
     if not available():
         pytest.skip("SGLang environment (.venv-sglang) not built")
-    started, routers = {}, {}
+    tmps = {name: tmp_path_factory.mktemp(f"slime-{name}") for name in ("native", "rlprof")}
+    servers = start_together({
+        "native": lambda: start_server(tmps["native"], None, env={"RLPROF_DISABLE": "1"}),
+        "rlprof": lambda: start_server(tmps["rlprof"], rlprof_config(tmps["rlprof"])),
+    })
+    routers = {}
     try:
-        for name, config, env in (("native", None, {"RLPROF_DISABLE": "1"}),
-                                  ("rlprof", "rlprof", {})):
-            tmp = tmp_path_factory.mktemp(f"slime-{name}")
-            server = start_server(tmp, rlprof_config(tmp) if config else None, env=env)
-            started[name] = (server, tmp)
-            routers[name] = start_router("sglang-router", tmp, [server.url], expect_workers=1)
-        yield {name: (routers[name], *started[name]) for name in started}
+        for name, server in servers.items():
+            routers[name] = start_router("sglang-router", tmps[name], [server.url], expect_workers=1)
+        yield {name: (routers[name], servers[name], tmps[name]) for name in servers}
     finally:
         for router in routers.values():
             router.stop()
-        for server, _ in started.values():
+        for server in servers.values():
             server.stop()
 
 

@@ -36,8 +36,12 @@ def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_files_are_on_disk_when_stop_returns(tmp_path, tp):
-    runs = {"native": replay(tmp_path / "native", tp, native=True),
-            "rlprof": replay(tmp_path / "rlprof", tp, native=False)}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # the two engines side by side: half the wall time
+        futures = {name: pool.submit(replay, tmp_path / name, tp, native=name == "native")
+                   for name in ("native", "rlprof")}
+    runs = {name: f.result() for name, f in futures.items()}
     for name, run in runs.items():
         assert run["at_return"] == run["later"], f"{name}: written after stop_profile returned: {run}"
         workers = [f for f in run["at_return"] if "async_llm" not in f]

@@ -22,7 +22,7 @@ this CPU host rlprof refuses slime's default ``["GPU"]`` with 400 naming
 import pytest
 
 from tests.helpers.traces import iteration_indices, load_trace
-from tests.helpers.vllm_server import start_server
+from tests.helpers.vllm_server import start_server, start_together
 
 pytestmark = pytest.mark.vllm
 
@@ -34,15 +34,14 @@ def vime_config(tmp) -> dict:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    started = {}
-    try:
-        for name, env in (("native", {"RLPROF_DISABLE": "1"}), ("rlprof", {})):
-            tmp = tmp_path_factory.mktemp(f"vime-{name}")
-            started[name] = start_server(tmp, vime_config(tmp), env=env)
-        yield started
-    finally:
-        for server in started.values():
-            server.stop()
+    def start(name: str, env: dict):
+        tmp = tmp_path_factory.mktemp(f"vime-{name}")
+        return lambda: start_server(tmp, vime_config(tmp), env=env)
+
+    started = start_together({"native": start("native", {"RLPROF_DISABLE": "1"}), "rlprof": start("rlprof", {})})
+    yield started
+    for server in started.values():
+        server.stop()
 
 
 EARLIER_BODY = {"output_dir": "/tmp/sglang_profile", "num_steps": 3, "activities": ["CPU"],

@@ -7,29 +7,36 @@ import pytest
 import requests
 
 from tests.helpers.traces import rank_traces
-from tests.helpers.vllm_server import TINY_MODEL, start_server
+from tests.helpers.vllm_server import TINY_MODEL, start_server, start_together
 
 KEY = "sekret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 @pytest.fixture(scope="module")
-def server_with_key(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("key")
-    config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False}
-    server = start_server(tmp, config, extra=["--api-key", KEY])
-    yield server
-    server.stop()
+def servers(tmp_path_factory):
+    """A server with a key, and one that opts its profiling routes out of it (started together)."""
+    key, optout = tmp_path_factory.mktemp("key"), tmp_path_factory.mktemp("optout")
+    base = {"profiler": "torch", "torch_profiler_with_stack": False}
+    started = start_together({
+        "key": lambda: start_server(key, {**base, "torch_profiler_dir": str(key / "traces")}, extra=["--api-key", KEY]),
+        "optout": lambda: start_server(optout, {**base, "torch_profiler_dir": str(optout / "traces"),
+                                                "routes_require_api_key": False, "keep_last_steps": 2,
+                                                "ignore_frontend": True}, extra=["--api-key", KEY]),
+    })
+    yield started
+    for server in started.values():
+        server.stop()
 
 
 @pytest.fixture(scope="module")
-def server_opted_out(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("optout")
-    config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
-              "routes_require_api_key": False, "keep_last_steps": 2, "ignore_frontend": True}
-    server = start_server(tmp, config, extra=["--api-key", KEY])
-    yield server
-    server.stop()
+def server_with_key(servers):
+    return servers["key"]
+
+
+@pytest.fixture(scope="module")
+def server_opted_out(servers):
+    return servers["optout"]
 
 
 def post(server, path, body=None, headers=None):

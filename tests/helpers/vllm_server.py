@@ -185,3 +185,24 @@ def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300)
         stop_process(node1)
         raise RuntimeError(f"{e}\nnode 1 log:\n{node1_log.read_text(errors='replace')[-3000:]}") from e
     return TwoNodeServer(head, node1, node1_log)
+
+
+def start_together(starts: dict):
+    """``{name: start()}`` run at once: a server's start is mostly single-threaded
+    imports, so two cores start two servers in about the time of one. If any
+    start fails, the ones that started are stopped and the failure raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(starts)) as pool:
+        futures = {name: pool.submit(start) for name, start in starts.items()}
+    started, failure = {}, None
+    for name, future in futures.items():
+        try:
+            started[name] = future.result()
+        except Exception as e:
+            failure = failure or e
+    if failure is not None:
+        for server in started.values():
+            server.stop()
+        raise failure
+    return started

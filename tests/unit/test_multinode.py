@@ -267,3 +267,6 @@ def test_a_rank_reads_back_only_its_own_written_files(tmp_path):
     m = manifest.read(Path(s["directory"]))
     assert m["elsewhere"] == [{"node": 0, "host": s["host"], "directory": "/elsewhere/global_step_2",
                                "ranks": ["rank1"]}]
+    Path(written).unlink()  # e.g. pruned by keep_last_steps since
+    with pytest.raises(NotFoundError, match="could not read"):
+        file_piece([ctl.handle(read)], "rank0", path)
