@@ -102,20 +102,29 @@ def _doctor(path: Path) -> dict:
     return json.loads(_run(path, code).stdout)["engines"][0]
 
 
+def _together(*calls):
+    """Independent interpreters side by side (each is one core's worth of imports)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [f.result() for f in futures]
+
+
 def _for_newest() -> list[str]:
     return [p.name for p in VLLM_PATCHES if p.supports(NEWEST)]
 
 
 def test_a_newer_release_with_the_same_shapes_gets_every_patch():
     path = _copy(f"vllm-{NEXT}-as-{NEWEST}", None)
-    started = _startup(path)
+    started, report, strict = _together(lambda: _startup(path), lambda: _doctor(path),
+                                         lambda: _startup(path, RLPROF_STRICT_VERSIONS="1"))
     assert started["version"] == NEXT
     assert started["applied"] == _for_newest()
     untested = [w for w in started["warnings"] if "newer than the newest tested release" in w]
     assert len(untested) == 1 and NEXT in untested[0] and NEWEST in untested[0], started["warnings"]
     assert [w for w in started["warnings"] if w not in untested] == []  # no patch was refused
 
-    report = _doctor(path)
     assert report["supported"] and not report["tested"] and report["untested_newer"] == NEWEST and report["ok"]
     states = {p["name"]: (p["state"], p["detail"]) for p in report["patches"]}
     for name in _for_newest():
@@ -124,21 +133,19 @@ def test_a_newer_release_with_the_same_shapes_gets_every_patch():
         p.name for p in VLLM_PATCHES if not p.supports(NEWEST)}  # the env-era (< 0.13) patches
     assert all(f["available"] for f in report["features"] if "RLPROF_PROFILER_CONFIG" not in f["feature"])
 
-    strict = _startup(path, RLPROF_STRICT_VERSIONS="1")
     assert strict["applied"] == []
     assert all("RLPROF_STRICT_VERSIONS" in w for w in strict["warnings"] if "outside the range" in w)
 
 
 def test_a_changed_target_turns_off_only_its_patch_with_one_warning():
     path = _copy(f"vllm-{NEXT}-profile-changed", (PROFILE_HEAD, CHANGED_HEAD))
-    started = _startup(path)
+    started, report = _together(lambda: _startup(path), lambda: _doctor(path))
     worker = "vllm.worker.profile"
     assert started["applied"] == [n for n in _for_newest() if n != worker]
     refused = [w for w in started["warnings"] if worker in w]
     assert len(refused) == 1, started["warnings"]
     assert NEXT in refused[0] and NEWEST in refused[0] and "Worker.profile" in refused[0]
     assert "(self, mode, is_start=" in refused[0]  # what changed, as it now is
-    report = _doctor(path)
     states = {p["name"]: (p["state"], p["detail"]) for p in report["patches"]}
     assert states[worker][0] == "off" and "Worker.profile" in states[worker][1]
     assert all(states[n][0] == "applies" for n in _for_newest() if n != worker)

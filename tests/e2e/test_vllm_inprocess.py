@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.traces import iteration_indices, load_trace, rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
 
@@ -19,8 +21,19 @@ def run(mode: str, trace_dir: Path) -> list[dict]:
     return [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 
 
-def test_llm_with_dict_config(tmp_path):
-    results = run("llm", tmp_path)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both scripts, side by side (each is one engine process, mostly single-threaded start-up)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folders = {mode: tmp_path_factory.mktemp(mode) for mode in ("llm", "async")}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {mode: pool.submit(run, mode, folder) for mode, folder in folders.items()}
+    return {mode: (future.result(), folders[mode]) for mode, future in futures.items()}
+
+
+def test_llm_with_dict_config(runs):
+    results, tmp_path = runs["llm"]
     steps = [r for r in results if r["kind"] == "step"]
     assert [(r["step"], r["started"], r["status"], r["stop"]) for r in steps] == [
         (s, "waiting", "done", True) for s in (0, 1, 2)]
@@ -35,8 +48,8 @@ def test_llm_with_dict_config(tmp_path):
     assert not (tmp_path / "global_step_10").exists()
 
 
-def test_async_llm_with_engine_args_dict(tmp_path):
-    results = run("async", tmp_path)
+def test_async_llm_with_engine_args_dict(runs):
+    results, tmp_path = runs["async"]
     assert [(r["step"], r["status"]) for r in results if r["kind"] == "step"] == [(4, "done"), (5, "done")]
     for step in (4, 5):
         traces = rank_traces(tmp_path / f"global_step_{step}")
