@@ -30,7 +30,7 @@ COLLECTIVE = re.compile(r"allreduce|all_reduce|all_gather|allgather|reduce_scatt
                         re.IGNORECASE)
 FIRST = 64  # collectives read per rank: enough pairs for a robust median, a small read
 MAX_LAG = 3  # unpaired collectives tolerated at the start of one rank's recording
-READ_LIMIT = 64 << 20  # bytes of events read at most looking for them
+READ_LIMIT = 8 << 20  # bytes of the file read at most looking for them (a TP rank has them in its first KB)
 
 
 @dataclass
