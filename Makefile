@@ -122,6 +122,7 @@ bench: env tiny-model
 
 bench-merge: env
 	$(VPY) benchmarks/bench_trace_tools.py
+	$(VPY) benchmarks/bench_align.py
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server, and the largest stall (~15 min).
 bench-sglang: env tiny-model
