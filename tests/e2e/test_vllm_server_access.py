@@ -86,7 +86,11 @@ def test_keep_last_steps_and_ignore_frontend(server_opted_out):
         assert post(server_opted_out, "/start_profile", {"global_step": step, "step_end": 1}).status_code == 200
         complete(server_opted_out, AUTH)
         assert server_opted_out.wait_state()["state"] == "done"
-    folders = sorted(p.name for p in server_opted_out.trace_dir.iterdir())
+    # retention runs in the background once step 4 is complete: a status read can come first
+    deadline = time.time() + 30
+    while (folders := sorted(p.name for p in server_opted_out.trace_dir.iterdir())) != [
+            "global_step_3", "global_step_4"] and time.time() < deadline:
+        time.sleep(0.1)
     assert folders == ["global_step_3", "global_step_4"]
     folder = server_opted_out.trace_dir / "global_step_4"
     assert not list(folder.rglob("*async_llm*"))
