@@ -56,7 +56,8 @@ $(VENV_SGLANG)/.sglang-installed: tests/requirements/sglang-0.5.23-cpu.txt
 	echo "$(CURDIR)/tests/stand_ins/cpu_imports" > "$$($(SPY) -c 'import site; print(site.getsitepackages()[0])')/rlprof-test-stand-ins.pth"
 	touch $@
 
-$(VENV_SGLANG)/.rlprof-installed: $(VENV_SGLANG)/.sglang-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
+# After the vLLM environment's: both editable installs write this tree's egg-info (make -j).
+$(VENV_SGLANG)/.rlprof-installed: $(VENV_SGLANG)/.sglang-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth | $(VENV_VLLM)/.rlprof-installed
 	$(SPY) -m pip install -q -e '.[test]'
 	touch $@
 
