@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from . import manifest
 from .errors import ConflictError, NotFoundError, RequestError, UnavailableError
+from .layout import read_piece
 from .manifest import aggregate_state
 
 UNAVAILABLE = "unavailable"
@@ -214,9 +215,7 @@ def local_piece(status: dict[str, Any], rank: str, path: str, offset: int, lengt
     if path != manifest.MANIFEST and str(target) not in [str(f) for f in entry.get("files", [])]:
         raise NotFoundError("path", f"{rank} has no written file {path!r} in global step {status.get('global_step')}")
     try:
-        with open(target, "rb") as f:
-            f.seek(offset)
-            return {"data": f.read(length), "size": target.stat().st_size}
+        return read_piece(target, offset, length)
     except FileNotFoundError:
         raise NotFoundError("path", f"{target} is not on this server's disk (node {entry.get('node', 0)}, "
                                     f"host {entry.get('host')}): use a shared directory") from None

@@ -117,6 +117,14 @@ def publish(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
+def read_piece(path: Path, offset: int, length: int) -> dict:
+    """``length`` bytes of a written file from ``offset`` and its whole size
+    (one piece of ``GET /profile_file``, wherever it is read)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return {"data": f.read(length), "size": os.fstat(f.fileno()).st_size}
+
+
 def write_text_atomic(final: Path, text: str) -> None:
     tmp = atomic_target(final)
     try:

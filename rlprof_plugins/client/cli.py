@@ -40,9 +40,13 @@ def render(result: FleetResult) -> str:
     return "\n".join(lines)
 
 
+def _urls(args) -> list[str]:
+    """``--url`` as given: repeated, comma-separated, or both."""
+    return [u for given in args.url or [] for u in given.split(",") if u.strip()]
+
+
 def _profiler(args) -> RolloutProfiler:
-    urls = [u for given in args.url or [] for u in given.split(",") if u.strip()]
-    return RolloutProfiler(urls, router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
+    return RolloutProfiler(_urls(args), router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
                            request_timeout=args.request_timeout, wait_timeout=args.timeout)
 
 
@@ -87,7 +91,7 @@ def cmd_collect(args) -> int:
 
     from .collect import CollectError, collect
 
-    urls = [u for given in args.url or [] for u in given.split(",") if u.strip()]
+    urls = _urls(args)
     if len(urls) != 1:
         print("rlprof: error: collect: give one server (--url URL): the one whose ranks span the nodes",
               file=sys.stderr)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..layout import session_dir
+from ..layout import read_piece, session_dir
 from ..manifest import MANIFEST
 from ..requests import StartRequest
 from .window import StepWindow
@@ -150,9 +150,7 @@ class Session:
         if not listed and path != MANIFEST:  # its own files once written, and its folder's manifest
             return {"missing": f"{rank} has no written file {path!r} in global step {self.global_step}"}
         offset, length = int(command.get("offset") or 0), min(int(command.get("length") or READ_MAX), READ_MAX)
-        with open(self.directory / path, "rb") as f:
-            f.seek(offset)
-            return {"data": f.read(length), "size": (self.directory / path).stat().st_size}
+        return read_piece(self.directory / path, offset, length)
 
     def manifest_section(self) -> dict[str, Any]:
         """This worker's section of the step manifest."""

@@ -18,17 +18,14 @@ from tests.helpers.traces import iteration_indices, load_trace, manifest_traces,
 @pytest.fixture(scope="module")
 def sglang_two_nodes(tmp_path_factory):
     from tests.helpers.sglang_server import available, start_two_nodes
-    from tests.helpers.vllm_server import stop_process
 
     if not available():
         pytest.skip(".venv-sglang missing (make env)")
     tmp = tmp_path_factory.mktemp("sglang-two-nodes")
-    head, node1 = start_two_nodes(tmp, {"torch_profiler_dir": str(tmp / "traces"),
-                                        "torch_profiler_with_stack": False})
-    head.trace_dir = tmp / "traces"
-    yield head
-    head.stop()
-    stop_process(node1)
+    server = start_two_nodes(tmp, {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False})
+    server.head.trace_dir = tmp / "traces"
+    yield server.head
+    server.stop()
 
 
 def test_both_nodes_in_status_manifest_collect_and_merge(sglang_two_nodes, tmp_path):

@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .vllm_server import REPO, TINY_MODEL, VllmServer, free_port, launch, stop_process
+from .vllm_server import REPO, TINY_MODEL, TwoNodeServer, VllmServer, free_port, launch, launch_two_nodes
 
 SGLANG_PYTHON = Path(os.environ.get("RLPROF_SGLANG_PYTHON", REPO / ".venv-sglang" / "bin" / "python"))
 SMALL_FLAGS = [
@@ -70,24 +70,16 @@ def run_until_exit(tmp: Path, args: list[str], timeout: float = 180,
     return subprocess.run(cmd, capture_output=True, text=True, env=cpu_env(**(env or {})), timeout=timeout, cwd=tmp)
 
 
-def start_two_nodes(tmp: Path, config: dict, timeout: float = 300):
+def start_two_nodes(tmp: Path, config: dict, timeout: float = 300) -> TwoNodeServer:
     """One SGLang server spanning two "nodes" on this machine (``--tp 2 --nnodes 2
     --node-rank R --dist-init-addr``, a scheduler on each): node 0 serves HTTP,
-    node 1 answers only SGLang's dummy health check. Returns (head, node 1's process)."""
+    node 1 answers only SGLang's dummy health check."""
     port, node1_port, init = free_port(), free_port(), free_port()
 
     def command(node: int, http_port: int) -> list[str]:
         return server_command(http_port, config, tp=2, extra=["--nnodes", "2", "--node-rank", str(node),
                                                               "--dist-init-addr", f"127.0.0.1:{init}"])
 
-    log1 = tmp / "sglang-node1.log"
-    with open(log1, "wb") as log:
-        node1 = subprocess.Popen(command(1, node1_port), stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                                 env=cpu_env(SGLANG_CPU_OMP_THREADS_BIND="1"), start_new_session=True)
-    try:
-        head = launch(SglangServer, "SGLang node 0", tmp, tmp / "sglang-node0.log", port, command(0, port),
-                      cpu_env(SGLANG_CPU_OMP_THREADS_BIND="0"), config, timeout)
-    except Exception as e:
-        stop_process(node1)
-        raise RuntimeError(f"{e}\nnode 1 log:\n{log1.read_text(errors='replace')[-3000:]}") from e
-    return head, node1
+    return launch_two_nodes(SglangServer, "sglang", tmp, port, (command(0, port), command(1, node1_port)),
+                            (cpu_env(SGLANG_CPU_OMP_THREADS_BIND="0"), cpu_env(SGLANG_CPU_OMP_THREADS_BIND="1")),
+                            config, timeout)

@@ -147,9 +147,9 @@ SERVE = REPO / "tests" / "tools" / "vllm_serve.py"
 
 @dataclass
 class TwoNodeServer:
-    """One vLLM server spanning two "nodes" on this machine (TP=2, a rank on
-    each): the head (node 0, the HTTP server) and a headless node 1, each with
-    its own profiler configuration, as on two hosts (engine notes, section 1)."""
+    """One server spanning two "nodes" on this machine: the head (node 0, the
+    HTTP server) and node 1, a process without the API (vLLM ``--headless``,
+    SGLang's dummy health check)."""
 
     head: VllmServer
     node1: subprocess.Popen
@@ -160,8 +160,28 @@ class TwoNodeServer:
         stop_process(self.node1)
 
 
+def launch_two_nodes(server_cls, name: str, tmp: Path, port: int, commands: tuple[list[str], list[str]],
+                     envs: tuple[dict[str, str], dict[str, str]], config: dict | None,
+                     timeout: float) -> TwoNodeServer:
+    """Node 1 first, then the head until its ``/health`` answers (it waits for
+    node 1 to join); node 1 is stopped, and its log shown, if the head fails."""
+    node1_log = tmp / f"{name}-node1.log"
+    with open(node1_log, "wb") as log:
+        node1 = subprocess.Popen(commands[1], stdout=log, stderr=subprocess.STDOUT, env=envs[1],
+                                 start_new_session=True, cwd=tmp)
+    try:
+        head = launch(server_cls, f"{name} node 0", tmp, tmp / f"{name}-node0.log", port, commands[0], envs[0], config,
+                      timeout)
+    except Exception as e:
+        stop_process(node1)
+        raise RuntimeError(f"{e}\nnode 1 log:\n{node1_log.read_text(errors='replace')[-3000:]}") from e
+    return TwoNodeServer(head, node1, node1_log)
+
+
 def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300) -> TwoNodeServer:
-    """``vllm serve --nnodes 2 --node-rank R`` twice; ``configs``: each node's ``--profiler-config``."""
+    """One vLLM server spanning two "nodes" (TP=2, a rank on each; engine notes,
+    section 1): ``vllm serve --nnodes 2 --node-rank R`` twice, node 1
+    ``--headless``; ``configs``: each node's ``--profiler-config``, as on two hosts."""
     port, master = free_port(), free_port()
 
     def command(node: int) -> list[str]:
@@ -175,16 +195,8 @@ def start_two_nodes(tmp: Path, configs: tuple[dict, dict], timeout: float = 300)
         return cpu_env(1, VLLM_TARGET_DEVICE="cpu", VLLM_HOST_IP="127.0.0.1", VLLM_LOOPBACK_IP="127.0.0.1",
                        VLLM_CPU_OMP_THREADS_BIND=str(node))
 
-    node1_log = tmp / "node1.log"
-    with open(node1_log, "wb") as log:
-        node1 = subprocess.Popen(command(1), stdout=log, stderr=subprocess.STDOUT, env=env(1), start_new_session=True,
-                                 cwd=tmp)
-    try:
-        head = launch(VllmServer, "vLLM node 0", tmp, tmp / "node0.log", port, command(0), env(0), configs[0], timeout)
-    except Exception as e:
-        stop_process(node1)
-        raise RuntimeError(f"{e}\nnode 1 log:\n{node1_log.read_text(errors='replace')[-3000:]}") from e
-    return TwoNodeServer(head, node1, node1_log)
+    return launch_two_nodes(VllmServer, "vllm", tmp, port, (command(0), command(1)), (env(0), env(1)), configs[0],
+                            timeout)
 
 
 def start_together(starts: dict):
