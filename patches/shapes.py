@@ -43,7 +43,7 @@ from packaging.version import InvalidVersion, Version
 
 from rlprof_plugins._env import on
 
-from .engines import ENGINES
+from .engines import FACTS
 
 STRICT_ENV = "RLPROF_STRICT_VERSIONS"
 RECORDS = Path(__file__).resolve().parent / "shape_records"
@@ -197,7 +197,7 @@ def strict() -> bool:
 
 
 def newest_tested(engine: str) -> str | None:
-    facts = ENGINES.get(engine)
+    facts = FACTS.get(engine)
     releases = facts.TESTED if facts is not None else None
     return max(releases, key=Version) if releases else None
 

@@ -6,7 +6,7 @@
     rlprof summary DIR [--json]             where each step's time went, step over step
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
     rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
-    rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine, and how to set it up
+    rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine (and verl), and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
     rlprof start|stop|status --url U | --router R [--global-step N ...]
                                             profile a global step on every rollout server (rlprof_plugins.client)
@@ -31,12 +31,20 @@ from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_sum
 
 # ---- doctor --------------------------------------------------------------------------
 def cmd_doctor(args) -> int:
-    from .doctor import ENGINES, diagnose_all, header, render
+    from .doctor import ENGINES, diagnose_all, header, printing_to_stderr, render
+    from .doctor_trainers import TRAINERS, diagnose_trainer, render_trainer
 
-    reports = diagnose_all([args.engine] if args.engine else list(ENGINES), dry_run=not args.no_import)
-    found = [r for r in reports if r.installed]
-    emit(args, {"engines": [r.to_json() for r in reports]}, "\n".join([header()] + [render(r) for r in reports]))
-    if not found:
+    picked = [args.engine] if args.engine else [*ENGINES, *TRAINERS]
+    reports = diagnose_all([e for e in picked if e in ENGINES], dry_run=not args.no_import)
+    trainers = printing_to_stderr(lambda: [diagnose_trainer(t, dry_run=not args.no_import)
+                                           for t in picked if t in TRAINERS])
+    found = [r for r in [*reports, *trainers] if r.installed]
+    emit(args, {"engines": [r.to_json() for r in reports], "trainers": [r.to_json() for r in trainers]},
+         "\n".join([header()] + [render(r) for r in reports] + [render_trainer(r) for r in trainers]))
+    if args.engine in TRAINERS and not found:
+        print(f"rlprof: error: {args.engine} is not installed in this environment", file=sys.stderr)
+        return EXIT_FAILED
+    if not [r for r in reports if r.installed] and args.engine not in TRAINERS:
         print("rlprof: error: no supported engine (vllm, sglang) is installed in this environment", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if all(r.ok for r in found) else EXIT_FAILED
@@ -125,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("doctor", help="the installed engine: version, features, patches, how to configure "
                                       "(exit 1 if a patch declared for it fails)")
-    p.add_argument("--engine", choices=("vllm", "sglang"), help="only this engine (default: every one installed)")
+    p.add_argument("--engine", choices=("vllm", "sglang", "verl"),
+                   help="only this engine, or trainer (verl); default: every one installed")
     p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)

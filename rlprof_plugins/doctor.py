@@ -79,7 +79,7 @@ def _present_targets(patch, module) -> str:
 UNTESTED_OK = "untested release, shape checked"
 
 
-def _dry_run(patch, version: str) -> PatchCheck:
+def check_patch(patch, version: str) -> PatchCheck:
     from .patches import shapes
     from .patches.base import apply_guarded
 
@@ -184,7 +184,7 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report.supported = compat.supported(engine, version) or report.untested_newer is not None
     report.tested = any(version == t or version.startswith(t + "+") for t in compat.TESTED[engine])
     for patch in (p for p in ALL_PATCHES if p.engine == engine):
-        report.patches.append(_dry_run(patch, version) if dry_run else
+        report.patches.append(check_patch(patch, version) if dry_run else
                               PatchCheck(patch.name, patch.module, "applies" if patch.covers(version) else "off",
                                          "not checked (--no-import)" if patch.covers(version)
                                          else f"declared for {patch.versions}"))
@@ -199,13 +199,18 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
 
 
 def diagnose_all(engines: list[str], *, dry_run: bool = True) -> list[EngineReport]:
-    """``diagnose`` each engine; what the engines print while their modules
-    import goes to stderr, so stdout keeps only the result."""
+    """``diagnose`` each engine, quietly (``printing_to_stderr``)."""
+    return printing_to_stderr(lambda: [diagnose(e, dry_run=dry_run) for e in engines])
+
+
+def printing_to_stderr(work):
+    """``work()``, with what the engines print while their modules import sent
+    to stderr, so stdout keeps only the result."""
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        return [diagnose(e, dry_run=dry_run) for e in engines]
+        return work()
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

@@ -63,6 +63,11 @@ class ProfileOptions:
     ``allowed_output_dirs``: directories besides the configured one that a
     start request's ``output_dir`` may name (SGLang's field, accepted on both
     engines); rlprof never writes anywhere else.
+
+    ``trainer_step_offset``: where a trainer integration knows only the
+    weights version its server holds (verl: ``rlprof_plugins.trainer_step``),
+    a start without a ``global_step`` writes ``global_step_<version + this>``;
+    1 by default (verl syncs after step N, so step N's rollout holds N-1).
     """
 
     step_start: int = 0
@@ -75,6 +80,7 @@ class ProfileOptions:
     stop_wait_seconds: int = 120
     chunk_iterations: int = DEFAULT_CHUNK_ITERATIONS
     allowed_output_dirs: tuple[str, ...] = ()
+    trainer_step_offset: int = 1
     backend: str = "auto"
     npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
     npu_aic_metrics: str = npu_options.DEFAULTS["npu_aic_metrics"]
@@ -169,6 +175,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
         chunk_iterations=check_count("chunk_iterations", data.get("chunk_iterations", DEFAULT_CHUNK_ITERATIONS)),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
+        trainer_step_offset=check_count("trainer_step_offset", data.get("trainer_step_offset", 1)),
         backend=check_backend(data.get("backend", "auto")),
         **npu,
     )

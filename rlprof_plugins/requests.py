@@ -29,6 +29,7 @@ from .layout import session_dir
 from .options import ProfileOptions, check_count, check_flag, check_window
 from .profiler_config import check_activities_on_host, parse_activities
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
+from . import trainer_step
 
 # vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
 # TorchSettings field each one sets. Any other key is refused (vLLM would hand
@@ -140,8 +141,12 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
     start, end, start_at = _window(given, server.defaults)
     warnings: list[str] = []
     output_dir = _output_dir(given.get("output_dir"), server, warnings)
+    step = given.get("global_step")
+    if step is None:  # a trainer integration's step (verl), where one gave it
+        step = trainer_step.global_step(server.defaults.trainer_step_offset)
+    global_step = check_count("global_step", step, allow_none=True, error=RequestError)
     request = StartRequest(
-        global_step=check_count("global_step", given.get("global_step"), allow_none=True, error=RequestError),
+        global_step=global_step,
         step_start=start,
         step_end=end,
         profile_prefix=_prefix(given.get("profile_prefix"), server),

@@ -12,7 +12,8 @@ from 0.5.15 (where keywords raise ``TypeError``). This wrapper takes both
 forms on every release. When rlprof is configured in this process
 (``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses a
 field SGLang does not define (rlprof's ``global_step``, vLLM's
-``delay_iterations``, ...), the request is parsed like an HTTP body (same
+``delay_iterations``, ...) or a trainer integration gave the RL step
+(``rlprof_plugins.trainer_step``: verl's server actor), the request is parsed like an HTTP body (same
 fields, same errors, raised naming the field) and sent to the schedulers as an
 rlprof command; the stop returns once the files are written (bounded by
 ``stop_wait_seconds``), as SGLang's own stop does. Otherwise SGLang's own
@@ -28,6 +29,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any
+
+from rlprof_plugins import trainer_step
 
 from . import http as sglang_http
 from ..base import Patch
@@ -83,7 +86,8 @@ async def _rlprof_start(manager: Any, body: dict, config: Any):
 def _wrap_start(wrapped, instance, args, kwargs):
     body = _body(args, kwargs)
     config = sglang_http.server_config()
-    if config is None and not sglang_http.uses_rlprof(body):
+    # A trainer integration's step (verl's server actor) makes it an rlprof session, as a global_step would.
+    if config is None and not sglang_http.uses_rlprof(body) and not trainer_step.active():
         return _native_start(wrapped, args, kwargs)
     return _rlprof_start(instance, body, config)
 

@@ -46,3 +46,19 @@ def test_invalid_rlprof_profiler_config_is_pointed_out(monkeypatch):
     assert any("invalid" in n and "step_strat" in n for n in notes)
     assert any("override --profiler-config" in n for n in notes)
     assert any("removed in 0.16" in n for n in _environment("vllm", "0.20.0"))
+
+
+def test_verl_is_reported_next_to_the_engines(capsys, monkeypatch):
+    """Where verl is not installed (the unit environments): said, without failing the engines' report;
+    alone (``--engine verl``) it is an error naming verl. Installed: tests/verl/contract_verl.py."""
+    from rlprof_plugins.patches.verl import trainer
+
+    monkeypatch.setattr(trainer, "version", lambda: None)
+    assert rlprof(["doctor", "--no-import", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trainers"] == [
+        {"trainer": "verl", "installed": False, "version": None, "supported": False, "tested": False,
+         "untested_newer": None, "patches": [], "plugin_loading": "", "step_source": "", "configure": "",
+         "ok": False}]
+    assert rlprof(["doctor", "--engine", "verl"]) == 1
+    out, err = capsys.readouterr()
+    assert "verl: not installed" in out and "verl is not installed" in err

@@ -125,3 +125,37 @@ def test_a_patch_for_another_era_of_its_area_stays_quiet(caplog):
         new.revert()
         sys.modules.pop(mod.__name__)
         wrapt.importer._post_import_hooks.pop(mod.__name__, None)
+
+
+def test_plain_async_wraps_with_a_coroutine_function_and_reverts():
+    """``plain_async`` (verl's Ray actor classes): a plain ``async def`` with the original's
+    signature and coroutine flag, the wrapper called as wrapt would (bound original), exact revert."""
+    import asyncio
+    import inspect
+    import types
+
+    class Server:
+        async def start_profile(self, **kwargs):
+            return ("verl", self, kwargs)
+
+    seen = []
+
+    async def wrapper(wrapped, instance, args, kwargs):
+        seen.append((wrapped.__func__, instance))
+        return await wrapped(*args, **{**kwargs, "seen": True})
+
+    mod = types.ModuleType("m")
+    mod.Server = Server
+    original = Server.__dict__["start_profile"]
+    patch = make_patch(name="t.plain", wrap={"Server.start_profile": wrapper}, plain_async=True)
+    assert apply_guarded(patch, mod, "1.0")
+    method = Server.start_profile
+    assert type(method) is types.FunctionType and inspect.iscoroutinefunction(method)
+    assert str(inspect.signature(method)) == "(self, **kwargs)" and method.__wrapped__ is original
+    server = Server()
+    assert asyncio.run(server.start_profile(a=1)) == ("verl", server, {"a": 1, "seen": True})
+    assert seen == [(original, server)]
+    with pytest.raises(RuntimeError, match="already wrapped"):
+        patch.apply(types.SimpleNamespace(Server=Server))  # another module object, same class
+    patch.revert()
+    assert Server.__dict__["start_profile"] is original

@@ -207,3 +207,24 @@ def test_docs_table_is_generated_from_the_declarations():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     block = docs.split("<!-- request-fields:start -->\n")[1].split("<!-- request-fields:end -->")[0]
     assert block == field_table(), "regenerate: make patch-table"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_trainer_step_fills_an_unnamed_global_step(tmp_path, engine):
+    """verl's integration (rlprof_plugins.trainer_step): the weights version + the offset,
+    the caller's own step first, nothing without a sync, and only inside the call."""
+    from rlprof_plugins import trainer_step
+    from rlprof_plugins.trainer_step import TrainerStep
+
+    srv = server(tmp_path, engine)
+    with trainer_step.given(TrainerStep("verl", weights_version=4)):
+        assert parse_start({}, srv).global_step == 5
+        assert parse_start({"global_step": 9}, srv).global_step == 9  # a step in the request wins
+        offset0 = server(tmp_path, engine, defaults=ProfileOptions(trainer_step_offset=0))
+        assert parse_start({}, offset0).global_step == 4
+    with trainer_step.given(TrainerStep("verl", global_step=7, weights_version=4)):
+        assert parse_start({}, srv).global_step == 7
+    with trainer_step.given(TrainerStep("verl")):
+        assert not trainer_step.active()
+        assert parse_start({}, srv).global_step is None
+    assert parse_start({}, srv).global_step is None  # outside the call: as before

@@ -1,0 +1,79 @@
+"""verl's rollout server actors: their ``start_profile`` carries the RL step to the engine.
+
+verl's trainer starts rollout profiling with no arguments: ``RolloutReplica.
+start_profile(**kwargs)`` calls ``server.start_profile.remote(**kwargs)`` on
+each server actor. ``vLLMHttpServer.start_profile`` awaits
+``AsyncLLM.start_profile(**kwargs)``; ``SGLangHttpServer.start_profile``
+builds its own ``tokenizer_manager.start_profile(...)`` arguments and drops
+the incoming ones. Neither passes a step, but each actor holds the weights
+version of its last sync (``set_global_steps``).
+
+The wrapper sets ``rlprof_plugins.trainer_step.CURRENT`` (the caller's
+``global_step`` kwarg, else that weights version) around verl's own method;
+the start request that method makes, through rlprof's ``AsyncLLM`` or
+``TokenizerManager`` patch, takes its global step from there
+(``requests.parse_start``, offset ``trainer_step_offset``). Nothing is added
+to the engine call itself: where the engine runs without rlprof, the call is
+exactly verl's (no ``TypeError`` from a keyword stock vLLM does not take).
+
+Patched where the actor runs: the module's import in each actor process (an
+actor class is unpickled by reference) applies the patch. Plain ``async
+def`` wrappers: Ray reads each method's coroutine flag and signature when
+the class becomes an actor. verl's trainer-side ``LLMServerManager`` is left
+alone: its ``auto_await`` inspects the caller's frame, which a wrapper
+there would change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlprof_plugins import trainer_step
+from rlprof_plugins._log import warn_once
+from rlprof_plugins.trainer_step import TrainerStep
+
+from ..base import Patch
+from ..features import TRAINER_STEPS
+from .trainer import NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
+
+
+def _count(value: Any) -> int | None:
+    """A step or version verl holds, if it is one (an int >= 0, not a bool)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def step_of(server: Any, kwargs: dict) -> TrainerStep:
+    """What this actor knows of the step: the caller's ``global_step``, its weights version."""
+    try:
+        # the caller's value as given: the start request checks it, naming the field
+        return TrainerStep(NAME, global_step=kwargs.get("global_step"),
+                           weights_version=_count(getattr(server, WEIGHTS_VERSION_ATTR, None)))
+    except Exception as e:  # never in the way of verl's own call
+        warn_once("verl-step", "rlprof: verl's step could not be read (%s: %s); no global step", type(e).__name__, e)
+        return TrainerStep(NAME)
+
+
+async def _start(wrapped, instance, args, kwargs):
+    with trainer_step.given(step_of(instance, kwargs)):
+        return await wrapped(*args, **kwargs)
+
+
+def _server_patch(engine: str, cls: str) -> Patch:
+    return Patch(
+        name=f"verl.{engine}_server.step",
+        engine=NAME,
+        versions=VERSIONS,
+        module=SERVER_MODULES[engine],
+        feature=TRAINER_STEPS,
+        why=f"verl's trainer starts profiling with no step; {cls} knows the weights version it holds",
+        upstream="verl passing its global step to the engine's start (verl #5025, reverted in #5121)",
+        wrap={f"{cls}.start_profile": _start},
+        relies_on={f"{cls}.set_global_steps": "signature"},
+        plain_async=True,
+    )
+
+
+VLLM_SERVER_PATCH = _server_patch("vllm", "vLLMHttpServer")
+SGLANG_SERVER_PATCH = _server_patch("sglang", "SGLangHttpServer")
+
+PATCHES = (VLLM_SERVER_PATCH, SGLANG_SERVER_PATCH)

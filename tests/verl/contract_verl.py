@@ -1,0 +1,162 @@
+"""The contract of rlprof's verl patches with verl's released source, in one engine's environment.
+
+Run by test_verl_contract.py with ``RLPROF_VERL_CONTRACT=vllm|sglang`` in
+that engine's interpreter, verl 0.9.1 on the path (``site``). Checks what
+the patch relies on in verl's own modules: the entry point applies it when
+verl is imported, the wrapped method keeps verl's signature and stays a
+coroutine function (Ray reads both), verl's method body still calls the
+engine's start the way the patch expects, ``set_global_steps`` sets the
+attribute the patch reads, the shapes match ``patches/shape_records/verl/``,
+and the patch reverts and stays off outside its range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import os
+
+import pytest
+
+from rlprof_plugins import trainer_step
+from rlprof_plugins.patches import shapes
+from rlprof_plugins.patches.base import apply_guarded
+from rlprof_plugins.patches.verl import trainer
+from rlprof_plugins.patches.verl.servers import SGLANG_SERVER_PATCH, VLLM_SERVER_PATCH
+
+ENGINE = os.environ["RLPROF_VERL_CONTRACT"]
+PATCH = {"vllm": VLLM_SERVER_PATCH, "sglang": SGLANG_SERVER_PATCH}[ENGINE]
+CLASS = {"vllm": "vLLMHttpServer", "sglang": "SGLangHttpServer"}[ENGINE]
+# How verl's start_profile reaches the engine (what makes the engine patch see the step).
+ENGINE_CALL = {"vllm": "await self.engine.start_profile(**kwargs)",
+               "sglang": "await tokenizer_manager.start_profile(**profile_args)"}[ENGINE]
+
+
+@pytest.fixture(scope="module")
+def module():
+    importlib.import_module("verl")  # loads the verl.plugins entry points, rlprof's among them
+
+    return importlib.import_module(PATCH.module)
+
+
+def test_the_installed_release_is_the_tested_one():
+    assert trainer.version() in trainer.TESTED
+
+
+def test_entry_point_applies_the_patch_on_import(module):
+    assert PATCH.applied
+    method = getattr(module, CLASS).start_profile
+    assert inspect.iscoroutinefunction(method)  # a plain async def: what Ray reads for an actor method
+    assert str(inspect.signature(method)) == "(self, **kwargs)"
+    assert method.__wrapped__.__qualname__ == f"{CLASS}.start_profile"  # verl's own, one layer down
+
+
+def test_verl_method_bodies_are_what_the_patch_relies_on(module):
+    cls = getattr(module, CLASS)
+    assert ENGINE_CALL in inspect.getsource(cls.start_profile.__wrapped__)
+    server = object.__new__(cls)
+    asyncio.run(server.set_global_steps(4))  # verl's weight-sync hook, on a bare instance
+    assert getattr(server, trainer.WEIGHTS_VERSION_ATTR) == 4
+
+
+def test_the_wrapper_sets_the_step_around_verl_start(module):
+    """verl's own start_profile, run on a bare instance whose profiler is on and whose
+    engine records what it sees of the trainer step."""
+    cls = getattr(module, CLASS)
+    seen = []
+
+    class Engine:
+        async def start_profile(self, *args, **kwargs):
+            seen.append((trainer_step.CURRENT.get(), kwargs.get("global_step")))
+
+    class Controller:
+        config = tool_config = None
+
+        def check_enable(self):
+            return True
+
+        check_this_rank = is_discrete_mode = check_enable
+
+    server = object.__new__(cls)
+    server.node_rank = server.replica_rank = 0
+    server.profiler_controller = Controller()
+    server.engine = server.tokenizer_manager = Engine()
+    asyncio.run(server.set_global_steps(4))
+    asyncio.run(server.start_profile())
+    asyncio.run(server.start_profile(global_step=9))
+    assert [(s.weights_version, s.global_step) for s, _ in seen] == [(4, None), (4, 9)]
+    assert [s.step(1) for s, _ in seen] == [5, 9]
+    assert trainer_step.CURRENT.get() is None  # only inside the call
+
+
+def test_shapes_match_the_record(module):
+    now = shapes.current(PATCH, module)
+    path = shapes.record_path(trainer.NAME, trainer.TESTED[-1])
+    record = json.loads(path.read_text()) if path.exists() else {"patches": {}}
+    if os.environ.get("RLPROF_UPDATE_SHAPES") == "1":
+        record["patches"][PATCH.name] = now  # each engine's run records its own server's patch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(shapes.record_text(trainer.NAME, trainer.TESTED[-1], record["patches"]))
+        return
+    assert record["patches"].get(PATCH.name) == now, (
+        f"{path} drifted from verl {trainer.TESTED[-1]}: run `make shapes` if intended")
+
+
+def test_revert_restores_verl_and_an_untested_old_release_stays_off(module, caplog):
+    cls = getattr(module, CLASS)
+    wrapped = cls.start_profile
+    original = wrapped.__wrapped__
+    PATCH.revert()
+    try:
+        assert cls.start_profile is original
+        with caplog.at_level(logging.WARNING):
+            assert not apply_guarded(PATCH, module, "0.8.0")
+        assert cls.start_profile is original
+        assert "verl 0.8.0 is outside the range" in caplog.text
+    finally:
+        assert apply_guarded(PATCH, module, trainer.version())
+    assert cls.start_profile.__wrapped__ is original
+
+
+def test_documented_overrides_compose():
+    """docs/trainer.md's verl lines, composed with verl's own Hydra config: the rollout profiler is on
+    in discrete mode and RLPROF_PROFILER_CONFIG lands in Ray's runtime_env as the JSON text."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer.md").read_text()
+    block = re.search(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", doc, re.S).group(0)
+    overrides = [word for line in block.splitlines()[2:-1] for word in shlex.split(line.rstrip("\\ "))]
+    assert len(overrides) == 6, overrides
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler)
+    torch_tool = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler.tool_config.torch)
+    assert (rollout.tool, rollout.enable, rollout.save_path, torch_tool.discrete) == ("torch", True, "/traces", True)
+    assert list(cfg.global_profiler.steps) == [5, 37]
+    env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
+    assert json.loads(env["RLPROF_PROFILER_CONFIG"]) == {"by_stage": True, "merge": True}
+
+
+def test_doctor_reports_the_integration(module, monkeypatch):
+    from rlprof_plugins.doctor_trainers import diagnose_trainer, render_trainer
+
+    monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps({"trainer_step_offset": 0}))
+    report = diagnose_trainer("verl")
+    states = {p.name: p.state for p in report.patches}
+    other = {"vllm": "sglang", "sglang": "vllm"}[ENGINE]
+    assert states == {PATCH.name: "applies", f"verl.{other}_server.step": "off"}, report.patches
+    assert report.ok and report.tested and report.version == trainer.TESTED[-1]
+    assert "verl.plugins entry point 'rlprof'" in report.plugin_loading
+    assert "trainer_step_offset 0 (from RLPROF_PROFILER_CONFIG)" in report.step_source
+    assert render_trainer(report).startswith(f"verl {report.version}\n  supported; a tested release")

@@ -1,0 +1,91 @@
+"""verl's rollout profiling through ``RolloutReplica``, on a real Ray actor; run as a script.
+
+``ray.init(num_cpus=1)``, one server actor (``vllm_actor``/``sglang_actor``:
+verl's class, verl's profiling methods), and verl's own
+``RolloutReplica.start_profile``/``stop_profile`` driving it, as the trainer's
+``LLMServerManager`` does, in the order a run makes them:
+
+1. before any weight sync (no weights version): ``start_profile()``;
+2. ``set_global_steps(4)`` (verl's weight sync after step 4), ``start_profile()``;
+3. ``start_profile(global_step=9)`` (a caller that passes the step).
+
+Each session records a short rollout. Prints ``RESULT {json}``: each
+session's files under ``save_path`` when its stop returned.
+
+    python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def server_classes(engine: str):
+    if engine == "vllm":
+        from tests.verl.vllm_actor import TestVllmServer
+        from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMReplica
+
+        return TestVllmServer, vLLMReplica
+    from tests.verl.sglang_actor import TestSGLangServer
+    from verl.workers.rollout.sglang_rollout.async_sglang_server import SGLangReplica
+
+    return TestSGLangServer, SGLangReplica
+
+
+async def replay(engine: str, model: str, save_path: Path, relocate: bool) -> dict:
+    import ray
+
+    server_class, replica_class = server_classes(engine)
+    actor = ray.remote(server_class).options(max_concurrency=8).remote(str(save_path), model, relocate)
+    await actor.launch.remote()
+    # verl's replica methods on the real actor; the replica's own start-up (launch_servers) stands aside
+    replica = object.__new__(replica_class)
+    replica.servers = [actor]
+    sessions = {}
+    try:
+        for name, sync, kwargs in (("before_sync", None, {}), ("after_sync_4", 4, {}),
+                                   ("caller_step_9", None, {"global_step": 9})):
+            if sync is not None:
+                await actor.set_global_steps.remote(sync)
+            before = set(listing(save_path))
+            await replica.start_profile(**kwargs)
+            tokens = await actor.rollout.remote(2)
+            await replica.stop_profile()
+            sessions[name] = {"tokens": tokens, "new": sorted(set(listing(save_path)) - before)}
+    finally:
+        await actor.close.remote()
+    return {"sessions": sessions, "patched_in_driver": _patched(engine)}
+
+
+def _patched(engine: str) -> bool:
+    from rlprof_plugins.patches import VERL_PATCHES
+
+    return any(p.applied for p in VERL_PATCHES if p.name == f"verl.{engine}_server.step")
+
+
+def main() -> None:
+    import ray
+
+    engine, model, save_path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    relocate = "--relocate" in sys.argv[4:]
+    save_path.mkdir(parents=True, exist_ok=True)
+    # the documented line: rlprof's keys reach every server actor through Ray's runtime_env
+    env_vars = {k: os.environ[k] for k in ("RLPROF_PROFILER_CONFIG",) if k in os.environ}
+    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": env_vars})
+    try:
+        result = asyncio.run(replay(engine, model, save_path, relocate))
+    finally:
+        ray.shutdown()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

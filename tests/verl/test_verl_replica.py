@@ -1,0 +1,99 @@
+"""verl 0.9.1's rollout profiling writes global-step folders, with no change to verl.
+
+Both engines side by side, each in its own environment with verl's released
+source (``site``): ``replica_replay`` starts Ray (``num_cpus=1``), one server
+actor (verl's class; a stand-in start-up, see ``vllm_actor``/``sglang_actor``)
+and drives it through verl's own ``RolloutReplica.start_profile()`` and
+``stop_profile()``: before any weight sync, after a sync to weights version
+4, and with a caller's ``global_step=9``.
+
+- vLLM: rlprof's keys reach the actor through Ray's ``runtime_env``
+  (``RLPROF_PROFILER_CONFIG`` with ``by_stage``), the documented line.
+- SGLang: with verl's ``relocate_results`` on, verl moves each step folder
+  whole into ``save_path`` right after the stop; its manifest still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.traces import iteration_indices, load_trace
+from tests.helpers.vllm_server import TINY_MODEL
+from tests.verl import site
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not site.installed(), reason="make env builds .cache/verl-0.9.1")]
+
+REPLICA = "agent_loop_rollout_replica_0"  # verl's rollout_trace_dir(config, replica_rank=0)
+
+
+def replay(engine: str, save_path: Path, *args: str, **env: str) -> dict:
+    proc = subprocess.run([str(site.PYTHON[engine]), "-m", "tests.verl.replica_replay", engine, str(TINY_MODEL),
+                           str(save_path), *args], env=site.environment(engine, **env), cwd=site.REPO,
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verl")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        vllm = pool.submit(replay, "vllm", root / "vllm",
+                           RLPROF_PROFILER_CONFIG=json.dumps({"by_stage": True}))
+        sglang = pool.submit(replay, "sglang", root / "sglang", "--relocate")
+        return {"vllm": (root / "vllm", vllm.result()), "sglang": (root / "sglang", sglang.result())}
+
+
+def step_folder(save_path: Path, new: list[str], step: int) -> Path:
+    """The one step folder a session wrote (verl may have moved it: ``relocate_results``)."""
+    folders = {Path(f).parts[0] if not f.startswith(REPLICA) else "/".join(Path(f).parts[:2])
+               for f in new if "global_step_" in f}
+    assert len(folders) == 1, new
+    folder = folders.pop()
+    assert folder.endswith(f"global_step_{step}"), new
+    return save_path / folder
+
+
+def check_step(folder: Path, step: int, engine: str, stages: set[str]) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert (manifest["state"], manifest["global_step"], manifest["engine"]) == ("done", step, engine)
+    traces = [f for f in manifest["files"] if f["kind"] == "trace"]
+    assert {f["stage"] for f in traces} == stages, traces
+    for f in traces:
+        assert iteration_indices(load_trace(folder / f["path"])), f  # real engine steps were recorded
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_steps_from_verl_weights_version(runs, engine):
+    save_path, result = runs[engine]
+    assert result["patched_in_driver"]
+    sessions = result["sessions"]
+    assert all(s["tokens"] == 6 for s in sessions.values()), sessions
+    stages = {"prefill", "decode"} if engine == "vllm" else {"all"}  # vLLM's by_stage came through runtime_env
+    # after a weight sync to version 4: step 5's rollout (verl syncs after each step)
+    check_step(step_folder(save_path, sessions["after_sync_4"]["new"], 5), 5, engine, stages)
+    # the caller's own global_step wins (verl forwards it to vLLM; it drops it on SGLang: rlprof takes it)
+    check_step(step_folder(save_path, sessions["caller_step_9"]["new"], 9), 9, engine, stages)
+    # no weights version yet: the default folder, as without the integration
+    before = sessions["before_sync"]["new"]
+    assert before and not any("global_step_" in f for f in before), before
+    every = [f for s in sessions.values() for f in s["new"]]
+    assert {p for f in every for p in Path(f).parts if "global_step_" in p} == (
+        {"global_step_5", "global_step_9"} if engine == "vllm"
+        else {"rollout-replica0_global_step_5", "rollout-replica0_global_step_9"})
+
+
+def test_relocate_results_moves_whole_step_folders(runs):
+    """verl's relocate_rollout_traces moves each entry of the replica folder up into save_path
+    with a ``rollout-replica0_`` prefix: a step folder moves whole, its manifest with it."""
+    save_path, result = runs["sglang"]
+    for name in ("after_sync_4", "caller_step_9"):
+        new = result["sessions"][name]["new"]
+        assert all(f.startswith("rollout-replica0_") for f in new), new
+    assert not list((save_path / REPLICA).iterdir())  # nothing left behind
