@@ -31,8 +31,19 @@ class PatchCheck:
     detail: str
 
 
+class Verdict:
+    """What an engine's and a trainer's report answer alike: usable here, and as JSON."""
+
+    @property
+    def ok(self) -> bool:
+        return self.installed and self.supported and not any(p.state == "fails" for p in self.patches)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
 @dataclass
-class EngineReport:
+class EngineReport(Verdict):
     engine: str
     installed: bool
     version: str | None = None
@@ -46,13 +57,6 @@ class EngineReport:
     plugin_loading: str = ""
     environment: list[str] = field(default_factory=list)
     configure: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.installed and self.supported and not any(p.state == "fails" for p in self.patches)
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
 
 
 def _version(engine: str) -> tuple[str | None, str | None]:
@@ -77,6 +81,13 @@ def _present_targets(patch, module) -> str:
 
 
 UNTESTED_OK = "untested release, shape checked"
+
+
+def declared(patch, version: str) -> PatchCheck:
+    """What the declarations alone say of ``patch`` on ``version`` (``--no-import``)."""
+    how = patch.covers(version)
+    return PatchCheck(patch.name, patch.module, "applies" if how else "off",
+                      "not checked (--no-import)" if how else f"declared for {patch.versions}")
 
 
 def check_patch(patch, version: str) -> PatchCheck:
@@ -126,7 +137,7 @@ def _plugin_loading(engine: str, version: str) -> str:
     return f"loaded by the engine through the {group} entry point 'rlprof'"
 
 
-def _given_keys() -> set[str]:
+def given_keys() -> set[str]:
     """rlprof's keys that ``RLPROF_PROFILER_CONFIG`` itself names."""
     import json
 
@@ -151,7 +162,7 @@ def _environment(engine: str, version: str) -> list[str]:
         config = from_environment()
         if config is not None:
             notes.append(f"{ENV} is set and valid (trace dir {config.torch_profiler_dir})")
-            ours = {k: v for k, v in config.options.to_dict().items() if k in _given_keys()}
+            ours = {k: v for k, v in config.options.to_dict().items() if k in given_keys()}
             if ours:
                 notes.append(f"{ENV} merges these rlprof keys over the engine's own profiler configuration "
                              f"(a key set differently in both stops the launch): {ours}")
@@ -184,10 +195,7 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report.supported = compat.supported(engine, version) or report.untested_newer is not None
     report.tested = any(version == t or version.startswith(t + "+") for t in compat.TESTED[engine])
     for patch in (p for p in ALL_PATCHES if p.engine == engine):
-        report.patches.append(check_patch(patch, version) if dry_run else
-                              PatchCheck(patch.name, patch.module, "applies" if patch.covers(version) else "off",
-                                         "not checked (--no-import)" if patch.covers(version)
-                                         else f"declared for {patch.versions}"))
+        report.patches.append(check_patch(patch, version) if dry_run else declared(patch, version))
     applying = {p.name for p in report.patches if p.state == "applies"}
     for status in (compat.features(engine, version, applies=lambda p: p.name in applying)
                    + compat.capabilities(engine, version)):

@@ -13,14 +13,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from .doctor import PatchCheck, check_patch
+from .doctor import PatchCheck, Verdict, check_patch, declared, given_keys
 from .patches.engines import TRAINERS
 
 
 @dataclass
-class TrainerReport:
+class TrainerReport(Verdict):
     trainer: str
     installed: bool
     version: str | None = None
@@ -31,13 +31,6 @@ class TrainerReport:
     plugin_loading: str = ""
     step_source: str = ""
     configure: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.installed and self.supported and not any(p.state == "fails" for p in self.patches)
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "ok": self.ok}
 
 
 def _plugin_loading(facts) -> str:
@@ -59,7 +52,7 @@ def _offset() -> str:
         config = from_environment()
     except OptionsError as e:
         return f"{ENV} is invalid ({e}); the engine refuses to start"
-    if config is None or "trainer_step_offset" not in os.environ.get(ENV, ""):
+    if config is None or "trainer_step_offset" not in given_keys():
         return f"trainer_step_offset {ProfileOptions().trainer_step_offset} (the default)"
     return f"trainer_step_offset {config.options.trainer_step_offset} (from {ENV})"
 
@@ -69,10 +62,7 @@ def _check(facts, patch, version: str, dry: bool) -> PatchCheck:
     if engine is not None and importlib.util.find_spec(engine) is None:
         return PatchCheck(patch.name, patch.module, "off", f"{engine} is not installed here: verl's {engine} "
                                                            "server does not run in this environment")
-    if not dry:
-        return PatchCheck(patch.name, patch.module, "applies" if patch.covers(version) else "off",
-                          "not checked (--no-import)" if patch.covers(version) else f"declared for {patch.versions}")
-    return check_patch(patch, version)
+    return check_patch(patch, version) if dry else declared(patch, version)
 
 
 def diagnose_trainer(name: str, *, dry_run: bool = True) -> TrainerReport:

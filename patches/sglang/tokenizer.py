@@ -13,8 +13,9 @@ forms on every release. When rlprof is configured in this process
 (``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses a
 field SGLang does not define (rlprof's ``global_step``, vLLM's
 ``delay_iterations``, ...) or a trainer integration gave the RL step
-(``rlprof_plugins.trainer_step``: verl's server actor), the request is parsed like an HTTP body (same
-fields, same errors, raised naming the field) and sent to the schedulers as an
+(``rlprof_plugins.trainer_step``: verl's server actor), the request is
+parsed like an HTTP body (same fields, same errors, raised naming the
+field) and sent to the schedulers as an
 rlprof command; the stop returns once the files are written (bounded by
 ``stop_wait_seconds``), as SGLang's own stop does. Otherwise SGLang's own
 method runs, given a ``ProfileReq`` where the release needs one.
