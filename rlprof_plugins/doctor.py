@@ -41,6 +41,23 @@ class Verdict:
     def to_json(self) -> dict:
         return {**asdict(self), "ok": self.ok}
 
+    def head_lines(self, heading: str, supported_range: str, tested: tuple[str, ...],
+                   unsupported: str = "") -> list[str]:
+        """The heading, then whether this release is supported and tested (``unsupported``: what follows if not)."""
+        if self.untested_newer:
+            verdict = (f"supported: newer than the newest tested release {self.untested_newer}; each patch applies "
+                       f"where what it relies on keeps the shape verified on {self.untested_newer} "
+                       "(RLPROF_STRICT_VERSIONS=1 refuses this release)")
+        elif self.supported:
+            verdict = "supported"
+        else:
+            verdict = f"NOT supported (rlprof supports {supported_range}){unsupported}"
+        return [heading, f"  {verdict}; {'a tested release' if self.tested else 'not a tested release'} "
+                         f"(tested: {', '.join(tested)})"]
+
+    def patch_lines(self) -> list[str]:
+        return ["  patches:", *(f"    [{p.state:7}] {p.name} ({p.module}): {p.detail}" for p in self.patches)]
+
 
 @dataclass
 class EngineReport(Verdict):
@@ -229,24 +246,14 @@ def render(report: EngineReport) -> str:
     title = ENGINES[report.engine].TITLE
     if not report.installed:
         return f"{title}: not installed"
-    if report.untested_newer:
-        verdict = (f"supported: newer than the newest tested release {report.untested_newer}; each patch applies "
-                   f"where what it relies on keeps the shape verified on {report.untested_newer} "
-                   "(RLPROF_STRICT_VERSIONS=1 refuses this release)")
-    elif report.supported:
-        verdict = "supported"
-    else:
-        verdict = f"NOT supported (rlprof supports {compat.SUPPORTED[report.engine]})"
-    lines = [f"{title} {report.version} at {report.location}",
-             f"  {verdict}; {'a tested release' if report.tested else 'not a tested release'} "
-             f"(tested: {', '.join(compat.TESTED[report.engine])})",
-             "  features:"]
+    lines = report.head_lines(f"{title} {report.version} at {report.location}", compat.SUPPORTED[report.engine],
+                              compat.TESTED[report.engine])
+    lines.append("  features:")
     for f in report.features:
         mark = "yes" if f["available"] else "no "
-        lines.append(f"    [{mark}] {f['feature']}" + (f": {f['reason']}" if f["reason"] and not f["available"] else ""))
-    lines.append("  patches:")
-    for p in report.patches:
-        lines.append(f"    [{p.state:7}] {p.name} ({p.module}): {p.detail}")
+        reason = f": {f['reason']}" if f["reason"] and not f["available"] else ""
+        lines.append(f"    [{mark}] {f['feature']}{reason}")
+    lines += report.patch_lines()
     lines.append(f"  plugin: {report.plugin_loading}")
     for note in report.environment:
         lines.append(f"  environment: {note}")

@@ -93,14 +93,9 @@ def render_trainer(report: TrainerReport) -> str:
     facts = TRAINERS[report.trainer]
     if not report.installed:
         return f"{facts.TITLE}: not installed"
-    verdict = ("supported" if report.supported and not report.untested_newer else
-               f"supported: newer than the newest tested release {report.untested_newer}; each patch applies where "
-               "verl's methods keep their tested shape" if report.supported else
-               f"NOT supported (rlprof supports {facts.VERSIONS}): verl starts rollout profiling without a step")
-    lines = [f"{facts.TITLE} {report.version}",
-             f"  {verdict}; {'a tested release' if report.tested else 'not a tested release'} "
-             f"(tested: {', '.join(facts.TESTED)})", "  patches:"]
-    lines += [f"    [{p.state:7}] {p.name} ({p.module}): {p.detail}" for p in report.patches]
+    lines = report.head_lines(f"{facts.TITLE} {report.version}", facts.VERSIONS, facts.TESTED,
+                              ": verl starts rollout profiling without a step")
+    lines += report.patch_lines()
     lines += [f"  plugin: {report.plugin_loading}", f"  step: {report.step_source}",
               f"  configure: {report.configure}"]
     return "\n".join(lines)

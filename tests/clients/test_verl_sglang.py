@@ -10,11 +10,11 @@ returns, the trace is in the folder verl reads.
 """
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 
 SCRIPT = Path(__file__).with_name("verl_sglang.py")
@@ -27,12 +27,8 @@ def replay(out: Path, env: dict) -> dict:
 
     if not available():
         pytest.skip("SGLang environment (.venv-sglang) not built")
-    proc = subprocess.run([str(SGLANG_PYTHON), str(SCRIPT), str(TINY_MODEL), str(out)],
-                          env=cpu_env(PYTHONPATH=str(REPO), **env), capture_output=True, text=True, timeout=500,
-                          cwd=REPO)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return script_result([str(SGLANG_PYTHON), str(SCRIPT), str(TINY_MODEL), str(out)],
+                         env=cpu_env(PYTHONPATH=str(REPO), **env), cwd=REPO, timeout=500, check=False)
 
 
 def test_verl_keyword_call_records_and_stop_returns_with_the_files(tmp_path):

@@ -8,13 +8,12 @@ trace on disk at that instant (rlprof waits for its background export, up to
 ``stop_wait_seconds``, while the engine keeps serving).
 """
 
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
 
@@ -26,12 +25,8 @@ pytestmark = pytest.mark.vllm
 
 def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
     env = cpu_env(tp, PYTHONPATH=str(REPO), **({"RLPROF_DISABLE": "1"} if native else {}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(TINY_MODEL), str(trace_dir), str(tp)], env=env,
-                          capture_output=True, text=True, timeout=500, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return script_result([sys.executable, str(SCRIPT), str(TINY_MODEL), str(trace_dir), str(tp)], env=env, cwd=REPO,
+                         timeout=500)
 
 
 @pytest.mark.parametrize("tp", [1, 2])

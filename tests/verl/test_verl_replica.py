@@ -16,12 +16,12 @@ and drives it through verl's own ``RolloutReplica.start_profile()`` and
 from __future__ import annotations
 
 import json
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import TINY_MODEL
 from tests.verl import site
@@ -32,12 +32,8 @@ REPLICA = "agent_loop_rollout_replica_0"  # verl's rollout_trace_dir(config, rep
 
 
 def replay(engine: str, save_path: Path, *args: str, **env: str) -> dict:
-    proc = subprocess.run([str(site.PYTHON[engine]), "-m", "tests.verl.replica_replay", engine, str(TINY_MODEL),
-                           str(save_path), *args], env=site.environment(engine, **env), cwd=site.REPO,
-                          capture_output=True, text=True, timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return script_result([str(site.PYTHON[engine]), "-m", "tests.verl.replica_replay", engine, str(TINY_MODEL),
+                          str(save_path), *args], env=site.environment(engine, **env), cwd=site.REPO, timeout=600)
 
 
 @pytest.fixture(scope="module")
