@@ -10,6 +10,10 @@ SPY := $(VENV_SGLANG)/bin/python
 VENV_HTA := .venv-hta
 TINY_MODEL := .cache/tiny-llama
 PYTEST_ARGS ?=
+# `python -m` and `-c` put the working directory (this checkout) first on sys.path, where the
+# tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
+# installed in the environment. Python 3.11+ leaves it out with this set.
+export PYTHONSAFEPATH := 1
 
 .PHONY: env tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
@@ -40,9 +44,41 @@ $(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 	$(VPY) -m pip install -q vllm-router==0.1.17 sglang-router==0.3.2
 	touch $@
 
-# This package, editable, with its test extras.
-$(VENV_VLLM)/.rlprof-installed: $(VENV_VLLM)/.vllm-installed $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth
-	$(VPY) -m pip install -q -e '.[test]'
+# What users install: a wheel built from this tree (and its sdist), rebuilt whenever a file that
+# goes into it changes; both engine environments install it, never the editable tree, so every
+# test runs the shipped package (tests/packaging checks the wheel holds every module). The build
+# tools come first, in the vLLM environment that builds it.
+DIST := .cache/dist
+PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
+	setup.cfg setup.py pyproject.toml MANIFEST.in rlprof_plugins.pth README.md CHANGELOG.md
+# Puts this checkout's tests/ (and nothing else of it) on the test environments' paths, after
+# site-packages: the tests import `tests.*`, and `rlprof_plugins` only from the installed wheel.
+TEST_PATH := .cache/test-path
+
+$(VENV_VLLM)/.build-tools: $(VENV_VLLM)/.routers-installed
+	$(VPY) -m pip install -q "setuptools>=70.1" wheel build twine
+	touch $@
+
+$(DIST)/.built: $(PACKAGE_FILES) | $(VENV_VLLM)/.build-tools
+	rm -rf $(DIST) build rlprof_plugins.egg-info
+	$(VPY) -m build -q --no-isolation --outdir $(DIST) . >/dev/null
+	rm -rf build rlprof_plugins.egg-info
+	touch $@
+
+$(TEST_PATH)/tests:
+	mkdir -p $(TEST_PATH)
+	ln -sfn ../../tests $(TEST_PATH)/tests
+
+# install_wheel PYTHON: the built wheel with its test extras, replacing whatever was installed
+# (an older build of the same version, or an editable install), and the test path.
+define install_wheel
+	$(1) -m pip install -q "$$(ls $(DIST)/*.whl)[test]"
+	$(1) -m pip install -q --no-deps --force-reinstall $(DIST)/*.whl
+	echo "$(CURDIR)/$(TEST_PATH)" > "$$($(1) -c 'import site; print(site.getsitepackages()[0])')/rlprof-tests.pth"
+endef
+
+$(VENV_VLLM)/.rlprof-installed: $(DIST)/.built $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed | $(TEST_PATH)/tests
+	$(call install_wheel,$(VPY))
 	touch $@
 
 # SGLang 0.5.23 for CPU in its own environment (its torch pin conflicts with
@@ -58,9 +94,8 @@ $(VENV_SGLANG)/.sglang-installed: tests/requirements/sglang-0.5.23-cpu.txt
 	echo "$(CURDIR)/tests/stand_ins/cpu_imports" > "$$($(SPY) -c 'import site; print(site.getsitepackages()[0])')/rlprof-test-stand-ins.pth"
 	touch $@
 
-# After the vLLM environment's: both editable installs write this tree's egg-info (make -j).
-$(VENV_SGLANG)/.rlprof-installed: $(VENV_SGLANG)/.sglang-installed setup.cfg setup.py pyproject.toml rlprof_plugins.pth | $(VENV_VLLM)/.rlprof-installed
-	$(SPY) -m pip install -q -e '.[test]'
+$(VENV_SGLANG)/.rlprof-installed: $(DIST)/.built $(VENV_SGLANG)/.sglang-installed | $(TEST_PATH)/tests
+	$(call install_wheel,$(SPY))
 	touch $@
 
 # HolisticTraceAnalysis, the per-rank analysis library users open step folders

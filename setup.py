@@ -1,4 +1,12 @@
-"""Only here to ship ``rlprof_plugins.pth`` (see rlprof_plugins/_bootstrap.py).
+"""The two things setup.cfg cannot declare: which packages ship, and ``rlprof_plugins.pth``.
+
+Packages are found, never listed by hand (a hand-kept list once left
+``rlprof_plugins.session`` out of the wheel, so a pip install loaded no patch):
+the core is every package under ``rlprof_plugins/``; the top-level ``patches/``
+folder and every package below it ship as ``rlprof_plugins.patches``, so the
+engine patches sit beside the core in the source tree without claiming a
+generic top-level import name. ``tests/packaging`` builds the wheel and fails
+on any module of the tree it lacks.
 
 A .pth file must sit at the top of site-packages; setuptools has no
 declarative option for that. Regular wheels get it from build_py; editable
@@ -10,12 +18,22 @@ and pyproject.toml.
 import shutil
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "rlprof_plugins.pth"
 HERE = Path(__file__).resolve().parent
+CORE = "rlprof_plugins"
+PATCHES = (f"{CORE}.patches", "patches")  # (the package, the folder that holds it)
+
+
+def packages() -> list[str]:
+    """The core's packages and the engine patches', as shipped."""
+    core = find_packages(str(HERE), include=[CORE, f"{CORE}.*"])
+    name, folder = PATCHES
+    below = find_packages(str(HERE / folder))
+    return sorted(core + [name] + [f"{name}.{p}" for p in below])
 
 
 class build_py_with_pth(build_py):
@@ -36,4 +54,8 @@ class editable_wheel_with_pth(editable_wheel):
         shutil.copyfile(HERE / PTH, Path(installation_dir) / PTH)
 
 
-setup(cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth})
+setup(
+    packages=packages(),
+    package_dir={PATCHES[0]: PATCHES[1]},
+    cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},
+)

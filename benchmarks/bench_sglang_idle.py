@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel, tests/ comes from here
 
 from tests.helpers.sglang_server import start_server  # noqa: E402
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel, tests/ comes from here
 
 STREAM_TOKENS = 128
 ITERATIONS = 256  # recorded before the stop: two streams of 128 tokens

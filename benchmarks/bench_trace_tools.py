@@ -45,7 +45,7 @@ import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel, tests/ comes from here
 
 from tests.helpers.kineto_gpu import write_gpu_rank  # noqa: E402
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel, tests/ comes from here
 
 from tests.helpers.vllm_server import TINY_MODEL, start_server  # noqa: E402
 

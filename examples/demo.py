@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel, tests/ comes from here
 
 from tests.helpers import sglang_server, vllm_server  # noqa: E402
 from rlprof_plugins.client import RolloutProfiler  # noqa: E402

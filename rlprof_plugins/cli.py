@@ -31,6 +31,13 @@ from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_sum
 
 # ---- doctor --------------------------------------------------------------------------
 def cmd_doctor(args) -> int:
+    from . import installation
+
+    whole = installation.check()
+    if not whole.ok:  # the report below imports the same registry: name what is missing instead
+        emit(args, {"installation": whole.to_json(), "engines": [], "trainers": []},
+             "\n".join([f"rlprof-plugins {__version__} doctor", whole.render()]))
+        return EXIT_FAILED
     from .doctor import ENGINES, diagnose_all, header, printing_to_stderr, render
     from .doctor_trainers import TRAINERS, diagnose_trainer, render_trainer
 
@@ -39,8 +46,9 @@ def cmd_doctor(args) -> int:
     trainers = printing_to_stderr(lambda: [diagnose_trainer(t, dry_run=not args.no_import)
                                            for t in picked if t in TRAINERS])
     found = [r for r in [*reports, *trainers] if r.installed]
-    emit(args, {"engines": [r.to_json() for r in reports], "trainers": [r.to_json() for r in trainers]},
-         "\n".join([header()] + [render(r) for r in reports] + [render_trainer(r) for r in trainers]))
+    emit(args, {"installation": whole.to_json(), "engines": [r.to_json() for r in reports],
+                "trainers": [r.to_json() for r in trainers]},
+         "\n".join([header(), whole.render()] + [render(r) for r in reports] + [render_trainer(r) for r in trainers]))
     if args.engine in TRAINERS and not found:
         print(f"rlprof: error: {args.engine} is not installed in this environment", file=sys.stderr)
         return EXIT_FAILED

@@ -30,4 +30,7 @@ def install_patches(engine: str, group: str, version_of: Callable[[], str | None
             siblings = tuple(q for q in group_patches if q is not patch and q.area_name == patch.area_name)
             install_on_import(patch, version_of, siblings)
     except Exception as e:
-        logger.warning("rlprof: %s plugin not loaded: %s: %s", engine, type(e).__name__, e)
+        ours = isinstance(e, ImportError) and (e.name or "").startswith("rlprof_plugins")
+        logger.warning("rlprof: %s plugin not loaded: %s: %s%s", engine, type(e).__name__, e,
+                       "; the installed rlprof-plugins is incomplete (reinstall it; `rlprof doctor` names what is "
+                       "missing)" if ours else "")

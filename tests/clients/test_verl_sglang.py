@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.installed import TEST_PATH
 from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 
@@ -28,7 +29,7 @@ def replay(out: Path, env: dict) -> dict:
     if not available():
         pytest.skip("SGLang environment (.venv-sglang) not built")
     return script_result([str(SGLANG_PYTHON), str(SCRIPT), str(TINY_MODEL), str(out)],
-                         env=cpu_env(PYTHONPATH=str(REPO), **env), cwd=REPO, timeout=500, check=False)
+                         env=cpu_env(PYTHONPATH=str(TEST_PATH), **env), cwd=REPO, timeout=500, check=False)
 
 
 def test_verl_keyword_call_records_and_stop_returns_with_the_files(tmp_path):

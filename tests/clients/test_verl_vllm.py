@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.installed import TEST_PATH
 from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.vllm
 
 
 def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
-    env = cpu_env(tp, PYTHONPATH=str(REPO), **({"RLPROF_DISABLE": "1"} if native else {}))
+    env = cpu_env(tp, PYTHONPATH=str(TEST_PATH), **({"RLPROF_DISABLE": "1"} if native else {}))
     return script_result([sys.executable, str(SCRIPT), str(TINY_MODEL), str(trace_dir), str(tp)], env=env, cwd=REPO,
                          timeout=500)
 

@@ -155,8 +155,10 @@ def check_recorded_shapes(patches, engine: str, release: str) -> None:
     now = {p.name: shapes.current(p, importlib.import_module(p.module)) for p in patches if p.supports(release)}
     path = shapes.record_path(engine, release)
     if os.environ.get("RLPROF_UPDATE_SHAPES") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(shapes.record_text(engine, release, now))
+        from tests.helpers.installed import tree_record_path
+
+        tree_record_path(engine, release).parent.mkdir(parents=True, exist_ok=True)
+        tree_record_path(engine, release).write_text(shapes.record_text(engine, release, now))
         return
     assert path.exists(), f"no shapes recorded for {engine} {release}: run `make shapes`"
     recorded = json.loads(path.read_text())["patches"]

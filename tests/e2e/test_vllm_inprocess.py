@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.installed import TEST_PATH
 from tests.helpers.traces import iteration_indices, load_trace, rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
 
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run(mode: str, trace_dir: Path) -> list[dict]:
     proc = subprocess.run([sys.executable, str(SCRIPT), mode, str(TINY_MODEL), str(trace_dir)], capture_output=True,
-                          text=True, env=cpu_env(PYTHONPATH=str(REPO)), timeout=400, cwd=REPO)
+                          text=True, env=cpu_env(PYTHONPATH=str(TEST_PATH)), timeout=400, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
 

@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from tests.helpers.installed import TEST_PATH
+
 REPO = Path(__file__).resolve().parents[2]
 VERL_VERSION = "0.9.1"
 SITE = REPO / ".cache" / f"verl-{VERL_VERSION}"
@@ -34,8 +36,8 @@ def installed() -> bool:
 
 def environment(engine: str, **extra: str) -> dict[str, str]:
     """The environment of a process that imports verl next to ``engine``."""
-    # this repository first: verl's wheel ships a top-level ``tests`` package of its own
-    paths = [str(REPO), str(SITE), *([str(ALIAS)] if engine == "vllm" else [])]
+    # this checkout's tests first (only them: rlprof_plugins is the installed wheel); verl's wheel ships a top-level ``tests`` package of its own
+    paths = [str(TEST_PATH), str(SITE), *([str(ALIAS)] if engine == "vllm" else [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                **ENGINE_ENV[engine])
     for name in ("RLPROF_PROFILER_CONFIG", "RLPROF_DISABLE"):
