@@ -51,8 +51,10 @@ $(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 DIST := .cache/dist
 PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
 	setup.cfg setup.py pyproject.toml MANIFEST.in rlprof_plugins.pth README.md CHANGELOG.md
-# Puts this checkout's tests/ (and nothing else of it) on the test environments' paths, after
-# site-packages: the tests import `tests.*`, and `rlprof_plugins` only from the installed wheel.
+# A folder holding only a link to tests/: child processes that must put something first on
+# their path (an old release, verl's site) put this before it, never the checkout (whose
+# rlprof_plugins/ lacks its patches). The environments themselves get the checkout after
+# site-packages (rlprof-tests.pth), where the installed wheel comes first.
 TEST_PATH := .cache/test-path
 
 $(VENV_VLLM)/.build-tools: $(VENV_VLLM)/.routers-installed
@@ -74,7 +76,7 @@ $(TEST_PATH)/tests:
 define install_wheel
 	$(1) -m pip install -q "$$(ls $(DIST)/*.whl)[test]"
 	$(1) -m pip install -q --no-deps --force-reinstall $(DIST)/*.whl
-	echo "$(CURDIR)/$(TEST_PATH)" > "$$($(1) -c 'import site; print(site.getsitepackages()[0])')/rlprof-tests.pth"
+	echo "$(CURDIR)" > "$$($(1) -c 'import site; print(site.getsitepackages()[0])')/rlprof-tests.pth"
 endef
 
 $(VENV_VLLM)/.rlprof-installed: $(DIST)/.built $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed | $(TEST_PATH)/tests

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
+from .. import __version__
 from .._env import on
 from .._log import logger
 
@@ -29,6 +31,10 @@ def install_patches(engine: str, group: str, version_of: Callable[[], str | None
         for patch in group_patches:
             siblings = tuple(q for q in group_patches if q is not patch and q.area_name == patch.area_name)
             install_on_import(patch, version_of, siblings)
+        # Which install this process runs: the first thing to check when a plugin seems absent.
+        logger.info("rlprof: %s plugin %s loaded from %s (%d patches, each applied when its module is imported)",
+                    engine, __version__, os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    len(group_patches))
     except Exception as e:
         ours = isinstance(e, ImportError) and (e.name or "").startswith("rlprof_plugins")
         logger.warning("rlprof: %s plugin not loaded: %s: %s%s", engine, type(e).__name__, e,

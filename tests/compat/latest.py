@@ -43,7 +43,7 @@ def doctor(engine: str, version: str) -> dict:
     code = ("import sys; from tests.compat.release_env import adapt; adapt(sys.argv[1]); "
             "from rlprof_plugins.cli import main; sys.exit(main(['doctor', '--engine', sys.argv[1], '--json']))")
     env = {k: v for k, v in os.environ.items() if k not in ("RLPROF_DISABLE",)}
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(path) if path else "", str(TEST_PATH)) if p),
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(TEST_PATH), str(path) if path else "") if p),
                SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore",
                **contract_environment(engine, version))
     out = subprocess.run([str(PYTHON[engine]), "-c", code, engine], cwd=ROOT, env=env, capture_output=True,

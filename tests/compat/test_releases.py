@@ -30,7 +30,7 @@ MATRIX = [(engine, version) for engine, versions in TESTED.items() for version i
 def run_contract(engine: str, version: str, *pytest_args: str) -> subprocess.CompletedProcess:
     path = ensure(engine, version)
     env = dict(os.environ, RLPROF_CONTRACT_ENGINE=engine, RLPROF_CONTRACT_VERSION=version, RLPROF_DISABLE="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(path) if path else "", str(TEST_PATH)) if p),
+               PYTHONPATH=os.pathsep.join(p for p in (str(TEST_PATH), str(path) if path else "") if p),
                RLPROF_CONTRACT_PATH=str(path or ""), SGLANG_USE_CPU_ENGINE="1", HF_HUB_OFFLINE="1",
                VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore", **contract_environment(engine, version))
     cmd = [str(PYTHON[engine]), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),

@@ -85,7 +85,7 @@ def _replace_once(text: str, old: str, new: str) -> str:
 
 def _run(path: Path, code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k not in ("RLPROF_DISABLE", "RLPROF_STRICT_VERSIONS")}
-    environment.update(PYTHONPATH=os.pathsep.join((str(path), str(TEST_PATH))), HF_HUB_OFFLINE="1",
+    environment.update(PYTHONPATH=os.pathsep.join((str(TEST_PATH), str(path))), HF_HUB_OFFLINE="1",
                        VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore", **contract_environment("vllm", NEXT), **env)
     out = subprocess.run([str(PYTHON["vllm"]), "-c", code, *args], cwd=ROOT, env=environment, capture_output=True,
                          text=True, timeout=600)

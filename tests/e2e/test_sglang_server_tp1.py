@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.installed import imported_package, installed_package
+from tests.helpers.sglang_server import SGLANG_PYTHON, cpu_env
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, manifest_traces
 
 ONE_REQUEST_TOKENS = 8
@@ -38,6 +40,9 @@ def test_config_window_records_exactly_step_start_to_step_end(sglang_tp1):
     assert iteration_indices(only_trace(folder)) == [2, 3, 4, 5]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["engine"] == "sglang" and manifest["state"] == "done" and manifest["global_step"] == 0
+    # The server's interpreter, in the server's environment, imports the wheel installed in
+    # .venv-sglang (SGLang configures its log after the plugin loads: no "loaded from" line).
+    assert imported_package(SGLANG_PYTHON, cpu_env()) == installed_package(SGLANG_PYTHON)
     # The window exported by itself; a stop afterwards is harmless, once.
     stop = sglang_tp1.post("/stop_profile")
     assert stop.status_code == 200 and stop.json()["status"] == "already_finished"

@@ -1,6 +1,7 @@
 """The real vLLM 0.32 server (TP=1) with the plugin: folders, windows, errors."""
 
 import json
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.installed import installed_package, loaded_from
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_folder, rank_traces
 
 ONE_REQUEST_TOKENS = 8  # one request, ignore_eos: 1 prefill + 7 decode iterations
@@ -28,6 +30,8 @@ def test_config_window_records_exactly_step_start_to_step_end(server_tp1):
     folder = server_tp1.trace_dir / "global_step_0"
     traces = rank_traces(folder)
     assert list(traces) == ["rank0"]
+    # Every engine process (API server, EngineCore, worker) ran the plugin of the installed wheel.
+    assert loaded_from(server_tp1.log_path.read_text()) == {str(installed_package(sys.executable))}
     assert iteration_indices(load_trace(traces["rank0"])) == [2, 3, 4, 5]
     assert list((folder / "frontend").glob("*.async_llm.*.pt.trace.json.gz")), "frontend trace missing"
     # The window exported by itself; a stop afterwards is harmless, once.

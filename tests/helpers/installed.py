@@ -1,11 +1,15 @@
 """The tests run the package users install: the wheel ``make env`` builds from this tree.
 
 ``make env`` installs that wheel into each engine environment (never the
-editable tree) and puts only this checkout's ``tests/`` on the path, after
-site-packages (``.cache/test-path``), so ``rlprof_plugins`` always comes from
-the installed wheel, in the test process and in every engine and script it
-starts. ``PYTHONSAFEPATH=1`` keeps ``python -m``/``-c`` from putting the
-working directory (the tree) first. ``stale()`` tells when the installed
+editable tree) and puts this checkout on the path after site-packages
+(``rlprof-tests.pth``), so ``tests`` imports while ``rlprof_plugins`` always
+comes from the installed wheel, in the test process and in every engine and
+script it starts (the wheel's own ``rlprof_plugins.pth`` imports it first, at
+interpreter start). A child process that puts something first on its path (an
+old release's source, verl's site, both of which ship a ``tests`` package)
+puts ``TEST_PATH`` before it: a folder whose only entry links to ``tests/``.
+``PYTHONSAFEPATH=1`` keeps ``python -m``/``-c`` from putting the working
+directory (the tree) first. ``stale()`` tells when the installed
 package no longer matches the tree: a change made after the last ``make env``.
 """
 
@@ -46,6 +50,32 @@ def stale(package_dir: Path) -> list[str]:
         elif installed.read_bytes() != path.read_bytes():
             out.append(str(inside))
     return out
+
+
+def installed_package(python: str | Path) -> Path:
+    """Where ``python``'s environment has rlprof_plugins installed (its site-packages)."""
+    import subprocess
+
+    # Not ``-S``: a venv's site-packages is set up by the site module.
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return Path(site) / "rlprof_plugins"
+
+
+def imported_package(python: str | Path, env: dict[str, str]) -> Path:
+    """Where ``python`` imports rlprof_plugins from, run with ``env`` (an engine's own), from the checkout."""
+    import subprocess
+
+    out = subprocess.run([str(python), "-c", "import os, rlprof_plugins; print(os.path.dirname(rlprof_plugins.__file__))"],
+                         capture_output=True, text=True, check=True, env=env, cwd=REPO).stdout.strip()
+    return Path(out)
+
+
+def loaded_from(log: str) -> set[str]:
+    """Every install the engine processes of a server log loaded the plugin from."""
+    import re
+
+    return set(re.findall(r"rlprof: \S+ plugin \S+ loaded from (\S+) \(", log))
 
 
 def check_installed() -> str | None:

@@ -19,7 +19,8 @@ PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 def test_vllm_ascend_worker_contract():
     if not PYTHON.exists():
         pytest.skip("no .venv-vllm; `make env` builds it")
-    path = [STAND_INS / "npu", STAND_INS / "cpu_imports", vllm_ascend_source(), ensure("vllm", VLLM_FOR_ASCEND), TEST_PATH]
+    # this checkout's tests first: vllm-ascend's source ships a top-level `tests` package of its own
+    path = [TEST_PATH, STAND_INS / "npu", STAND_INS / "cpu_imports", vllm_ascend_source(), ensure("vllm", VLLM_FOR_ASCEND)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path), RLPROF_DISABLE="1",
                VLLM_NO_USAGE_STATS="1", PYTHONWARNINGS="ignore", RLPROF_CONTRACT_ENGINE="vllm-ascend")
     cmd = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),

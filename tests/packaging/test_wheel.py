@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import shutil
 import site
@@ -166,25 +167,26 @@ def test_the_readme_install_lines_work_in_a_fresh_environment(dists, tmp_path):
     assert [line for line in lines if line not in installs] == ["rlprof doctor"]
     assert installs, lines
     venv = tmp_path / "venv"
-    run([PYTHON, "-m", "venv", venv])
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # a user's fresh shell
+    run([PYTHON, "-m", "venv", venv], env=clean)
     for line in installs:
         # The published name stands for the wheel built here; extras and quoting as written.
         requirement = line.removeprefix("pip install ").strip().strip("'\"")
         assert requirement.startswith("rlprof-plugins"), line
         run([venv / "bin" / "python", "-m", "pip", "install", "-q",
-             requirement.replace("rlprof-plugins", str(dists.wheel), 1)])
-    doctor = subprocess.run([venv / "bin" / "rlprof", "doctor"], capture_output=True, text=True, timeout=120)
+             requirement.replace("rlprof-plugins", str(dists.wheel), 1)], env=clean)
+    doctor = subprocess.run([venv / "bin" / "rlprof", "doctor"], capture_output=True, text=True, timeout=120, env=clean)
     # No engine in this environment: doctor says so and exits 1, after saying the install is whole.
     assert doctor.returncode == 1
     assert "complete (the engine plugins import)" in doctor.stdout
     assert "no supported engine" in doctor.stderr
     probe = run([venv / "bin" / "python", "-c", "import importlib.metadata as m, json, rlprof_plugins.patches, msgspec;"
                  "print(json.dumps({g: [e.value for e in m.entry_points(group=g)] for g in "
-                 "('vllm.general_plugins', 'sglang.srt.plugins', 'verl.plugins')}))"])
+                 "('vllm.general_plugins', 'sglang.srt.plugins', 'verl.plugins')}))"], env=clean)
     assert not probe.stderr.strip(), probe.stderr  # the .pth file runs at every start, silently
-    assert json.loads(probe.stdout) == {"vllm.general_plugins": ["rlprof_plugins.plugins.vllm:register"],
-                                        "sglang.srt.plugins": ["rlprof_plugins.plugins.sglang:register"],
-                                        "verl.plugins": ["rlprof_plugins.plugins.verl"]}
+    assert json.loads(probe.stdout) == {"vllm.general_plugins": ["rlprof_plugins.entry_points.vllm:register"],
+                                        "sglang.srt.plugins": ["rlprof_plugins.entry_points.sglang:register"],
+                                        "verl.plugins": ["rlprof_plugins.entry_points.verl"]}
 
 
 def test_twine_check_passes(dists):
