@@ -156,7 +156,7 @@ compat-latest: env
 # of docs/configuration.md from the declarations.
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
-	$(VPY) -m rlprof_plugins.compat > docs/compatibility.md
+	$(VPY) -m rlprof_plugins.cli.compatibility > docs/compatibility.md
 	$(VPY) tests/tools/write_request_table.py docs/configuration.md
 
 clean:

@@ -20,7 +20,7 @@ def main() -> None:
 
     from rlprof_plugins.patches.base import apply_guarded
     from rlprof_plugins.patches.vllm.worker import WORKER_PATCH
-    from rlprof_plugins.patches.vllm.engine import version as vllm_version
+    from rlprof_plugins.patches.vllm.facts import version as vllm_version
 
     model, trace_dir, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     llm = LLM(model=model, max_model_len=256, max_num_seqs=8, max_num_batched_tokens=256, dtype="float32",

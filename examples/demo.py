@@ -31,7 +31,7 @@ sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the install
 
 from tests.helpers import sglang_server, vllm_server  # noqa: E402
 from rlprof_plugins.client import RolloutProfiler  # noqa: E402
-from rlprof_plugins.client.cli import render  # noqa: E402
+from rlprof_plugins.client.commands import render  # noqa: E402
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace  # noqa: E402
 
 ENGINES = {"vllm": ("vLLM", vllm_server.start_server), "sglang": ("SGLang", sglang_server.start_server)}

@@ -1,4 +1,4 @@
-"""The engines rlprof patches, each with its facts module (``<engine>/engine.py``).
+"""The engines rlprof patches, each with its facts module (``<engine>/facts.py``).
 
 Each facts module declares, once, what the patches beside it rely on:
 
@@ -16,13 +16,13 @@ Each facts module declares, once, what the patches beside it rely on:
   contract tests;
 - ``version()``: the installed release, or None.
 
-``shapes`` (the newest tested release), ``rlprof_plugins.compat`` (the
+``shapes`` (the newest tested release), ``rlprof_plugins.cli.compatibility`` (the
 compatibility table), ``rlprof doctor`` and the entry points read them here,
 by engine name; none writes a bound of its own. vllm-ascend is a platform
 plugin of vLLM with no tested-release table of its own (docs/npu.md).
 
 Trainers (verl) drive an engine in-process; their facts module
-(``<trainer>/trainer.py``) declares the same range and tested-release names
+(``<trainer>/facts.py``) declares the same range and tested-release names
 (the shape rule reads them through ``FACTS``) and no engine-only ones.
 """
 
@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .sglang import engine as sglang
-from .vllm import engine as vllm
-from .verl import trainer as verl
-from .vllm_ascend import engine as vllm_ascend
+from .sglang import facts as sglang
+from .vllm import facts as vllm
+from .verl import facts as verl
+from .vllm_ascend import facts as vllm_ascend
 
 # Engines with tested releases, in the order the docs show them.
 ENGINES: dict[str, ModuleType] = {vllm.NAME: vllm, sglang.NAME: sglang}

@@ -1,6 +1,6 @@
 """What each patch relies on in the engine, described the same way on every release.
 
-A patch is verified on its engine's tested releases (``patches/<engine>/engine.py``). On a
+A patch is verified on its engine's tested releases (``patches/<engine>/facts.py``). On a
 release newer than the newest tested one (same major version) it still
 applies when everything it relies on has the shape it had on that newest
 tested release: the wrapped callables' signatures, the attributes it adds

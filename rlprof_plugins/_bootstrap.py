@@ -32,9 +32,9 @@ SGLANG_AUTOLOAD = "RLPROF_SGLANG_AUTOLOAD"
 def _register(engine: str) -> None:
     try:
         if engine == "vllm":
-            from rlprof_plugins.plugins.vllm import register
+            from rlprof_plugins.entry_points.vllm import register
         else:
-            from rlprof_plugins.plugins.sglang import register
+            from rlprof_plugins.entry_points.sglang import register
         register()
     except Exception as e:  # start-up of the interpreter must never fail here
         sys.stderr.write(f"rlprof: early {engine} plugin load failed: {e}\n")

@@ -1,50 +1,48 @@
-"""SGLang's facts, declared once: what the names mean is in ``patches/engines.py``.
+"""The patch of ``sglang.Engine.start_profile``/``stop_profile``: the offline users' entry point.
 
-SGLang's eras: the scheduler's profiler moved from a mixin into
-``SchedulerProfilerManager`` in 0.5.13; plugin entry points and the
-scheduler's ``on_idle`` hook arrived in 0.5.12.
+``sglang.Engine`` (slime's and other offline users' entry point) calls its
+tokenizer manager; from SGLang 0.5.15 its ``start_profile(**fields)`` first
+builds a ``ProfileReq``, which raises ``TypeError`` for a field SGLang does
+not define (rlprof's ``global_step``, vLLM's ``delay_iterations``). rlprof
+takes the fields as they are and sends them the way the HTTP route does
+(``http.start``/``http.stop``); the calls return the session's status where
+SGLang's return None.
 """
 
 from __future__ import annotations
 
-NAME = "sglang"
-TITLE = "SGLang"
-ENTRY_POINTS = "sglang.srt.plugins"
-ALLOW_LIST_ENV = "SGLANG_PLUGINS"
+from . import http as sglang_http
+from ..base import Patch
+from ..features import IN_PROCESS_CALLS
+from .facts import VERSIONS
 
-FIRST = "0.5.5"
-BELOW = "0.5.24"
-VERSIONS = f">={FIRST},<{BELOW}"  # every release rlprof supports
-MANAGER_VERSIONS = f">=0.5.13,<{BELOW}"  # the scheduler's SchedulerProfilerManager
-MIXIN_VERSIONS = f">={FIRST},<0.5.13"  # the scheduler's SchedulerProfilerMixin
-PLUGIN_ERA = ">=0.5.12"  # sglang.srt.plugins and the scheduler's on_idle hook
 
-# 0.5.23 is also served end to end.
-TESTED = ("0.5.5", "0.5.9", "0.5.12", "0.5.13", "0.5.15", "0.5.23")
-CI_SUBSET = ("0.5.9", "0.5.15", "0.5.23")
+def _wrap_engine_start(wrapped, instance, args, kwargs):
+    """``sglang.Engine.start_profile(**fields)``: from 0.5.15 it builds a
+    ``ProfileReq`` first, which raises ``TypeError`` for a field SGLang does
+    not define (``global_step``); rlprof takes the fields as they are."""
+    config = sglang_http.server_config()
+    if args or (config is None and not sglang_http.uses_rlprof(kwargs)):
+        return wrapped(*args, **kwargs)
+    return instance.loop.run_until_complete(sglang_http.start(instance.tokenizer_manager, kwargs, config))
 
-HOW_TO_CONFIGURE: tuple[tuple[str, str], ...] = (
-    ("<0.5.12", "this release has no plugin entry points: export RLPROF_SGLANG_AUTOLOAD=1 before "
-                "launching, then pass --profiler-config '{\"torch_profiler_dir\": \"/traces\", "
-                "\"step_start\": 2, \"step_end\": 6}' (or set RLPROF_PROFILER_CONFIG)"),
-    ("", "python -m sglang.launch_server ... --profiler-config '{\"torch_profiler_dir\": \"/traces\", "
-         "\"step_start\": 2, \"step_end\": 6}' (or set RLPROF_PROFILER_CONFIG)"),
+
+def _wrap_engine_stop(wrapped, instance, args, kwargs):
+    if sglang_http.server_config() is None and not sglang_http.was_used():
+        return wrapped(*args, **kwargs)
+    return instance.loop.run_until_complete(sglang_http.stop(instance.tokenizer_manager, kwargs.get("wait")))
+
+
+ENGINE_PATCH = Patch(
+    name="sglang.engine.profile",
+    engine="sglang",
+    versions=VERSIONS,
+    module="sglang.srt.entrypoints.engine",
+    feature=IN_PROCESS_CALLS,
+    why=("sglang.Engine.start_profile(**kwargs) builds a ProfileReq from 0.5.15, which refuses rlprof's and "
+         "vLLM's fields with TypeError"),
+    upstream="Engine.start_profile forwarding its keywords to the tokenizer manager's request",
+    wrap={"Engine.start_profile": _wrap_engine_start, "Engine.stop_profile": _wrap_engine_stop},
 )
 
-CAPABILITIES: tuple[tuple[str, str, str], ...] = (
-    ("plugin loaded by SGLang's sglang.srt.plugins entry point", PLUGIN_ERA,
-     "set RLPROF_SGLANG_AUTOLOAD=1 in the launch environment (loads the plugin from rlprof_plugins.pth "
-     "in every SGLang process)"),
-    ("stop completed from the scheduler's on_idle hook", PLUGIN_ERA,
-     "completed from self_check_during_idle instead (same effect)"),
-)
-
-
-def version() -> str | None:
-    """The installed SGLang's version, or None."""
-    try:
-        from sglang.version import __version__
-
-        return __version__
-    except Exception:
-        return None
+PATCHES = (ENGINE_PATCH,)

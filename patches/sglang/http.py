@@ -28,22 +28,22 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from rlprof_plugins import writers
+from rlprof_plugins.store import reaping as writers
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import (check_wait, combine, local_piece, roster_command, stop_wait_seconds,
+from rlprof_plugins.session.protocol import (check_wait, combine, local_piece, roster_command, stop_wait_seconds,
                                     wait_until_written, with_step_manifest)
 from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
 from rlprof_plugins.backends import choice
-from rlprof_plugins.options import ProfileOptions
-from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
-from rlprof_plugins.request_fields import SGLANG, needs_rlprof
-from rlprof_plugins.requests import Server, StartRequest, parse_start
+from rlprof_plugins.config.options import ProfileOptions
+from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
+from rlprof_plugins.config.request_fields import SGLANG, needs_rlprof
+from rlprof_plugins.config.requests import Server, StartRequest, parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
-from .engine import VERSIONS
+from .facts import VERSIONS
 from .scheduler import encode_command
 
 

@@ -32,18 +32,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlprof_plugins import __version__ as PLUGIN_VERSION, manifest
+from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins.store import manifest
 from rlprof_plugins._log import logger
 from rlprof_plugins.backends import choice
-from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins.backends.kind import BuildContext
+from rlprof_plugins.session.protocol import unavailable_reply
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.profiler_config import ProfilerConfig, from_environment
+from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
-from .engine import MANAGER_VERSIONS, MIXIN_VERSIONS, NAME, VERSIONS, version as sglang_version
+from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, NAME, VERSIONS, version as sglang_version
 from .iterations import iteration_info
 
 
@@ -133,9 +135,9 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory
             worker_name=lambda prefix: sglang_worker_name(prefix, label),
             rank_name=label,  # the rank's one name, as in its file names
-            backend_factory=choice.factory(
-                kind, lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
-                config.options.npu_settings),
+            backend_factory=choice.factory(kind, BuildContext(
+                lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
+                config.options)),
             manifest_header=manifest_header(pos, config, nodes),
             # The idle scheduler busy-polls: recording it would grow without bound.
             record_from_request=False,
@@ -247,7 +249,7 @@ def _on_idle(wrapped, instance, args, kwargs):
 
 
 PROFILER_MANAGER_PATCH = Patch(
-    name="sglang.profiler_manager.control",
+    name="sglang.scheduler.profiler_manager",
     engine="sglang",
     versions=MANAGER_VERSIONS,
     module="sglang.srt.managers.scheduler_components.profiler_manager",
@@ -264,12 +266,12 @@ PROFILER_MANAGER_PATCH = Patch(
 )
 
 PROFILER_MIXIN_PATCH = Patch(
-    name="sglang.profiler_mixin.control",
+    name="sglang.scheduler.profiler_mixin",
     engine="sglang",
     versions=MIXIN_VERSIONS,
     module="sglang.srt.managers.scheduler_profiler_mixin",
     feature=STEP_WINDOWS,
-    why="the same as sglang.profiler_manager.control, for releases whose profiler is a scheduler mixin",
+    why="the same as sglang.scheduler.profiler_manager, for releases whose profiler is a scheduler mixin",
     upstream="the same",
     wrap={"SchedulerProfilerMixin.profile": _wrap_profile},
     area="sglang.scheduler.profile_requests",

@@ -2,7 +2,7 @@
 
 SGLang has no profiling server arguments. This patch adds one that takes the
 same JSON as vLLM's (``torch_profiler_dir``, ``step_start``, ``by_stage``,
-``merge``, ...; see ``rlprof_plugins.profiler_config``), validates it while
+``merge``, ...; see ``rlprof_plugins.config.launch_config``), validates it while
 the arguments are parsed (a bad key stops the launch with a message naming
 it) and hands it to the scheduler processes, which SGLang spawns later,
 through ``RLPROF_PROFILER_CONFIG``. Where no argument can be added, that
@@ -16,12 +16,12 @@ import json
 
 from rlprof_plugins.backends import choice
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.profiler_config import (ENV, export_to_environment, from_environment, merge_over,
+from rlprof_plugins.config.launch_config import (ENV, export_to_environment, from_environment, merge_over,
                                             parse_profiler_config, user_overlay)
 
 from ..base import Patch
 from ..features import SERVER_ARGUMENT
-from .engine import VERSIONS
+from .facts import VERSIONS
 
 FLAG = "--profiler-config"
 DEST = "rlprof_profiler_config"

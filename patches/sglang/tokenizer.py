@@ -1,4 +1,4 @@
-"""SGLang in-process calls: ``TokenizerManager.start_profile``/``stop_profile`` through rlprof.
+"""The patch of SGLang's ``TokenizerManager.start_profile``/``stop_profile``: in-process calls through rlprof.
 
 RL frameworks that embed SGLang call the tokenizer manager directly, not the
 HTTP routes: verl awaits ``tokenizer_manager.start_profile(output_dir=...,
@@ -13,16 +13,14 @@ forms on every release. When rlprof is configured in this process
 (``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses a
 field SGLang does not define (rlprof's ``global_step``, vLLM's
 ``delay_iterations``, ...) or a trainer integration gave the RL step
-(``rlprof_plugins.trainer_step``: verl's server actor), the request is
+(``rlprof_plugins.steps.trainer``: verl's server actor), the request is
 parsed like an HTTP body (same fields, same errors, raised naming the
 field) and sent to the schedulers as an
 rlprof command; the stop returns once the files are written (bounded by
 ``stop_wait_seconds``), as SGLang's own stop does. Otherwise SGLang's own
 method runs, given a ``ProfileReq`` where the release needs one.
 
-``sglang.Engine.start_profile(**fields)``/``stop_profile()`` (offline
-users' entry point) take the same path; they return the session's
-status where SGLang's return None.
+``sglang.Engine``'s calls take the same path (``engine.py``).
 """
 
 from __future__ import annotations
@@ -31,12 +29,12 @@ import dataclasses
 import json
 from typing import Any
 
-from rlprof_plugins import trainer_step
+from rlprof_plugins.steps import trainer as trainer_step
 
 from . import http as sglang_http
 from ..base import Patch
 from ..features import IN_PROCESS_CALLS
-from .engine import VERSIONS
+from .facts import VERSIONS
 
 # The fields a ProfileReq carries that a caller sets, by their native names.
 _NOT_FIELDS = ("req_type", "type", "rid", "http_worker_ipc")
@@ -103,22 +101,6 @@ def _wrap_stop(wrapped, instance, args, kwargs):
     return _rlprof_stop(instance, kwargs.get("wait"))
 
 
-def _wrap_engine_start(wrapped, instance, args, kwargs):
-    """``sglang.Engine.start_profile(**fields)``: from 0.5.15 it builds a
-    ``ProfileReq`` first, which raises ``TypeError`` for a field SGLang does
-    not define (``global_step``); rlprof takes the fields as they are."""
-    config = sglang_http.server_config()
-    if args or (config is None and not sglang_http.uses_rlprof(kwargs)):
-        return wrapped(*args, **kwargs)
-    return instance.loop.run_until_complete(sglang_http.start(instance.tokenizer_manager, kwargs, config))
-
-
-def _wrap_engine_stop(wrapped, instance, args, kwargs):
-    if sglang_http.server_config() is None and not sglang_http.was_used():
-        return wrapped(*args, **kwargs)
-    return instance.loop.run_until_complete(sglang_http.stop(instance.tokenizer_manager, kwargs.get("wait")))
-
-
 TOKENIZER_PATCH = Patch(
     name="sglang.tokenizer.profile",
     engine="sglang",
@@ -133,16 +115,4 @@ TOKENIZER_PATCH = Patch(
                "TokenizerManager.auto_create_handle_loop": "signature"},
 )
 
-ENGINE_PATCH = Patch(
-    name="sglang.engine.profile",
-    engine="sglang",
-    versions=VERSIONS,
-    module="sglang.srt.entrypoints.engine",
-    feature=IN_PROCESS_CALLS,
-    why=("sglang.Engine.start_profile(**kwargs) builds a ProfileReq from 0.5.15, which refuses rlprof's and "
-         "vLLM's fields with TypeError"),
-    upstream="Engine.start_profile forwarding its keywords to the tokenizer manager's request",
-    wrap={"Engine.start_profile": _wrap_engine_start, "Engine.stop_profile": _wrap_engine_stop},
-)
-
-PATCHES = (TOKENIZER_PATCH, ENGINE_PATCH)
+PATCHES = (TOKENIZER_PATCH,)

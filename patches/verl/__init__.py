@@ -1,1 +1,1 @@
-"""verl: the trainer's rollout server actors (``trainer.py`` holds verl's facts)."""
+"""verl: the trainer's rollout server actors (``facts.py`` holds verl's facts)."""

@@ -8,7 +8,7 @@ builds its own ``tokenizer_manager.start_profile(...)`` arguments and drops
 the incoming ones. Neither passes a step, but each actor holds the weights
 version of its last sync (``set_global_steps``).
 
-The wrapper sets ``rlprof_plugins.trainer_step.CURRENT`` (the caller's
+The wrapper sets ``rlprof_plugins.steps.trainer.CURRENT`` (the caller's
 ``global_step`` kwarg, else that weights version) around verl's own method;
 the start request that method makes, through rlprof's ``AsyncLLM`` or
 ``TokenizerManager`` patch, takes its global step from there
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlprof_plugins import trainer_step
+from rlprof_plugins.steps import trainer as trainer_step
 from rlprof_plugins._log import warn_once
-from rlprof_plugins.trainer_step import TrainerStep
+from rlprof_plugins.steps.trainer import TrainerStep
 
 from ..base import Patch
 from ..features import TRAINER_STEPS
-from .trainer import NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
+from .facts import NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
 
 
 def _count(value: Any) -> int | None:
@@ -60,7 +60,7 @@ async def _start(wrapped, instance, args, kwargs):
 
 def _server_patch(engine: str, cls: str) -> Patch:
     return Patch(
-        name=f"verl.{engine}_server.step",
+        name=f"verl.servers.{engine}",
         engine=NAME,
         versions=VERSIONS,
         module=SERVER_MODULES[engine],

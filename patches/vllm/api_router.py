@@ -20,16 +20,16 @@ import os
 import secrets
 
 from rlprof_plugins._log import logger
-from rlprof_plugins.control import check_wait
+from rlprof_plugins.session.protocol import check_wait
 from rlprof_plugins.errors import UnavailableError
-from rlprof_plugins.requests import parse_start
+from rlprof_plugins.config.requests import parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
 from . import frontend
-from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
+from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 from .profiler_config import env_profiler_config, options_of, plugin_handles, request_server
 
 
@@ -166,7 +166,7 @@ ROUTER_PATCH = Patch(
 )
 
 ENV_ERA_ROUTER_PATCH = Patch(
-    name="vllm.api_server.profile_env_era",
+    name="vllm.api_router.env_era",
     engine="vllm",
     versions=ENV_ERA_VERSIONS,
     module="vllm.entrypoints.openai.api_server",

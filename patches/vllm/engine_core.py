@@ -23,7 +23,7 @@ from rlprof_plugins._log import logger
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
-from .engine import VERSIONS
+from .facts import VERSIONS
 
 
 UTILITY = "rlprof_control"

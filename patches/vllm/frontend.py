@@ -2,7 +2,7 @@
 
 ``start_profile`` takes every start-request field as a keyword (rlprof's
 ``global_step``, ``step_start``, ...; vLLM's own; SGLang's ``num_steps``,
-``output_dir``, ...: ``rlprof_plugins.request_fields``). The request is
+``output_dir``, ...: ``rlprof_plugins.config.request_fields``). The request is
 parsed here once (``requests.parse_start``), before any engine process is
 involved, then sent to every worker; the HTTP route hands its parsed request
 to ``start`` directly. AsyncLLM also records
@@ -18,22 +18,22 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from rlprof_plugins import writers
+from rlprof_plugins.store import reaping as writers
 
 from rlprof_plugins._log import session_event
-from rlprof_plugins.control import (combine, file_piece, local_piece, roster_command, stop_wait_seconds,
+from rlprof_plugins.session.protocol import (combine, file_piece, local_piece, roster_command, stop_wait_seconds,
                                     wait_until_written, wait_until_written_sync, with_step_manifest)
 from rlprof_plugins.errors import UnavailableError
-from rlprof_plugins.session.frontend import FrontendRecorder
-from rlprof_plugins.layout import session_dir
-from rlprof_plugins.request_fields import VLLM, needs_rlprof
-from rlprof_plugins.requests import StartRequest, parse_start
+from rlprof_plugins.session.api_server_recorder import FrontendRecorder
+from rlprof_plugins.store.layout import session_dir
+from rlprof_plugins.config.request_fields import VLLM, needs_rlprof
+from rlprof_plugins.config.requests import StartRequest, parse_start
 from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
 from .engine_core import UTILITY
-from .engine import VERSIONS
+from .facts import VERSIONS
 from .profiler_config import options_of, plugin_handles, profiler_config_of, request_server
 
 RECORDER_ATTR = "_rlprof_frontend"
@@ -244,7 +244,7 @@ def llm_profile_status(self, global_step: int | None = None) -> dict:
 
 
 ASYNC_LLM_PATCH = Patch(
-    name="vllm.async_llm.profile",
+    name="vllm.frontend.async_llm",
     engine="vllm",
     versions=VERSIONS,
     module="vllm.v1.engine.async_llm",
@@ -264,7 +264,7 @@ ASYNC_LLM_PATCH = Patch(
 )
 
 LLM_PATCH = Patch(
-    name="vllm.llm.profile",
+    name="vllm.frontend.llm",
     engine="vllm",
     versions=VERSIONS,
     module="vllm.entrypoints.llm",

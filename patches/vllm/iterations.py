@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlprof_plugins.stages import IterationInfo
+from rlprof_plugins.trace.stages import IterationInfo
 
 
 def _iteration_details_before_0_15(scheduler_output: Any) -> IterationInfo:

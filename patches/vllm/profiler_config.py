@@ -27,15 +27,15 @@ from typing import Any, Mapping
 
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
-from rlprof_plugins.profiler_config import ENV as ENV_CONFIG
-from rlprof_plugins.profiler_config import ProfilerConfig as EnvProfilerConfig
-from rlprof_plugins.profiler_config import from_environment, merge_over, user_overlay
-from rlprof_plugins.requests import Server
+from rlprof_plugins.config.options import OUR_KEYS, ProfileOptions, parse_options, split_options
+from rlprof_plugins.config.launch_config import ENV as ENV_CONFIG
+from rlprof_plugins.config.launch_config import ProfilerConfig as EnvProfilerConfig
+from rlprof_plugins.config.launch_config import from_environment, merge_over, user_overlay
+from rlprof_plugins.config.requests import Server
 
 from ..base import Patch
 from .. import features
-from .engine import CONFIG_VERSIONS, ENV_ERA_VERSIONS
+from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
 # id(config) -> (config, options): the config is held so its id is never reused.

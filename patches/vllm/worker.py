@@ -17,19 +17,21 @@ import dataclasses
 import json
 from typing import Any
 
-from rlprof_plugins import __version__ as PLUGIN_VERSION, manifest
+from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins.store import manifest
 from rlprof_plugins.backends import choice
+from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
-from rlprof_plugins.control import unavailable_reply
+from rlprof_plugins.session.protocol import unavailable_reply
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.requests import parse_start
+from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
-from .engine import NAME, PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
+from .facts import NAME, PLATFORM_ACTIVITIES, VERSIONS, version as vllm_version
 from .iterations import iteration_info
 from .profiler_config import PROFILER_CONFIG_FIELDS, options_of, plugin_handles, profiler_config_of, request_server
 
@@ -88,8 +90,9 @@ def backend_factory(cfg: Any, options: Any) -> Any:
 
     settings = torch_settings(cfg)
     kind = choice.resolve(options.backend, current_platform.device_type)
-    return choice.factory(kind, lambda table, overrides: with_overrides(settings, overrides, write_table=table),
-                          options.npu_settings, settings.extra_metadata)
+    return choice.factory(kind, BuildContext(
+        lambda table, overrides: with_overrides(settings, overrides, write_table=table), options,
+        settings.extra_metadata))
 
 
 def with_overrides(settings: TorchSettings, overrides: dict | None, **more: Any) -> TorchSettings:

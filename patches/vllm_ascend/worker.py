@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import features
 from ..vllm.worker import worker_patch
-from .engine import NAME, VERSIONS
+from .facts import NAME, VERSIONS
 
 NPU_WORKER_PATCH = worker_patch(
     name="vllm_ascend.worker.profile",

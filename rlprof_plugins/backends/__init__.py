@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ContextManager, Protocol
 
 if TYPE_CHECKING:
-    from ..layout import Placement
+    from ..store.layout import Placement
 
 
 @dataclass(frozen=True)

@@ -7,24 +7,24 @@ status live in the session controller and do not depend on this choice.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import Any, Callable
 
 from ..errors import OptionsError
 from . import Backend
-from .npu_options import NpuSettings
-from .torch_profiler import TorchProfilerBackend, TorchSettings
+from .kind import BuildContext
+from .registry import KINDS
 
-BACKENDS = ("auto", "torch", "npu")
+BACKENDS = ("auto", *KINDS)
 
 
 def check_backend(value: Any, error: Callable = OptionsError) -> str:
-    """A valid ``backend`` value; ``npu`` also needs torch_npu installed."""
+    """A valid ``backend`` value, one that can record on this host."""
     if value not in BACKENDS:
         raise error("backend", f"must be one of {', '.join(BACKENDS)}, got {value!r}")
-    if value == "npu" and importlib.util.find_spec("torch_npu") is None:
-        raise error("backend", "npu records with torch_npu.profiler, and torch_npu is not installed here")
+    why = KINDS[value].unavailable() if value in KINDS else None
+    if why:
+        raise error("backend", why)
     return value
 
 
@@ -40,25 +40,16 @@ def device_type() -> str:
 def resolve(backend: str, device: str) -> str:
     """The backend that records on ``device`` (an engine's device type)."""
     if backend == "auto":
-        return "npu" if device == "npu" else "torch"
-    if backend == "torch" and device == "npu":
-        # torch_npu swaps torch.profiler.profile for its own on Ascend
-        # (SGLang applies that swap), so "torch" would record through
-        # torch_npu with torch's options and export a trace without NPU data.
-        raise OptionsError("backend", "torch records no NPU activity on Ascend; use npu (or auto)")
+        return next((k.name for k in KINDS.values() if device in k.devices), "torch")
+    why = KINDS[backend].refuses.get(device)
+    if why:
+        raise OptionsError("backend", why)
     return backend
 
 
-def factory(kind: str, torch_settings: Callable[[bool, dict], TorchSettings], npu: NpuSettings,
-            extra_metadata: dict[str, str] | None = None) -> Callable[[bool, dict], Backend]:
-    """A session controller's ``backend_factory`` for the resolved ``kind``.
-
-    ``torch_settings(operator_table, overrides)`` gives one session's torch
-    settings; a request's torch overrides (activities, stack...) have no
-    NPU meaning and are ignored by the NPU backend.
-    """
-    if kind == "npu":
-        from .npu_profiler import NpuProfilerBackend
-
-        return lambda table, overrides: NpuProfilerBackend(npu, extra_metadata)
-    return lambda table, overrides: TorchProfilerBackend(torch_settings(table, overrides))
+def factory(kind: str, context: BuildContext) -> Callable[[bool, dict], Backend]:
+    """A session controller's ``backend_factory`` for the resolved ``kind``:
+    a fresh backend per session, built from ``context`` (a request's torch
+    overrides have no meaning for a backend that is not torch's)."""
+    build = KINDS[kind].build
+    return lambda table, overrides: build(context, table, overrides)

@@ -30,11 +30,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ..layout import Placement
+from ..store.layout import Placement
 from ..trace.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
+from . import npu_options
 from .npu_options import NpuSettings
+from .kind import BackendKind
 
 STAGING_PREFIX = ".rlprof-npu-"
 
@@ -154,3 +156,29 @@ class NpuProfilerBackend:
                 raise RecordingKept(f"splitting by stage failed: {e}", written,
                                     f"rlprof split-stages {view} -o '{place.stage_template()}'") from e
         return written
+
+
+def _unavailable() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch_npu") is None:
+        return "npu records with torch_npu.profiler, and torch_npu is not installed here"
+    return None
+
+
+def _needs_analysis_to_split(data: dict, error) -> None:
+    if data.get("backend") == "npu" and data.get("by_stage") and data.get("npu_analyse") is False:
+        raise error("npu_analyse", "by_stage splits torch_npu's analysed trace_view.json; it needs npu_analyse true")
+
+
+KIND = BackendKind(
+    name="npu",
+    devices=("npu",),
+    keys=npu_options.DEFAULTS,
+    check=npu_options.check_value,
+    cross_check=_needs_analysis_to_split,
+    unavailable=_unavailable,
+    # a request's torch overrides (activities, stack...) have no NPU meaning
+    build=lambda context, table, overrides: NpuProfilerBackend(
+        npu_options.settings_from(context.options.backend_keys), context.extra_metadata),
+)

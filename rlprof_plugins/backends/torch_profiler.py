@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..layout import Placement, atomic_target, publish, write_text_atomic
+from ..store.layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.naming import trace_file
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
+from .kind import BackendKind
 
 
 # vLLM's torch profiler keys and their defaults (vLLM 0.32's): the one table
@@ -172,3 +173,13 @@ class TorchProfilerBackend:
             write_text_atomic(out, table)
             written.append(ExportedFile(out, "table"))
         return written
+
+
+KIND = BackendKind(
+    name="torch",
+    devices=("cuda", "cpu", "xpu"),
+    # torch_npu swaps torch.profiler.profile for its own on Ascend (SGLang applies that swap), so
+    # "torch" would record through torch_npu with torch's options and export no NPU data.
+    refuses={"npu": "torch records no NPU activity on Ascend; use npu (or auto)"},
+    build=lambda context, table, overrides: TorchProfilerBackend(context.torch_settings(table, overrides)),
+)

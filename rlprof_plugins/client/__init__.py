@@ -10,7 +10,7 @@
 ``http`` makes one JSON call with the standard library, ``discovery`` finds
 the servers behind a router, ``profiler`` sends each action to all servers
 at once, ``answers`` reads what each server answered, ``results`` holds
-every server's outcome; ``cli`` is ``rlprof start|stop|status``.
+every server's outcome; ``commands`` is ``rlprof start|stop|status|collect``.
 """
 
 from .discovery import DiscoveryError, Server

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlencode
 
-from ..manifest import write_collected
+from ..store.layout import session_dir
+from ..store.manifest import write_collected
 from .http import DEFAULT_TIMEOUT_S, call, headers
 
 FINISHED = ("done", "failed")
@@ -89,7 +90,7 @@ def collect(url: str, global_step: int, output: str | os.PathLike, *, api_key: s
     if status.get("state") not in FINISHED:
         raise CollectError(f"{url}: global step {global_step} is still {status.get('state')}; "
                            f"wait for it (rlprof status --wait --global-step {global_step}) and collect again")
-    target = Path(output) / f"global_step_{global_step}"
+    target = session_dir(output, global_step)  # the step folder, named as every writer names it
     out = Collected(target, nodes=status.get("nodes") or [], state=status.get("state"))
 
     def fetch(rank: str, path: str) -> Path:

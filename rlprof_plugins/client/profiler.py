@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import RequestError
-from ..options import check_count, check_flag
+from ..config.options import check_count, check_flag
 from .answers import session_answer, settled, stop_answer
 from .discovery import DiscoveryError, Server, normalise, router_servers, unique
 from .http import API_KEY_ENV, DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, Reply, call

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ..backends import Backend, ExportedFile, RecordingKept
-from ..layout import Placement, atomic_target
+from ..store.layout import Placement, atomic_target
 from ..trace.naming import trace_file
 from ..trace.stage_split import split_in_subprocess
 from ..trace.stitch import stitch_in_subprocess

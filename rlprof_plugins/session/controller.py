@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .._log import logger
 from ..backends import Backend
 from ..errors import RequestError
-from ..stages import IterationInfo, iteration_annotation
+from ..trace.stages import IterationInfo, iteration_annotation
 from .recording import Exporter, Recording, report
 from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from .. import finalize, manifest
+from ..store import manifest
+from . import finalize
 from ..backends import Backend, RecordingKept
-from ..layout import Placement
+from ..store.layout import Placement
 from .chunks import Chunks, chunkable
 from .._log import logger
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..layout import read_piece, session_dir
-from ..manifest import MANIFEST
-from ..requests import StartRequest
+from ..store.layout import read_piece, session_dir
+from ..store.manifest import MANIFEST
+from ..config.requests import StartRequest
 from .window import StepWindow
 
 WAITING = "waiting"  # started; the window has not begun yet

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import manifest
+from ..store import manifest
 from . import naming
-from ..layout import FRONTEND, MERGED, RANKS
+from ..store.layout import FRONTEND, MERGED, RANKS
 from .naming import ASCEND_SUFFIX, is_trace, trace_view_of
 
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "

@@ -30,7 +30,7 @@ from array import array
 from pathlib import Path
 from typing import Iterable
 
-from ..stages import ITERATION_PREFIX, ITERATION_RE, STAGES
+from .stages import ITERATION_PREFIX, ITERATION_RE, STAGES
 from . import codec
 from .gz import file_size
 from .naming import TRACE_SUFFIX, is_device_event as _is_device

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..layout import step_folders, step_of
-from ..stages import ITERATION_PREFIX, ITERATION_RE
+from ..store.layout import step_folders, step_of
+from .stages import ITERATION_PREFIX, ITERATION_RE
 from . import codec
 from .clock import ts_ns
 from .gz import file_size

@@ -145,7 +145,7 @@ def check_recorded_shapes(patches, engine: str, release: str) -> None:
     import json
     import os
 
-    from rlprof_plugins.compat import TESTED
+    from rlprof_plugins.cli.compatibility import TESTED
     from rlprof_plugins.patches import shapes
 
     import pytest
@@ -176,7 +176,7 @@ def check_doctor(engine: str, version: str) -> dict:
     import subprocess
     import sys
 
-    from rlprof_plugins import compat
+    from rlprof_plugins.cli import compatibility as compat
     from rlprof_plugins.patches import ALL_PATCHES
 
     # the same harness adaptations as this process (tests/compat/release_env.py)

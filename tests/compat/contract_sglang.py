@@ -30,13 +30,13 @@ import pytest
 import torch
 from packaging.version import Version
 
-from rlprof_plugins import compat
-from rlprof_plugins.layout import session_dir
+from rlprof_plugins.cli import compatibility as compat
+from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches.sglang import http as sglang_http
 from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.sglang.engine import version as sglang_version
+from rlprof_plugins.patches.sglang.facts import version as sglang_version
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
                                          check_recorded_shapes, check_release_imported, filled, marker, try_import,
                                          wait_done)
@@ -135,7 +135,7 @@ def test_profiler_config_argument(patched, tmp_path, monkeypatch, capsys):
         ServerArgs.from_cli_args(ns)
     except Exception:
         pass  # SGLang's own checks of a model path that holds no model; ours ran first
-    from rlprof_plugins.profiler_config import from_environment
+    from rlprof_plugins.config.launch_config import from_environment
 
     config = from_environment()
     assert config.torch_profiler_dir == str(tmp_path)
@@ -172,7 +172,7 @@ def _scheduler():
 
 
 def _send(handler, command: dict) -> dict:
-    from rlprof_plugins.control import combine
+    from rlprof_plugins.session.protocol import combine
 
     out = handler(sglang_http.profile_req(command))
     assert out.success, out.message
@@ -218,7 +218,7 @@ needs_parallel_context = pytest.mark.skipif(
 
 
 def _configure(monkeypatch, tmp_path, **ours):
-    from rlprof_plugins.profiler_config import ENV, parse_profiler_config
+    from rlprof_plugins.config.launch_config import ENV, parse_profiler_config
 
     monkeypatch.setenv(ENV, json.dumps({"torch_profiler_dir": str(tmp_path), "torch_profiler_with_stack": False,
                                         **ours}))

@@ -27,15 +27,15 @@ import pytest
 import torch
 from packaging.version import Version
 
-from rlprof_plugins import compat
-from rlprof_plugins.layout import session_dir
+from rlprof_plugins.cli import compatibility as compat
+from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches.vllm import profiler_config as vllm_profiler_config
 from rlprof_plugins.patches.vllm import worker as vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
                                          check_recorded_shapes, check_release_imported, marker, wait_done)
-from rlprof_plugins.patches.vllm.engine import version as vllm_version
+from rlprof_plugins.patches.vllm.facts import version as vllm_version
 from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace, manifest_traces
 

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-from rlprof_plugins.compat import TESTED
+from rlprof_plugins.cli.compatibility import TESTED
 from tests.compat.releases import ROOT, contract_environment, ensure
 from tests.helpers.installed import TEST_PATH
 from tests.compat.test_releases import PYTHON, run_contract

@@ -3,7 +3,7 @@ releases; the contract tests (test_releases.py) assert each of its cells."""
 
 from pathlib import Path
 
-from rlprof_plugins.compat import CI_SUBSET, TESTED, capabilities, features, markdown
+from rlprof_plugins.cli.compatibility import CI_SUBSET, TESTED, capabilities, features, markdown
 from rlprof_plugins.patches.base import Patch
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
@@ -14,7 +14,7 @@ def test_compatibility_doc_matches_the_code():
 
 
 def test_every_tested_release_is_supported_and_the_ci_subset_is_tested():
-    from rlprof_plugins.compat import supported
+    from rlprof_plugins.cli.compatibility import supported
 
     for engine, versions in TESTED.items():
         assert all(supported(engine, v) for v in versions)

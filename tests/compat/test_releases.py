@@ -1,4 +1,4 @@
-"""Run the contract tests of each tested engine release (rlprof_plugins.compat.TESTED).
+"""Run the contract tests of each tested engine release (rlprof_plugins.cli.compatibility.TESTED).
 
 Each release runs in its own interpreter: the engine's test environment
 (.venv-vllm or .venv-sglang) with the release's unpacked wheel first on
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.compat import CI_SUBSET, TESTED
+from rlprof_plugins.cli.compatibility import CI_SUBSET, TESTED
 from tests.compat.releases import ROOT, contract_environment, ensure
 from tests.helpers.installed import TEST_PATH
 

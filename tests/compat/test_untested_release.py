@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.compat import TESTED
+from rlprof_plugins.cli.compatibility import TESTED
 from rlprof_plugins.patches import VLLM_PATCHES
 from tests.compat.releases import CACHE, ROOT, contract_environment, ensure
 from tests.helpers.installed import TEST_PATH
@@ -38,11 +38,12 @@ import importlib, json, logging, sys
 from tests.compat.release_env import adapt
 adapt("vllm")
 said = []
-class Keep(logging.Handler):
+class Keep(logging.Handler):  # the warnings (INFO says which install loaded)
     def emit(self, record):
-        said.append(record.getMessage())
+        if record.levelno >= logging.WARNING:
+            said.append(record.getMessage())
 logging.getLogger("rlprof").addHandler(Keep())
-from rlprof_plugins.plugins.vllm import register
+from rlprof_plugins.entry_points.vllm import register
 register()
 from rlprof_plugins.patches import VLLM_PATCHES
 for patch in VLLM_PATCHES:

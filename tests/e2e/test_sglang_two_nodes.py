@@ -9,8 +9,8 @@ for both nodes, ``rlprof collect`` and a strict merge of both ranks.
 
 import pytest
 
-from rlprof_plugins import manifest
-from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.store import manifest
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace.check import check
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
 

@@ -17,10 +17,10 @@ import torch
 
 from rlprof_plugins.patches import VLLM_ASCEND_PATCHES, VLLM_PATCHES
 from rlprof_plugins.patches.vllm import profiler_config as vllm_profiler_config
-from rlprof_plugins.patches.vllm_ascend.engine import version as vllm_ascend_version
+from rlprof_plugins.patches.vllm_ascend.facts import version as vllm_ascend_version
 from rlprof_plugins.patches.vllm_ascend.worker import NPU_WORKER_PATCH
 from rlprof_plugins.patches.vllm.worker import rank_suffix
-from rlprof_plugins.patches.vllm.engine import version as vllm_version
+from rlprof_plugins.patches.vllm.facts import version as vllm_version
 from tests.compat.contract_common import applied_patches, check_patch_on_release, marker, wait_done
 from tests.compat.vllm_wiring import llm_over, scheduler_output
 from tests.helpers.traces import iteration_details, load_trace

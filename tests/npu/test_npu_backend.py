@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from rlprof_plugins import cli
+from rlprof_plugins.cli import command as cli
 from rlprof_plugins.backends import choice
+from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.backends.torch_profiler import TorchSettings
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.options import parse_options
+from rlprof_plugins.config.options import parse_options
 from rlprof_plugins.session.controller import ProfilerController
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder
 from tests.unit.test_session import DECODE, PREFILL, run_iterations, settle, start
@@ -27,7 +28,7 @@ def npu_controller(root, options, rank=0, expected=1):
         root_dir=str(root),
         worker_name=lambda prefix: f"{prefix}_{name}" if prefix else name,
         rank_name=name,
-        backend_factory=choice.factory("npu", lambda table, _o: TorchSettings(), options.npu_settings),
+        backend_factory=choice.factory("npu", BuildContext(lambda table, _o: TorchSettings(), options)),
         manifest_header={"engine": "test", "expected_ranks": expected, "parallel": {"tp": expected, "pp": 1}},
     )
 
@@ -171,7 +172,7 @@ def test_bad_npu_options_name_the_key(config, key):
 
 
 def test_npu_backend_needs_torch_npu_installed():
-    code = "from rlprof_plugins.options import parse_options; parse_options({'backend': 'npu'})"
+    code = "from rlprof_plugins.config.options import parse_options; parse_options({'backend': 'npu'})"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0 and "backend" in proc.stderr and "torch_npu is not installed" in proc.stderr
 
@@ -183,11 +184,12 @@ def test_by_stage_without_analysis_is_refused(torch_npu):
 
 
 def test_a_backend_that_cannot_start_fails_the_session_and_leaves_nothing(torch_npu, tmp_path):
-    from rlprof_plugins.backends.npu_options import NpuSettings
+    from rlprof_plugins.config.options import ProfileOptions
 
-    broken = NpuSettings(profiler_level="Level9")  # unvalidated: torch_npu has no such level
+    # unvalidated (built, not parsed): torch_npu has no such level
+    broken = ProfileOptions(backend_keys={**ProfileOptions().backend_keys, "npu_profiler_level": "Level9"})
     ctl = ProfilerController(root_dir=str(tmp_path), worker_name=lambda prefix: "rank0",
-                             backend_factory=choice.factory("npu", lambda t, o: TorchSettings(), broken),
+                             backend_factory=choice.factory("npu", BuildContext(lambda t, o: TorchSettings(), broken)),
                              manifest_header={"engine": "test", "expected_ranks": 1})
     reply = start(ctl, global_step=2, step_start=0, step_end=1)
     assert reply["session"]["state"] == "failed" and "Level9" in reply["session"]["error"]

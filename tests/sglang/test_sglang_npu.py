@@ -14,8 +14,8 @@ import pytest
 
 from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.sglang.engine import version as sglang_version
-from rlprof_plugins.profiler_config import ENV
+from rlprof_plugins.patches.sglang.facts import version as sglang_version
+from rlprof_plugins.config.launch_config import ENV
 from tests.npu.conftest import torch_npu  # noqa: F401  (the stand-in fixture)
 from tests.unit.test_session import DECODE, run_iterations, settle, start
 

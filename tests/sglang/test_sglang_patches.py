@@ -10,7 +10,7 @@ import pytest
 from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.patches.sglang.iterations import iteration_info
-from rlprof_plugins.patches.sglang.engine import version as sglang_version
+from rlprof_plugins.patches.sglang.facts import version as sglang_version
 
 sglang = pytest.importorskip("sglang")
 
@@ -28,7 +28,7 @@ def patched():
 
 def test_every_patch_applies_and_reverts_on_the_installed_release():
     installed = [p for p in SGLANG_PATCHES if p.supports(sglang_version())]
-    assert {p.name for p in SGLANG_PATCHES} - {p.name for p in installed} == {"sglang.profiler_mixin.control"}
+    assert {p.name for p in SGLANG_PATCHES} - {p.name for p in installed} == {"sglang.scheduler.profiler_mixin"}
     for patch in installed:
         module = importlib.import_module(patch.module)
         before = {t.split(".")[0]: dict(vars(getattr(module, t.split(".")[0]))) for t in patch.wrap}

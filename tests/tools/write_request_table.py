@@ -1,10 +1,10 @@
 """Rewrite the request-field table between its markers in a Markdown file
-(docs/configuration.md) from ``rlprof_plugins.request_fields``."""
+(docs/configuration.md) from ``rlprof_plugins.config.request_fields``."""
 
 import sys
 from pathlib import Path
 
-from rlprof_plugins.request_fields import field_table
+from rlprof_plugins.config.request_fields import field_table
 
 START, END = "<!-- request-fields:start -->\n", "<!-- request-fields:end -->"
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
-from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.session.chunks import CHUNK_DIR
 from rlprof_plugins.trace.check import check
 from rlprof_plugins.trace.stitch import CHUNK_KEY, stitch

@@ -7,9 +7,9 @@ it is given (the listing shapes are those of the real routers' answers).
 
 import pytest
 
-from rlprof_plugins.cli import main
+from rlprof_plugins.cli.command import main
 from rlprof_plugins.client import FleetError, FleetResult, RolloutProfiler, Server, ServerResult
-from rlprof_plugins.client.cli import render
+from rlprof_plugins.client.commands import render
 from rlprof_plugins.client.discovery import from_listing, normalise
 from rlprof_plugins.client.http import Reply, call
 from rlprof_plugins.client.answers import session_answer, settled, stop_answer
@@ -137,7 +137,7 @@ def test_the_client_imports_no_engine_and_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, rlprof_plugins.client, rlprof_plugins.client.cli, rlprof_plugins.cli; "
+    code = ("import sys, rlprof_plugins.client, rlprof_plugins.client.commands, rlprof_plugins.cli; "
             "print(sorted(m for m in ('torch', 'vllm', 'sglang', 'requests') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from rlprof_plugins import compat
-from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.cli import compatibility as compat
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.patches import ALL_PATCHES
 
 
@@ -38,7 +38,7 @@ def test_no_import_answers_from_the_declarations_vllm(capsys):
 
 
 def test_invalid_rlprof_profiler_config_is_pointed_out(monkeypatch):
-    from rlprof_plugins.doctor import _environment
+    from rlprof_plugins.cli.doctor import _environment
 
     monkeypatch.setenv("RLPROF_PROFILER_CONFIG", '{"step_strat": 1}')
     monkeypatch.setenv("VLLM_TORCH_PROFILER_DIR", "/t")
@@ -51,7 +51,7 @@ def test_invalid_rlprof_profiler_config_is_pointed_out(monkeypatch):
 def test_verl_is_reported_next_to_the_engines(capsys, monkeypatch):
     """Where verl is not installed (the unit environments): said, without failing the engines' report;
     alone (``--engine verl``) it is an error naming verl. Installed: tests/verl/contract_verl.py."""
-    from rlprof_plugins.patches.verl import trainer
+    from rlprof_plugins.patches.verl import facts as trainer
 
     monkeypatch.setattr(trainer, "version", lambda: None)
     assert rlprof(["doctor", "--no-import", "--json"]) == 0

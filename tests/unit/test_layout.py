@@ -3,7 +3,7 @@ import os
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.layout import contained, session_dir, write_text_atomic
+from rlprof_plugins.store.layout import contained, session_dir, write_text_atomic
 from rlprof_plugins.trace.naming import trace_file
 
 

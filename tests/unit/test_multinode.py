@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins import manifest
-from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.store import manifest
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace import check
 from tests.helpers.traces import merged_file
 
@@ -228,7 +228,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, monkeypatch):
 
 # ---- a rank's answers: where it writes, and its files for rlprof collect -------------------
 def test_a_rank_reads_back_only_its_own_written_files(tmp_path):
-    from rlprof_plugins.control import combine, file_piece, roster_command
+    from rlprof_plugins.session.protocol import combine, file_piece, roster_command
     from rlprof_plugins.errors import NotFoundError
     from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
     from rlprof_plugins.session.controller import ProfilerController

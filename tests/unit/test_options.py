@@ -1,7 +1,7 @@
 import pytest
 
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.options import OUR_KEYS, ProfileOptions, parse_options, split_options
+from rlprof_plugins.config.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 
 NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_iterations", "max_iterations"]
 
@@ -77,7 +77,7 @@ def test_merge_must_be_a_flag():
 
 def test_backend_and_npu_keys_are_ours_and_validated():
     native, ours = split_options({"backend": "auto", "npu_profiler_level": "Level1"}, NATIVE)
-    assert native == {} and parse_options(ours).npu_settings.profiler_level == "Level1"
+    assert native == {} and parse_options(ours).backend_keys["npu_profiler_level"] == "Level1"
     with pytest.raises(OptionsError) as e:
         parse_options({"npu_profiler_level": True})
     assert e.value.key == "npu_profiler_level"

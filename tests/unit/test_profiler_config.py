@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.profiler_config import ENV, ProfilerConfig, from_environment, parse_profiler_config
+from rlprof_plugins.config.launch_config import ENV, ProfilerConfig, from_environment, parse_profiler_config
 
 
 def test_defaults_match_vllm_for_the_same_keys():
@@ -83,8 +83,8 @@ def test_settings_from_a_config_that_lacks_newer_keys():
 
 
 def test_user_overlay_merges_and_refuses_a_key_set_twice_differently(monkeypatch, tmp_path):
-    from rlprof_plugins import profiler_config
-    from rlprof_plugins.profiler_config import merge_over, user_overlay
+    from rlprof_plugins.config import launch_config as profiler_config
+    from rlprof_plugins.config.launch_config import merge_over, user_overlay
 
     monkeypatch.setattr(profiler_config, "_exported", None)
     monkeypatch.delenv(ENV, raising=False)
@@ -107,7 +107,7 @@ def test_user_overlay_merges_and_refuses_a_key_set_twice_differently(monkeypatch
 def test_sglang_flag_and_environment_merge(monkeypatch, tmp_path):
     import argparse
 
-    from rlprof_plugins import profiler_config
+    from rlprof_plugins.config import launch_config as profiler_config
     from rlprof_plugins.patches.sglang import server_args as sglang_server_args
 
     monkeypatch.setattr(profiler_config, "_exported", None)

@@ -1,11 +1,11 @@
-"""One request model for both engines (rlprof_plugins.requests): every field, one meaning."""
+"""One request model for both engines (rlprof_plugins.config.requests): every field, one meaning."""
 
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.options import ProfileOptions
-from rlprof_plugins.request_fields import ENTRY_POINTS, FIELD_NAMES, FIELDS, field_table
-from rlprof_plugins.requests import Server, StartRequest, parse_start
+from rlprof_plugins.config.options import ProfileOptions
+from rlprof_plugins.config.request_fields import ENTRY_POINTS, FIELD_NAMES, FIELDS, field_table
+from rlprof_plugins.config.requests import Server, StartRequest, parse_start
 
 DEFAULTS = ProfileOptions(step_start=2, step_end=6)
 
@@ -211,10 +211,10 @@ def test_docs_table_is_generated_from_the_declarations():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_trainer_step_fills_an_unnamed_global_step(tmp_path, engine):
-    """verl's integration (rlprof_plugins.trainer_step): the weights version + the offset,
+    """verl's integration (rlprof_plugins.steps.trainer): the weights version + the offset,
     the caller's own step first, nothing without a sync, and only inside the call."""
-    from rlprof_plugins import trainer_step
-    from rlprof_plugins.trainer_step import TrainerStep
+    from rlprof_plugins.steps import trainer as trainer_step
+    from rlprof_plugins.steps.trainer import TrainerStep
 
     srv = server(tmp_path, engine)
     with trainer_step.given(TrainerStep("verl", weights_version=4)):

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from rlprof_plugins.compat import TESTED
+from rlprof_plugins.cli.compatibility import TESTED
 from rlprof_plugins.patches import ALL_PATCHES, shapes
 from rlprof_plugins.patches.base import Patch
 

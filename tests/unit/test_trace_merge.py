@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.cli import main as rlprof
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace import check, merge, sources, stage_split
 from rlprof_plugins.trace.reader import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace

@@ -7,12 +7,12 @@ import signal
 import subprocess
 import sys
 
-from rlprof_plugins import manifest, processes, writers
+from rlprof_plugins.store import manifest, processes, reaping as writers
 
 WRITER = """
 import sys, time
 from pathlib import Path
-from rlprof_plugins import manifest
+from rlprof_plugins.store import manifest
 d = Path(sys.argv[1])
 manifest.update(d, session_id="s1", writer="rank0", header={"expected_ranks": 1},
                 section={"role": "worker", "state": "exporting", "files": []})
@@ -54,7 +54,7 @@ def test_pid_reuse_and_other_hosts():
 
 
 def test_the_tools_reap_before_reading(tmp_path, capsys):
-    from rlprof_plugins import cli
+    from rlprof_plugins.cli import command as cli
 
     step = tmp_path / "global_step_1"
     step.mkdir()

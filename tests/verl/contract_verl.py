@@ -21,10 +21,10 @@ import os
 
 import pytest
 
-from rlprof_plugins import trainer_step
+from rlprof_plugins.steps import trainer as trainer_step
 from rlprof_plugins.patches import shapes
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.verl import trainer
+from rlprof_plugins.patches.verl import facts as trainer
 from rlprof_plugins.patches.verl.servers import SGLANG_SERVER_PATCH, VLLM_SERVER_PATCH
 
 ENGINE = os.environ["RLPROF_VERL_CONTRACT"]
@@ -153,13 +153,13 @@ def test_documented_overrides_compose():
 
 
 def test_doctor_reports_the_integration(module, monkeypatch):
-    from rlprof_plugins.doctor_trainers import diagnose_trainer, render_trainer
+    from rlprof_plugins.cli.doctor_trainers import diagnose_trainer, render_trainer
 
     monkeypatch.setenv("RLPROF_PROFILER_CONFIG", json.dumps({"trainer_step_offset": 0}))
     report = diagnose_trainer("verl")
     states = {p.name: p.state for p in report.patches}
     other = {"vllm": "sglang", "sglang": "vllm"}[ENGINE]
-    assert states == {PATCH.name: "applies", f"verl.{other}_server.step": "off"}, report.patches
+    assert states == {PATCH.name: "applies", f"verl.servers.{other}": "off"}, report.patches
     assert report.ok and report.tested and report.version == trainer.TESTED[-1]
     assert "verl.plugins entry point 'rlprof'" in report.plugin_loading
     assert "trainer_step_offset 0 (from RLPROF_PROFILER_CONFIG)" in report.step_source

@@ -68,7 +68,7 @@ async def replay(engine: str, model: str, save_path: Path, relocate: bool) -> di
 def _patched(engine: str) -> bool:
     from rlprof_plugins.patches import VERL_PATCHES
 
-    return any(p.applied for p in VERL_PATCHES if p.name == f"verl.{engine}_server.step")
+    return any(p.applied for p in VERL_PATCHES if p.name == f"verl.servers.{engine}")
 
 
 def main() -> None:

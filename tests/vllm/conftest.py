@@ -4,7 +4,7 @@ import pytest
 
 from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches.base import apply_guarded
-from rlprof_plugins.patches.vllm.engine import version as vllm_version
+from rlprof_plugins.patches.vllm.facts import version as vllm_version
 
 
 @pytest.fixture

@@ -19,32 +19,38 @@ def run(code: str, **env) -> str:
 
 def test_entry_point_is_declared():
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "rlprof"]
-    assert len(eps) == 1 and eps[0].value == "rlprof_plugins.plugins.vllm:register"
+    assert len(eps) == 1 and eps[0].value == "rlprof_plugins.entry_points.vllm:register"
 
 
 def test_register_imports_nothing_heavy():
     out = run(
         "import sys\n"
-        "from rlprof_plugins.plugins.vllm import register\n"
+        "from rlprof_plugins.entry_points.vllm import register\n"
         "register(); register()\n"
         "print(sorted(m for m in ('torch', 'vllm', 'fastapi', 'numpy') if m in sys.modules))"
     )
     assert out == "[]"
 
 
-@pytest.mark.parametrize(
-    "env, expected",
-    [({}, "True"), ({"RLPROF_DISABLE": "1"}, "False"), ({"VLLM_PLUGINS": "other"}, "False"),
-     ({"VLLM_PLUGINS": "other,rlprof"}, "True")],
-)
-def test_pth_bootstrap_registers_before_llm_is_used(env, expected):
+BOOTSTRAP_CASES = [({}, "True"), ({"RLPROF_DISABLE": "1"}, "False"), ({"VLLM_PLUGINS": "other"}, "False"),
+                   ({"VLLM_PLUGINS": "other,rlprof"}, "True")]
+BOOTSTRAP_PROBE = ("import vllm.plugins, vllm.entrypoints.llm\n"
+                   "import rlprof_plugins.entry_points as p\n"
+                   "assert not vllm.plugins.plugins_loaded  # vLLM itself has not loaded plugins yet\n"
+                   "print('VLLM_PATCHES' in p._installed)")
+
+
+@pytest.fixture(scope="module")
+def bootstrap_answers() -> list[str]:
+    """Each case's interpreter, all started at once (each mostly imports vLLM: ~13 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(BOOTSTRAP_CASES)) as pool:
+        return list(pool.map(lambda case: run(BOOTSTRAP_PROBE, **case[0]), BOOTSTRAP_CASES))
+
+
+@pytest.mark.parametrize("case", range(len(BOOTSTRAP_CASES)), ids=[str(c[0]) for c in BOOTSTRAP_CASES])
+def test_pth_bootstrap_registers_before_llm_is_used(bootstrap_answers, case):
     """LLM(profiler_config={...}) filters keys before vLLM loads plugins; the
     .pth hook must have registered the plugin by the time the module exists."""
-    out = run(
-        "import vllm.plugins, vllm.entrypoints.llm\n"
-        "import rlprof_plugins.plugins as p\n"
-        "assert not vllm.plugins.plugins_loaded  # vLLM itself has not loaded plugins yet\n"
-        "print('VLLM_PATCHES' in p._installed)",
-        **env,
-    )
-    assert out == expected
+    assert bootstrap_answers[case] == BOOTSTRAP_CASES[case][1]

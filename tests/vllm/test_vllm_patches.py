@@ -8,7 +8,7 @@ import pytest
 from rlprof_plugins.patches import VLLM_PATCHES
 from rlprof_plugins.patches.base import resolve, apply_guarded
 from rlprof_plugins.patches.vllm.worker import WORKER_PATCH
-from rlprof_plugins.patches.vllm.engine import version as vllm_version
+from rlprof_plugins.patches.vllm.facts import version as vllm_version
 
 
 INSTALLED = [p for p in VLLM_PATCHES if p.supports(vllm_version() or "")]
@@ -19,7 +19,7 @@ def test_installed_vllm_is_in_the_declared_range():
     assert version and version.startswith("0.32.0")
     # every patch but the env-era ones (vLLM < 0.13) applies to 0.32
     assert {p.name for p in VLLM_PATCHES} - {p.name for p in INSTALLED} == {
-        "vllm.profiler_config.env_era", "vllm.api_server.profile_env_era"}
+        "vllm.profiler_config.env_era", "vllm.api_router.env_era"}
 
 
 @pytest.mark.parametrize("patch", INSTALLED, ids=lambda p: p.name)

@@ -13,6 +13,6 @@ from . import install_patches
 
 
 def register() -> None:
-    from ..patches.sglang import engine
+    from ..patches.sglang import facts as engine
 
     install_patches(engine.TITLE, "SGLANG_PATCHES", engine.version)

@@ -24,8 +24,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import __version__
-from .cli_common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of
+from .. import __version__
+from .common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of
 from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_summary
 
 
@@ -62,8 +62,8 @@ def cmd_doctor(args) -> int:
 def cmd_npu_analyse(args) -> int:
     import importlib.util
 
-    from .backends.npu_profiler import analyse_in_subprocess
-    from .trace.naming import ASCEND_SUFFIX, trace_view_of
+    from ..backends.npu_profiler import analyse_in_subprocess
+    from ..trace.naming import ASCEND_SUFFIX, trace_view_of
 
     root = Path(args.dir)
     if not root.is_dir():
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_npu_analyse)
 
-    from .client.cli import add_parsers
+    from ..client.commands import add_parsers
 
     add_parsers(sub)
     return parser
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .client.cli import check_usage
+    from ..client.commands import check_usage
 
     check_usage(parser, args)
     try:

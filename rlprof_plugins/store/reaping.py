@@ -20,7 +20,7 @@ from typing import Any
 from . import manifest
 from .layout import step_folders
 from .processes import alive
-from ._log import logger
+from .._log import logger
 
 
 def reap(directory: Path) -> list[str]:

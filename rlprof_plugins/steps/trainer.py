@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
-from ._log import logger
+from .._log import logger
 
 
 @dataclass(frozen=True)

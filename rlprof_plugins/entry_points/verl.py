@@ -15,7 +15,7 @@ from . import install_patches
 
 
 def register() -> None:
-    from ..patches.verl import trainer
+    from ..patches.verl import facts as trainer
 
     install_patches(trainer.TITLE, "VERL_PATCHES", trainer.version)
 

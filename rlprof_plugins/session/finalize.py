@@ -17,9 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import manifest, retention
-from .trace import naming
-from ._log import logger
+from ..store import manifest, retention
+from ..trace import naming
+from .._log import logger
 
 
 WRITER = "merge"
@@ -60,7 +60,7 @@ def _record(directory: Path, session_id: str, state: str, files: list[dict] | No
 
 
 def merge_step(directory: Path, session_id: str) -> None:
-    from .trace.merge import merge_in_subprocess
+    from ..trace.merge import merge_in_subprocess
 
     def record(state: str, files: list[dict] | None = None, error: str | None = None) -> None:
         _record(directory, session_id, state, files, error)

@@ -7,20 +7,20 @@ names the key at fault. Which native keys exist is the caller's (the engine
 patch's) knowledge, passed in as ``native_keys``.
 
 Every key accepted here does something: an accepted key that does nothing
-would be a silent lie. The NPU keys (``npu_*``) are listed with their
-values in ``backends.npu_options``.
+would be a silent lie. Each backend declares its own keys (the NPU ones,
+``npu_*``, in ``backends.npu_options``); they are read here from
+``backends.registry`` and held in ``backend_keys``, flat in the JSON.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from .backends import npu_options
-from .backends.choice import check_backend
-from .backends.npu_options import NpuSettings
-from .errors import OptionsError
+from ..backends.choice import check_backend
+from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
+from ..errors import OptionsError
 
 
 # The chunk length by default: measured (docs/performance.md, "torch's own stop").
@@ -45,8 +45,9 @@ class ProfileOptions:
     ``routes_require_api_key`` guards the
     profiling routes with the server's API key when one is configured.
     ``backend`` picks the recorder (``auto``: torch_npu on Ascend, else
-    torch.profiler); the ``npu_*`` keys configure torch_npu (see
-    ``backends.npu_options`` and docs/npu.md).
+    torch.profiler); ``backend_keys`` holds every backend's own keys (the
+    ``npu_*`` keys configure torch_npu: ``backends.npu_options``, docs/npu.md),
+    defaults filled in; ``to_dict`` lists them beside the others.
 
     ``stop_wait_seconds``: a stop returns once the session's files are
     written, as the engines' native stops do (clients move the files right
@@ -65,7 +66,7 @@ class ProfileOptions:
     engines); rlprof never writes anywhere else.
 
     ``trainer_step_offset``: where a trainer integration knows only the
-    weights version its server holds (verl: ``rlprof_plugins.trainer_step``),
+    weights version its server holds (verl: ``rlprof_plugins.steps.trainer``),
     a start without a ``global_step`` writes ``global_step_<version + this>``;
     1 by default (verl syncs after step N, so step N's rollout holds N-1).
     """
@@ -82,29 +83,19 @@ class ProfileOptions:
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
     backend: str = "auto"
-    npu_profiler_level: str = npu_options.DEFAULTS["npu_profiler_level"]
-    npu_aic_metrics: str = npu_options.DEFAULTS["npu_aic_metrics"]
-    npu_export_type: tuple[str, ...] = npu_options.DEFAULTS["npu_export_type"]
-    npu_data_simplification: bool = npu_options.DEFAULTS["npu_data_simplification"]
-    npu_with_modules: bool = npu_options.DEFAULTS["npu_with_modules"]
-    npu_with_stack: bool = npu_options.DEFAULTS["npu_with_stack"]
-    npu_with_memory: bool = npu_options.DEFAULTS["npu_with_memory"]
-    npu_record_shapes: bool = npu_options.DEFAULTS["npu_record_shapes"]
-    npu_analyse: bool = npu_options.DEFAULTS["npu_analyse"]
-
-    @property
-    def npu_settings(self) -> NpuSettings:
-        return npu_options.settings_from({key: getattr(self, key) for key in npu_options.KEYS})
+    backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every key and its value, flat, as users write them (``backend_keys`` spread out)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "backend_keys"}
+        return {**out, **dict(self.backend_keys)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "ProfileOptions":
         return parse_options(data or {})
 
 
-OUR_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ProfileOptions))
+OUR_KEYS: tuple[str, ...] = (*(f.name for f in fields(ProfileOptions) if f.name != "backend_keys"), *BACKEND_KEYS)
 
 
 def check_count(key: str, value: Any, *, allow_none: bool = False, error=OptionsError) -> int | None:
@@ -160,10 +151,9 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     keep = check_count("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
     if keep == 0:
         raise OptionsError("keep_last_steps", "must be >= 1 (or null to keep every step)")
-    npu = {key: npu_options.check_value(key, data[key], OptionsError) for key in npu_options.KEYS if key in data}
-    if data.get("backend") == "npu" and data.get("by_stage") and npu.get("npu_analyse") is False:
-        raise OptionsError("npu_analyse", "by_stage splits torch_npu's analysed trace_view.json; "
-                                          "it needs npu_analyse true")
+    given = {key: kind_of_key(key).check(key, data[key], OptionsError) for key in BACKEND_KEYS if key in data}
+    for kind in KINDS.values():
+        kind.cross_check({**data, **given}, OptionsError)
     return ProfileOptions(
         step_start=step_start,
         step_end=step_end,
@@ -177,7 +167,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_count("trainer_step_offset", data.get("trainer_step_offset", 1)),
         backend=check_backend(data.get("backend", "auto")),
-        **npu,
+        backend_keys={**BACKEND_KEYS, **given},
     )
 
 

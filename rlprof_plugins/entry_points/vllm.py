@@ -14,8 +14,8 @@ from . import install_patches
 
 def register() -> None:
     from .._log import join_engine_log
-    from ..patches.vllm import engine
-    from ..patches.vllm_ascend import engine as ascend
+    from ..patches.vllm import facts as engine
+    from ..patches.vllm_ascend import facts as ascend
 
     join_engine_log("vllm")  # rlprof's lines in vLLM's log, in its format and at its level
     install_patches(engine.TITLE, "VLLM_PATCHES", engine.version)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from .doctor import PatchCheck, Verdict, check_patch, declared, given_keys
-from .patches.engines import TRAINERS
+from ..patches.engines import TRAINERS
 
 
 @dataclass
@@ -44,9 +44,9 @@ def _plugin_loading(facts) -> str:
 
 
 def _offset() -> str:
-    from .errors import OptionsError
-    from .options import ProfileOptions
-    from .profiler_config import ENV, from_environment
+    from ..errors import OptionsError
+    from ..config.options import ProfileOptions
+    from ..config.launch_config import ENV, from_environment
 
     try:
         config = from_environment()
@@ -66,8 +66,8 @@ def _check(facts, patch, version: str, dry: bool) -> PatchCheck:
 
 
 def diagnose_trainer(name: str, *, dry_run: bool = True) -> TrainerReport:
-    from . import patches
-    from .patches import shapes
+    from .. import patches
+    from ..patches import shapes
 
     facts = TRAINERS[name]
     version = facts.version()

@@ -39,7 +39,7 @@ class Installation:
 
 def check() -> Installation:
     """Import the patch registry as the entry points do; never raises."""
-    location = str(Path(__file__).resolve().parent)
+    location = str(Path(__file__).resolve().parents[1])  # the rlprof_plugins package
     try:
         importlib.import_module(REGISTRY)
     except ImportError as e:

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field, fields as dataclass_fields, re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .errors import RequestError
-from .layout import session_dir
+from ..errors import RequestError
+from ..store.layout import session_dir
 from .options import ProfileOptions, check_count, check_flag, check_window
-from .profiler_config import check_activities_on_host, parse_activities
+from .launch_config import check_activities_on_host, parse_activities
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
-from . import trainer_step
+from ..steps import trainer as trainer_step
 
 # vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
 # TorchSettings field each one sets. Any other key is refused (vLLM would hand

@@ -1,7 +1,7 @@
 """``rlprof doctor``: what rlprof can do with the engine installed here.
 
 For each engine it finds (vLLM, SGLang): the version and whether rlprof
-supports and was tested on it (``rlprof_plugins.compat``), each feature as
+supports and was tested on it (``rlprof_plugins.cli.compatibility``), each feature as
 available or not with the reason, each patch as applying, off by version,
 or failing (a dry run: applied to the real module, then reverted), whether
 the engine will load the plugin, what in the environment matters, and how to
@@ -18,9 +18,10 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field
 
-from . import __version__, compat
-from ._env import allowed_by, on
-from .patches.engines import ENGINES
+from .. import __version__
+from . import compatibility as compat
+from .._env import allowed_by, on
+from ..patches.engines import ENGINES
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _version(engine: str) -> tuple[str | None, str | None]:
 
 
 def _present_targets(patch, module) -> str:
-    from .patches.base import resolve
+    from ..patches.base import resolve
 
     out = []
     for target in patch.targets:
@@ -108,8 +109,8 @@ def declared(patch, version: str) -> PatchCheck:
 
 
 def check_patch(patch, version: str) -> PatchCheck:
-    from .patches import shapes
-    from .patches.base import apply_guarded
+    from ..patches import shapes
+    from ..patches.base import apply_guarded
 
     how = patch.covers(version)
     if how is None:
@@ -158,8 +159,8 @@ def given_keys() -> set[str]:
     """rlprof's keys that ``RLPROF_PROFILER_CONFIG`` itself names."""
     import json
 
-    from .options import OUR_KEYS
-    from .profiler_config import ENV
+    from ..config.options import OUR_KEYS
+    from ..config.launch_config import ENV
 
     try:
         return set(json.loads(os.environ.get(ENV, "{}"))) & set(OUR_KEYS)
@@ -170,7 +171,7 @@ def given_keys() -> set[str]:
 def _environment(engine: str, version: str) -> list[str]:
     from packaging.version import Version
 
-    from .profiler_config import ENV, from_environment
+    from ..config.launch_config import ENV, from_environment
 
     notes = []
     if on("RLPROF_DISABLE"):
@@ -200,13 +201,13 @@ def _environment(engine: str, version: str) -> list[str]:
 
 
 def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
-    from .patches import ALL_PATCHES
+    from ..patches import ALL_PATCHES
 
     version, location = _version(engine)
     report = EngineReport(engine=engine, installed=version is not None, version=version, location=location)
     if version is None:
         return report
-    from .patches import shapes
+    from ..patches import shapes
 
     report.untested_newer = shapes.untested_newer(engine, version)
     report.supported = compat.supported(engine, version) or report.untested_newer is not None

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from . import manifest
-from ._log import logger
+from .._log import logger
 from .layout import step_folders
 
 

@@ -24,7 +24,7 @@ def progress_of(args) -> Callable[[str], None] | None:
 def reap_folder(root: Path) -> None:
     """Writers whose process is gone leave their step ``exporting`` for good:
     mark them failed (same machine only) before reading the folder."""
-    from .writers import reap_all
+    from ..store.reaping import reap_all
 
     for folder, names in reap_all(root).items():
         print(f"rlprof: {folder}: {', '.join(names)} marked failed: the writing process is gone", file=sys.stderr)

@@ -1,7 +1,7 @@
 """vllm-ascend as the patches see it: the facts they rely on, declared once.
 
 vllm-ascend is a vLLM platform plugin with versions of its own; the vLLM
-entry point installs its patches (``rlprof_plugins.plugins.vllm``). No CPU
+entry point installs its patches (``rlprof_plugins.entry_points.vllm``). No CPU
 build runs here: its patches are tested against its released source with a
 torch_npu stand-in (tests/npu, docs/npu.md).
 """

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RequestError
+from ..errors import RequestError
 
 STEP_DIR_PREFIX = "global_step_"
 _STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")

@@ -21,8 +21,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, settings_from_config
-from .errors import OptionsError
+from ..backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, settings_from_config
+from ..errors import OptionsError
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
 
 ENV = "RLPROF_PROFILER_CONFIG"

@@ -9,14 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .cli_common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of, reap_folder
+from .common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of, reap_folder
 
 
 # ---- merge ------------------------------------------------------------------
 def cmd_merge(args) -> int:
-    from .trace.merge import merge
-    from .trace.naming import rank_label
-    from .trace.sources import MergeGroup, RankFile, plan
+    from ..trace.merge import merge
+    from ..trace.naming import rank_label
+    from ..trace.sources import MergeGroup, RankFile, plan
 
     paths = [Path(p) for p in args.paths]
     for p in paths:
@@ -75,7 +75,7 @@ def _base_name(trace: Path) -> str:
 
 
 def cmd_split(args) -> int:
-    from .trace.stage_split import split_file
+    from ..trace.stage_split import split_file
 
     trace = Path(args.trace)
     if not trace.is_file():
@@ -95,7 +95,7 @@ def cmd_split(args) -> int:
 
 # ---- summary --------------------------------------------------------------------
 def cmd_summary(args) -> int:
-    from .trace.summary import render_table, summarise
+    from ..trace.summary import render_table, summarise
 
     root = Path(args.dir)
     if not root.is_dir():
@@ -111,7 +111,7 @@ def cmd_summary(args) -> int:
 
 # ---- check --------------------------------------------------------------------------
 def cmd_check(args) -> int:
-    from .trace.check import check
+    from ..trace.check import check
 
     reports = [check(p) for p in args.traces]
     lines = []
@@ -125,7 +125,7 @@ def cmd_check(args) -> int:
 
 # ---- stitch -------------------------------------------------------------------------
 def cmd_stitch(args) -> int:
-    from .trace.stitch import stitch
+    from ..trace.stitch import stitch
 
     chunks = [Path(p) for p in args.chunks]
     for p in chunks:

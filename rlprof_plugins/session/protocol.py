@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import manifest
-from .errors import ConflictError, NotFoundError, RequestError, UnavailableError
-from .layout import read_piece
-from .manifest import aggregate_state
+from ..store import manifest
+from ..errors import ConflictError, NotFoundError, RequestError, UnavailableError
+from ..store.layout import read_piece
+from ..store.manifest import aggregate_state
 
 UNAVAILABLE = "unavailable"
 

@@ -1,0 +1,7 @@
+"""``python -m rlprof_plugins.cli``: the ``rlprof`` command."""
+
+import sys
+
+from .command import main
+
+sys.exit(main())

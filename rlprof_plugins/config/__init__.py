@@ -1,0 +1,14 @@
+"""Configuration and requests: what the user asks for, validated once at the edge.
+
+``options`` (the keys of ``--profiler-config``, rlprof's and the engines'
+native ones, validated at start-up), ``launch_config`` (that JSON where the
+engine has no profiler configuration of its own: ``RLPROF_PROFILER_CONFIG``,
+SGLang's ``--profiler-config``), ``request_fields`` (every start-request
+field, declared once) and ``requests`` (one start request for both engines,
+parsed once wherever it arrives). The errors they raise, naming the key or
+field at fault, are ``rlprof_plugins.errors``: the ground, so the output
+store and the backends raise them too.
+
+Imports: the backends (each backend's keys), the output store (a request's
+folder) and the step sources; never a session, a patch or an engine.
+"""

@@ -1,0 +1,12 @@
+"""The output store: what lands on disk, where, and how it is kept.
+
+``layout`` (where a session's files go; nothing is written outside the
+configured directory; atomic writes), ``manifest`` (each step folder's
+``manifest.json``, one section per writer, under a lock), ``processes`` (which
+process wrote a section, and whether it still runs), ``reaping`` (writers that
+died mid-export marked ``failed``, their temporaries removed, recorded data
+kept) and ``retention`` (``keep_last_steps``).
+
+Imports only the error vocabulary (``errors``) and the small helpers:
+the trace tools, the backends and the sessions build on it.
+"""
