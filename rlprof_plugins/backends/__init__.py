@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ContextManager, Protocol
+from typing import TYPE_CHECKING, ContextManager, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..store.layout import Placement
+    from ..trace.pauses import Pause
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,10 @@ class Backend(Protocol):
 
     def stop(self) -> None: ...
 
-    def export(self, place: "Placement", worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
-        """Write the recorded data where ``place`` says; return the final files."""
+    def export(self, place: "Placement", worker_name: str, *, by_stage: bool = False,
+               pauses: Sequence["Pause"] = ()) -> list[ExportedFile]:
+        """Write the recorded data where ``place`` says; return the final files.
+        ``pauses``: the stops the profiler made the engine wait for, to mark in the trace."""
         ...
 
     def annotation(self, name: str) -> ContextManager[object]:

@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..store.layout import Placement
 from ..trace.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
@@ -119,7 +119,10 @@ class NpuProfilerBackend:
 
         return torch.profiler.record_function(name)
 
-    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
+    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False,
+               pauses: Sequence[Any] = ()) -> list[ExportedFile]:
+        """torch_npu writes while recording and its stop does not post-process on
+        the engine's thread, so ``pauses`` (the torch backend's) are not marked here."""
         assert self._staging is not None, "export() before prepare()"
         directory = place.ranks()
         failure: Exception | None = None

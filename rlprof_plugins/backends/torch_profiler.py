@@ -9,14 +9,14 @@ an atomic rename, so no half-written trace ever appears under a final name.
 from __future__ import annotations
 
 import gzip
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..store.layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.naming import trace_file
+from ..trace.pauses import Pause, with_pauses
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .kind import BackendKind
@@ -123,11 +123,15 @@ class TorchProfilerBackend:
     def annotation(self, name: str):
         return self._torch.profiler.record_function(name)
 
-    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False) -> list[ExportedFile]:
+    def export(self, place: Placement, worker_name: str, *, by_stage: bool = False,
+               pauses: Sequence[Pause] = ()) -> list[ExportedFile]:
         """Write the trace (or one per stage) and, if asked, the table.
 
-        ``export_chrome_trace`` is Kineto's C++ writer and releases the GIL;
-        stage splitting parses JSON, so it runs in a child process.
+        ``export_chrome_trace`` is Kineto's C++ writer and releases the GIL.
+        Its file is then copied into place as bytes (no JSON parsing here):
+        with the profiler's ``pauses`` as events and Kineto's unescaped
+        quotes repaired (``trace.pauses``, ``trace.repair``), gzip'd when
+        asked. Stage splitting parses JSON, so it runs in a child process.
         """
         assert self._prof is not None, "export() before start()"
         s = self.settings
@@ -140,31 +144,30 @@ class TorchProfilerBackend:
         written: list[ExportedFile] = []
         try:
             self._prof.export_chrome_trace(str(raw))
+            fixed = atomic_target(raw.parent / final.name)
+            packed, copied = s.use_gzip and not by_stage, False
             try:
+                with (gzip.open(fixed, "wb", compresslevel=6) if packed else open(fixed, "wb")) as dst:
+                    for piece in with_pauses(raw, list(pauses)):
+                        dst.write(piece)
+                copied = True
                 if by_stage:
-                    for stage, path in split_in_subprocess(raw, place.stage_template(), f"{worker_name}.{ns}",
+                    for stage, path in split_in_subprocess(fixed, place.stage_template(), f"{worker_name}.{ns}",
                                                            s.use_gzip):
                         written.append(ExportedFile(path, "trace", stage))
-                elif s.use_gzip:
-                    packed = atomic_target(final)
-                    try:
-                        with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-                            shutil.copyfileobj(src, dst, 1 << 20)
-                        publish(packed, final)
-                    finally:
-                        packed.unlink(missing_ok=True)
-                    written.append(ExportedFile(final))
                 else:
-                    publish(raw, final)
+                    publish(fixed, final)
                     written.append(ExportedFile(final))
             except Exception as e:  # the whole trace is on disk: keep it, uncompressed, under its final name
                 whole = directory / trace_file(worker_name, ns, gzip=False)
                 directory.mkdir(parents=True, exist_ok=True)
-                publish(raw, whole)
+                publish(fixed if copied and not packed else raw, whole)  # with its pauses, where written
                 finish = (f"rlprof split-stages {whole} -o '{place.stage_template()}'" if by_stage
                           else f"gzip {whole}")
                 raise RecordingKept(f"{'splitting by stage' if by_stage else 'compressing'} failed: "
                                     f"{type(e).__name__}: {e}", written + [ExportedFile(whole)], finish) from e
+            finally:
+                fixed.unlink(missing_ok=True)
         finally:
             raw.unlink(missing_ok=True)
         if s.write_table:

@@ -21,11 +21,12 @@ Progress goes to stderr (``--quiet`` silences it), results to stdout.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from .. import __version__
-from .common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of
+from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, recovered_line
 from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_summary
 
 
@@ -63,6 +64,7 @@ def cmd_npu_analyse(args) -> int:
     import importlib.util
 
     from ..backends.npu_profiler import analyse_in_subprocess
+    from ..store.recovery import Output
     from ..trace.naming import ASCEND_SUFFIX, trace_view_of
 
     root = Path(args.dir)
@@ -84,8 +86,10 @@ def cmd_npu_analyse(args) -> int:
             analyse_in_subprocess(p)
         except RuntimeError as e:
             raise CliError(str(e)) from None
-    data = {"analysed": [str(p) for p in todo], "already_analysed": [str(p) for p in found if p not in todo]}
-    emit(args, data, f"analysed {len(todo)}, already analysed {len(found) - len(todo)}")
+    recovered = finish_kept(found, [Output(p, "npu_profile") for p in found], args.command_line)
+    data = {"analysed": [str(p) for p in todo], "already_analysed": [str(p) for p in found if p not in todo],
+            "recovered": recovered}
+    emit(args, data, f"analysed {len(todo)}, already analysed {len(found) - len(todo)}" + recovered_line(recovered))
     return EXIT_OK
 
 
@@ -135,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stitch", help="join one rank's chunk traces (a chunked session) into one trace")
     p.add_argument("chunks", nargs="+", help="the chunk traces, in recording order")
     p.add_argument("-o", "--output", required=True, help="the trace to write (gzip when it ends in .gz)")
+    p.add_argument("--pauses", help=argparse.SUPPRESS)  # the exporter's: the profiler's pauses (trace.pauses)
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_stitch)
@@ -162,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.command_line = shlex.join(["rlprof", *(sys.argv[1:] if argv is None else argv)])
     from ..client.commands import check_usage
 
     check_usage(parser, args)

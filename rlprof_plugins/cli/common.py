@@ -32,3 +32,18 @@ def reap_folder(root: Path) -> None:
 
 def emit(args, data: dict, text: str) -> None:
     print(json.dumps(data, indent=2) if getattr(args, "json", False) else text)
+
+
+def finish_kept(inputs: list[Path], outputs: list, command: str, *, consumed: bool = False) -> list[str]:
+    """After a command finished a kept recording (``store.recovery``): its step's manifest says done."""
+    from ..store.recovery import finished
+
+    try:
+        return finished(list(inputs), outputs, command, consumed=consumed)
+    except OSError as e:  # the output is written; only the manifest could not say so
+        print(f"rlprof: warning: could not update the step's manifest: {e}", file=sys.stderr)
+        return []
+
+
+def recovered_line(recovered: list[str]) -> str:
+    return f"\nthe step's manifest now says done for {', '.join(recovered)}" if recovered else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .common import EXIT_FAILED, EXIT_OK, CliError, emit, progress_of, reap_folder
+from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, reap_folder, recovered_line
 
 
 # ---- merge ------------------------------------------------------------------
@@ -75,6 +75,7 @@ def _base_name(trace: Path) -> str:
 
 
 def cmd_split(args) -> int:
+    from ..store.recovery import Output
     from ..trace.stage_split import split_file
 
     trace = Path(args.trace)
@@ -88,8 +89,9 @@ def cmd_split(args) -> int:
         written = split_file(trace, out_dir, _base_name(trace), gzip=not args.no_gzip, progress=progress)
     except ValueError as e:  # includes TraceFormatError
         raise CliError(str(e) if str(trace) in str(e) else f"{trace}: {e}") from None
-    emit(args, {"files": [{"stage": s, "path": str(p)} for s, p in written]},
-          "\n".join(f"wrote {p} ({s})" for s, p in written))
+    recovered = finish_kept([trace], [Output(p, "trace", s) for s, p in written], args.command_line)
+    emit(args, {"files": [{"stage": s, "path": str(p)} for s, p in written], "recovered": recovered},
+          "\n".join(f"wrote {p} ({s})" for s, p in written) + recovered_line(recovered))
     return EXIT_OK
 
 
@@ -125,6 +127,8 @@ def cmd_check(args) -> int:
 
 # ---- stitch -------------------------------------------------------------------------
 def cmd_stitch(args) -> int:
+    from ..store.recovery import Output
+    from ..trace.pauses import pauses_of, read_pauses
     from ..trace.stitch import stitch
 
     chunks = [Path(p) for p in args.chunks]
@@ -134,7 +138,17 @@ def cmd_stitch(args) -> int:
     progress = progress_of(args)
     if progress:
         progress(f"stitching {len(chunks)} chunks into {args.output}")
-    result = stitch(chunks, Path(args.output))
-    emit(args, {"output": str(result.output), "events": result.events, "chunks": result.chunks},
-          f"wrote {result.output}: {result.events:,} events from {result.chunks} chunks")
+    pauses = read_pauses(Path(args.pauses)) if args.pauses else None
+    if pauses is None:  # a kept recording's chunks carry their pauses beside them
+        pauses = [p for c in chunks for p in (read_pauses(pauses_of(c)) if pauses_of(c).is_file() else [])]
+    result = stitch(chunks, Path(args.output), pauses=pauses)
+    # the exporter's own stitch is no recovery: its session reports the files itself
+    recovered = [] if args.pauses else finish_kept(chunks, [Output(result.output)], args.command_line, consumed=True)
+    if recovered:  # what the exporter removes once stitched
+        for chunk in chunks:
+            chunk.unlink(missing_ok=True)
+            pauses_of(chunk).unlink(missing_ok=True)
+    emit(args, {"output": str(result.output), "events": result.events, "chunks": result.chunks,
+                "pauses": len(pauses), "recovered": recovered},
+          f"wrote {result.output}: {result.events:,} events from {result.chunks} chunks" + recovered_line(recovered))
     return EXIT_OK

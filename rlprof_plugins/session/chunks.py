@@ -26,6 +26,7 @@ from pathlib import Path
 from ..backends import Backend, ExportedFile, RecordingKept
 from ..store.layout import Placement, atomic_target
 from ..trace.naming import trace_file
+from ..trace.pauses import Pause, pauses_of, write_pauses
 from ..trace.stage_split import split_in_subprocess
 from ..trace.stitch import stitch_in_subprocess
 
@@ -62,39 +63,50 @@ class Chunks:
                 self.error = self.error or e
             index += 1
 
-    def join(self, place: Placement, *, by_stage: bool, gzip: bool = True) -> list[ExportedFile]:
-        """The chunks as the trace(s) one torch session would have written."""
+    def join(self, place: Placement, *, by_stage: bool, gzip: bool = True,
+             pauses: list[Pause] | None = None) -> list[ExportedFile]:
+        """The chunks as the trace(s) one torch session would have written,
+        with the profiler's ``pauses`` marked."""
         ns = time.time_ns()
+        pauses = list(pauses or [])
         final = place.ranks() / trace_file(self._name, ns, gzip=gzip)
         if self.error is not None:
-            raise self._kept(f"a chunk could not be written: {type(self.error).__name__}: {self.error}", final)
+            raise self._kept(f"a chunk could not be written: {type(self.error).__name__}: {self.error}", final,
+                             pauses=pauses)
         try:
             if by_stage:
                 raw = atomic_target(place.root / trace_file(self._name, ns, gzip=False))
                 try:
-                    stitch_in_subprocess(self.paths, raw)
+                    stitch_in_subprocess(self.paths, raw, pauses)
                     written = [ExportedFile(path, "trace", stage) for stage, path in
                                split_in_subprocess(raw, place.stage_template(), f"{self._name}.{ns}", gzip)]
                 finally:
                     raw.unlink(missing_ok=True)
             else:
                 final.parent.mkdir(parents=True, exist_ok=True)
-                stitch_in_subprocess(self.paths, final)
+                stitch_in_subprocess(self.paths, final, pauses)
                 written = [ExportedFile(final)]
         except Exception as e:
             raise self._kept(f"stitching {len(self.paths)} chunks failed: {type(e).__name__}: {e}", final,
-                             place if by_stage else None) from e
+                             place if by_stage else None, pauses) from e
         self._remove()
         return written
 
-    def keep(self, place: Placement) -> RecordingKept:
+    def keep(self, place: Placement, pauses: list[Pause] | None = None) -> RecordingKept:
         """The session failed while recording: write the chunks stopped so far
         and keep them as they are."""
         self.write_all()
         return self._kept(f"{len(self.paths)} chunks recorded before it kept",
-                          place.ranks() / trace_file(self._name, time.time_ns()))
+                          place.ranks() / trace_file(self._name, time.time_ns()), pauses=pauses)
 
-    def _kept(self, reason: str, final: Path, split_to: Placement | None = None) -> RecordingKept:
+    def _kept(self, reason: str, final: Path, split_to: Placement | None = None,
+              pauses: list[Pause] | None = None) -> RecordingKept:
+        """The chunks stay, with their pauses beside the first (``rlprof stitch`` puts them back)."""
+        if self.paths and pauses:
+            try:
+                write_pauses(pauses_of(self.paths[0]), pauses)
+            except OSError:
+                pass  # the chunks matter; their pauses are a nicety
         finish = f"rlprof stitch {' '.join(str(p) for p in self.paths)} -o {final}"
         if split_to is not None:
             finish += f" && rlprof split-stages {final} -o '{split_to.stage_template()}'"
@@ -103,6 +115,7 @@ class Chunks:
     def _remove(self) -> None:
         for path in self.paths:
             path.unlink(missing_ok=True)
+            pauses_of(path).unlink(missing_ok=True)
         try:
             self.folder.rmdir()  # other ranks' chunks may still be there
         except OSError:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .._log import logger
 from ..backends import Backend
 from ..errors import RequestError
-from ..trace.stages import IterationInfo, iteration_annotation
+from ..trace.stages import IterationInfo
 from .recording import Exporter, Recording, report
 from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 
@@ -58,7 +58,7 @@ class ProfilerController:
         self._session: Session | None = None
         self._history: collections.deque[Session] = collections.deque(maxlen=HISTORY)
         self._recording: Recording | None = None
-        self._annotation: Any = None
+        self._annotations: tuple = ()  # the open ranges of the running iteration
         self._exporter = Exporter()
         # A session whose stop was answered but whose profiler still runs.
         self._stopping: tuple[Session, Recording] | None = None
@@ -163,8 +163,7 @@ class ProfilerController:
             if s.state == RECORDING and self._recording is not None:
                 if info is not None:
                     s.count_stage(info.stage)
-                self._annotation = self._recording.annotation(iteration_annotation(s.iteration, info))
-                self._annotation.__enter__()
+                self._annotations = self._recording.enter_iteration(s.iteration, info)
         except Exception as e:
             self._fail(s, e)
 
@@ -187,9 +186,10 @@ class ProfilerController:
 
     # ---- transitions ----------------------------------------------------
     def _close_annotation(self) -> None:
-        if self._annotation is not None:
-            annotation, self._annotation = self._annotation, None
-            annotation.__exit__(None, None, None)
+        if self._annotations:
+            annotations, self._annotations = self._annotations, ()
+            for annotation in reversed(annotations):
+                annotation.__exit__(None, None, None)
 
     def _begin_recording(self, s: Session) -> None:
         try:
@@ -277,7 +277,7 @@ class ProfilerController:
         if s is self._session:
             self.active = self._stopping is not None
             recording, self._recording = self._recording, None
-            self._annotation = None
+            self._annotations = ()
             if recording is not None:
                 recording.abandon()
                 if recording.chunks is not None:  # what earlier chunks recorded stays on disk

@@ -8,7 +8,9 @@ thread of its own, so neither the engine nor an exporter waits for it:
    process (JSON work never holds an engine process's GIL); the manifest
    gets a ``merge`` section, ``exporting`` while it runs, so the step's
    overall state says ``done`` only once the merged trace exists;
-2. with ``keep_last_steps``, retention of older complete step folders.
+2. with ``keep_last_steps``, retention of older complete step folders,
+   decided before the step says ``done`` (with a merge, before the merge
+   section does), the folders deleted after.
 """
 
 from __future__ import annotations
@@ -28,12 +30,17 @@ WRITER = "merge"
 def on_step_complete(directory: Path, data: dict[str, Any]) -> threading.Thread | None:
     """Called by the writer that completed the step, right after its update.
     The merge is announced (``exporting``) before returning, so no status
-    read after this call can see the step ``done`` without its merged trace."""
+    read after this call can see the step ``done`` without its merged trace;
+    without a merge, retention decides here, so no status read after ``done``
+    sees more than ``keep_last_steps`` step folders (``retention``)."""
     try:
         merging = bool(data.get("merge")) and any(f.get("role") == "worker" for f in data.get("files", []))
+        moved: list[Path] = []
         if merging:
             _record(directory, data["session_id"], "exporting")
-        t = threading.Thread(target=finalize_step, args=(directory, data, merging), name="rlprof-finalize",
+        else:
+            moved = _prune(directory, data)
+        t = threading.Thread(target=finalize_step, args=(directory, data, merging, moved), name="rlprof-finalize",
                              daemon=True)
         t.start()
         return t
@@ -42,15 +49,20 @@ def on_step_complete(directory: Path, data: dict[str, Any]) -> threading.Thread 
         return None
 
 
-def finalize_step(directory: Path, data: dict[str, Any], merging: bool) -> None:
+def finalize_step(directory: Path, data: dict[str, Any], merging: bool, moved: list[Path] | None = None) -> None:
     try:
-        if merging:
-            merge_step(directory, data["session_id"])
-        keep = data.get("keep_last_steps")
-        if keep:
-            retention.prune(directory.parent, int(keep))
+        if merging:  # retention decides before the merge says done
+            merged = merge_step(directory)
+            moved = _prune(directory, data)
+            _record(directory, data["session_id"], *merged)
+        retention.discard(moved or [])
     except Exception:
         logger.exception("rlprof: finishing %s failed", directory)
+
+
+def _prune(directory: Path, data: dict[str, Any]) -> list[Path]:
+    keep = data.get("keep_last_steps")
+    return retention.prune(directory.parent, int(keep)) if keep else []
 
 
 def _record(directory: Path, session_id: str, state: str, files: list[dict] | None = None,
@@ -59,18 +71,15 @@ def _record(directory: Path, session_id: str, state: str, files: list[dict] | No
     manifest.update(directory, session_id=session_id, writer=WRITER, section=section, header={})
 
 
-def merge_step(directory: Path, session_id: str) -> None:
+def merge_step(directory: Path) -> tuple[str, list[dict], str | None]:
+    """Merge the step's traces (a child process); returns the merge section's state, files and error."""
     from ..trace.merge import merge_in_subprocess
-
-    def record(state: str, files: list[dict] | None = None, error: str | None = None) -> None:
-        _record(directory, session_id, state, files, error)
 
     try:
         outputs = merge_in_subprocess(directory)
     except Exception as e:
         logger.warning("rlprof: merging %s failed: %s", directory, e)
-        record("failed", error=f"{type(e).__name__}: {e}")
-        return
+        return "failed", [], f"{type(e).__name__}: {e}"
     files = []
     for out in outputs:
         name = naming.parse(out.name)
@@ -78,5 +87,5 @@ def merge_step(directory: Path, session_id: str) -> None:
         files.append({"path": str(out.relative_to(directory)), "rank": "all", "role": WRITER, "kind": "trace",
                       "stage": stage,
                       "bytes": out.stat().st_size})
-    record("done", files)
     logger.info("rlprof: merged %s", ", ".join(str(o) for o in outputs))
+    return "done", files, None

@@ -172,6 +172,7 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     data = manifest.read(Path(directory))
     if not data or data.get("session_id") != result.get("session_id"):
         return result
+    _with_recovery(result, data)
     merge = (data.get("writers") or {}).get("merge")
     if not merge:
         return result
@@ -183,6 +184,27 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     if merge.get("error"):
         result.setdefault("errors", []).append(f"merge: {merge['error']}")
     return result
+
+
+def _with_recovery(result: dict[str, Any], data: dict[str, Any]) -> None:
+    """A writer whose kept recording a command finished since (``store.recovery``)
+    is done in the status too, naming the command; the step is done once none failed."""
+    recovered = {name: section["recovered"] for name, section in (data.get("writers") or {}).items()
+                 if section.get("recovered") and section.get("state") == "done"}
+    if not recovered:
+        return
+    result["recovered"] = [{"writer": name, **r} for name, r in sorted(recovered.items())]
+    for rank in result.get("ranks") or []:
+        if rank.get("rank") in recovered and rank.get("state") == "failed":
+            rank["state"], rank["error"] = "done", None
+            rank["files"] = [str(Path(result["directory"]) / f["path"])
+                             for f in data["writers"][rank["rank"]].get("files", [])]
+    ranks = result.get("ranks") or []
+    if ranks:
+        result["files"] = [f for r in ranks for f in r.get("files", [])]
+        result["errors"] = [r["error"] for r in ranks if r.get("error")]
+    if result.get("state") == "failed" and data.get("state") == "done" and not result.get("errors"):
+        result["state"] = "done"
 
 
 # ---- files of a step, for rlprof collect ---------------------------------------

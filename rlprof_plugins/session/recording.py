@@ -25,6 +25,8 @@ from ..backends import Backend, RecordingKept
 from ..store.layout import Placement
 from .chunks import Chunks, chunkable
 from .._log import logger
+from ..trace.pauses import ROTATION, STOP, Pause
+from ..trace.stages import IterationInfo, iteration_annotation, profiler_step
 
 
 @dataclass
@@ -55,6 +57,8 @@ class Recording:
         self._rank = rank
         self._role = role
         self.chunks: Chunks | None = None  # set by the first rotate()
+        self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
+        self._held: tuple[int, int] | None = None  # the first and last iteration of the running chunk
 
     @classmethod
     def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str) -> "Recording":
@@ -78,16 +82,35 @@ class Recording:
     def annotation(self, label: str) -> ContextManager[object]:
         return self._backend.annotation(label)
 
+    def enter_iteration(self, index: int, info: IterationInfo | None) -> tuple[ContextManager[object], ...]:
+        """Open iteration ``index``'s ranges, returned for closing in reverse: ours
+        (``rlprof::iteration N``) and inside it torch's own name for a step
+        (``ProfilerStep#N``, what HolisticTraceAnalysis finds iterations by).
+        The running chunk holds the iteration (its pause's ``args`` say so)."""
+        self._held = (index, index) if self._held is None else (self._held[0], index)
+        ranges = (self.annotation(iteration_annotation(index, info)), self.annotation(profiler_step(index)))
+        for entered, annotation in enumerate(ranges):
+            try:
+                annotation.__enter__()
+            except BaseException:
+                for opened in reversed(ranges[:entered]):
+                    opened.__exit__(None, None, None)
+                raise
+        return ranges
+
     def rotate(self, backend: Backend) -> float:
         """End the current chunk at an iteration boundary (engine thread): stop
         the running profiler, start ``backend`` in its place; the stopped one
-        is written with the rest at the export. Returns the stop's seconds."""
+        is written with the rest at the export. Returns the stop's seconds;
+        the whole pause (stop and start) is kept for the trace."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self._name)
-        seconds = self.stop()
+        began = time.time_ns()
+        seconds = self._stop_backend()
         self.chunks.stopped.append(self._backend)  # kept before anything else can fail
         self._backend = backend
         self.start()
+        self._paused(ROTATION, began)
         return seconds
 
     @property
@@ -99,14 +122,26 @@ class Recording:
         written and kept as they are, with the command that joins them."""
         if self.chunks is None:
             return Exported()
-        kept = self.chunks.keep(self._place)
+        kept = self.chunks.keep(self._place, self.pauses)
         return Exported(self._describe(kept.kept), kept)
 
     def stop(self) -> float:
-        """Stop the profiler (torch post-processes here); returns the seconds it took."""
+        """Stop the profiler (torch post-processes here): the session's last
+        pause. Returns the seconds it took."""
+        began = time.time_ns()
+        try:
+            return self._stop_backend()
+        finally:
+            self._paused(STOP, began)
+
+    def _stop_backend(self) -> float:
         t0 = time.perf_counter()
         self._backend.stop()
         return time.perf_counter() - t0
+
+    def _paused(self, cause: str, began: int) -> None:
+        held, self._held = self._held, None
+        self.pauses.append(Pause.timed(cause, began, *(held or (None, None))))
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises."""
@@ -120,12 +155,13 @@ class Recording:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             if self.chunks is None:
-                written = self._backend.export(self._place, self._name, by_stage=by_stage)
+                written = self._backend.export(self._place, self._name, by_stage=by_stage, pauses=self.pauses)
             else:  # every chunk written, then joined
                 self.chunks.stopped.append(self._backend)
                 self.chunks.write_all()
                 settings = getattr(self._backend, "settings", None)
-                written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True))
+                written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True),
+                                           pauses=self.pauses)
             return Exported(self._describe(written), None, time.perf_counter() - t0)
         except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
             return Exported(self._describe(e.kept), e, time.perf_counter() - t0)

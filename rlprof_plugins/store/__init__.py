@@ -5,7 +5,8 @@ configured directory; atomic writes), ``manifest`` (each step folder's
 ``manifest.json``, one section per writer, under a lock), ``processes`` (which
 process wrote a section, and whether it still runs), ``reaping`` (writers that
 died mid-export marked ``failed``, their temporaries removed, recorded data
-kept) and ``retention`` (``keep_last_steps``).
+kept), ``retention`` (``keep_last_steps``) and ``recovery`` (a kept recording
+finished by a command: its manifest section says ``done``).
 
 Imports only the error vocabulary (``errors``) and the small helpers:
 the trace tools, the backends and the sessions build on it.

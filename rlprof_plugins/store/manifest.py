@@ -143,18 +143,19 @@ def locked(directory: Path):
 @contextlib.contextmanager
 def _dir_lock(path: Path, pause: float = 0.01):
     """``mkdir`` is atomic on every shared filesystem: who creates the folder holds the lock.
-    A folder older than ``STALE_LOCK_S`` is taken over (its holder died)."""
+    A folder older than ``STALE_LOCK_S`` is taken over (its holder died): see ``_take_over``."""
     while True:
         try:
             os.mkdir(path)
             break
         except FileExistsError:
             try:
-                if time.time() - path.stat().st_mtime > STALE_LOCK_S:
-                    os.rmdir(path)
-                    continue
+                seen = path.stat()
             except OSError:
                 continue  # released meanwhile
+            if time.time() - seen.st_mtime > STALE_LOCK_S:
+                _take_over(path, seen)
+                continue
             time.sleep(pause)
             pause = min(pause * 2, 0.2)
     try:
@@ -164,6 +165,37 @@ def _dir_lock(path: Path, pause: float = 0.01):
             os.rmdir(path)
         except OSError:
             pass
+
+
+def _take_over(path: Path, seen: os.stat_result) -> None:
+    """Remove the stale lock folder ``seen``, and only it. Two waiters may both
+    find it stale; the first removes it and a new holder may create a fresh
+    one before the second acts, so a plain ``rmdir`` by the second would
+    remove the new holder's lock. Takeovers are therefore serialised by a
+    second ``mkdir`` lock, under which the folder is checked again: still the
+    same folder (inode and mtime) and still stale, or left alone. (A takeover
+    lock itself left by a dead process is taken after ``STALE_LOCK_S`` too:
+    that needs two crashes in one folder.)"""
+    guard = path.with_name(path.name + ".takeover")
+    try:
+        os.mkdir(guard)
+    except FileExistsError:
+        try:
+            if time.time() - guard.stat().st_mtime > STALE_LOCK_S:
+                os.rmdir(guard)
+        except OSError:
+            pass
+        time.sleep(0.01)
+        return
+    try:
+        now = path.stat()
+        if (now.st_ino, now.st_mtime_ns) == (seen.st_ino, seen.st_mtime_ns) and \
+                time.time() - now.st_mtime > STALE_LOCK_S:
+            os.rmdir(path)
+    except OSError:
+        pass  # released or taken over meanwhile
+    finally:
+        os.rmdir(guard)
 
 
 def read(directory: Path) -> dict[str, Any] | None:

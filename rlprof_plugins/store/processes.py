@@ -23,14 +23,19 @@ def _boot_id() -> str | None:
         return None
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot), or None when no such process runs."""
+def _start_ticks(pid: int, *, running: bool = False) -> int | None:
+    """The process's start time (clock ticks since boot), or None when no such process runs.
+    ``running``: a process that has exited and waits for its parent to collect it (a zombie,
+    as a killed worker is until its engine reaps it) counts as none: it writes nothing more."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     try:
-        return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name before ")" may hold spaces
+        fields = stat.rsplit(")", 1)[1].split()  # the name before ")" may hold spaces
+        if running and fields[0] in ("Z", "X"):  # field 3: the state
+            return None
+        return int(fields[19])  # field 22
     except (IndexError, ValueError):
         return None
 
@@ -52,7 +57,7 @@ def alive(process: dict[str, Any] | None) -> bool | None:
         return None
     if process.get("boot") and _boot_id() and process["boot"] != _boot_id():
         return False  # the machine restarted since
-    started = _start_ticks(int(process["pid"]))
+    started = _start_ticks(int(process["pid"]), running=True)
     if started is None:
         return False
     return process.get("started") in (None, started)  # a different start time: the pid was reused

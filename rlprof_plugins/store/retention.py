@@ -3,10 +3,18 @@
 A folder is removed only when its manifest says every writer finished
 (``done`` or ``failed``), only if it is a real ``global_step_<N>`` folder
 directly inside the output root (no symlinks), and each removal is logged.
+
+Removal is in two moves, so a step can report ``done`` only once it is
+decided and never waits for it: ``prune`` renames each folder to remove
+into a hidden name in the same root (one atomic rename each: from then on
+no listing of step folders sees it), before the step that triggered it says
+``done``; ``discard`` deletes the renamed folders afterwards, off the path
+that reports.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,16 +22,30 @@ from . import manifest
 from .._log import logger
 from .layout import step_folders
 
+REMOVING = ".rlprof-removing."  # a pruned folder on its way out (not a step folder any more)
+
 
 def prune(root: Path, keep: int) -> list[Path]:
-    """Remove complete step folders beyond the newest ``keep``; returns them."""
-    removed = []
+    """Take complete step folders beyond the newest ``keep`` out of the root's
+    step folders; returns where they went, for ``discard``."""
+    moved = []
     for step, folder in step_folders(root)[::-1][keep:]:  # the newest first
         data = manifest.read(folder)
         if data is None or data.get("state") not in manifest.TERMINAL:
             logger.info("rlprof: keeping %s beyond keep_last_steps=%d: not complete", folder, keep)
             continue
-        shutil.rmtree(folder)
-        removed.append(folder)
+        gone = root / f"{REMOVING}{folder.name}.{os.getpid()}"
+        try:
+            os.rename(folder, gone)
+        except OSError as e:  # another process pruned it first, or the mount refuses
+            logger.info("rlprof: could not remove %s: %s", folder, e)
+            continue
+        moved.append(gone)
         logger.info("rlprof: removed %s (keep_last_steps=%d)", folder, keep)
-    return removed
+    return moved
+
+
+def discard(moved: list[Path]) -> None:
+    """Delete what ``prune`` moved aside."""
+    for path in moved:
+        shutil.rmtree(path, ignore_errors=True)

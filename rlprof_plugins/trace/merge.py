@@ -38,6 +38,7 @@ from .. import __version__
 from . import codec
 from .align import collective_ends_us, offsets
 from .clock import base_time_ns, first_ts_ns
+from .pauses import PAUSE_NAME, PAUSES_KEY, is_pause
 from .gz import file_size
 from .parallel import pool, processes_for
 from .progress import Progress, Ticker, to_stderr
@@ -53,6 +54,8 @@ class RankStats:
     source: str
     events: int = 0
     pids: dict[str, int] = field(default_factory=dict)  # source pid (as text) -> merged pid
+    pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``), apart from engine time
+    pause_us: float = 0.0
 
 
 @dataclass
@@ -99,6 +102,10 @@ def _merge_rank(job: _RankJob, sink, progress: Progress | None) -> _RankDone:
     with TraceReader(job.rf.path) as reader, codec.gc_paused():  # events hold no cycles
         for batch in reader.batches():
             st.events += len(batch)
+            for e in batch:
+                if e.get("name") == PAUSE_NAME and is_pause(e):
+                    st.pauses += 1
+                    st.pause_us += float(e.get("dur") or 0)
             sink.write_batch(rename_batch(batch, rank))
             ticker.update(reader.bytes_read)
         sink.write_batch(metadata_events(rank, job.first_pid))
@@ -233,6 +240,7 @@ def _merge(group: MergeGroup, output: Path, progress: Progress | None, compressl
             ranks_meta.append({
                 "label": rf.label, "role": rf.role, "position": rf.position, "source": rf.path.name,
                 "pids": d.pids, "id_offset": job.order * ID_STRIDE, "ts_shift_us": job.shift_us,
+                PAUSES_KEY: {"count": d.stats.pauses, "ms": round(d.stats.pause_us / 1000.0, 3)},
                 "baseTimeNanoseconds": bases[job.order],
                 "distributedInfo": h.get("distributedInfo"),
                 "deviceProperties": h.get("deviceProperties"),

@@ -12,7 +12,9 @@ event. Memory is bounded by the batch size (or the largest single event).
 
 Any layout is accepted (Kineto's indented output, compact one-line JSON,
 the bare-array form of the Trace Event Format), plain or gzip (detected by
-its magic bytes, not the name).
+its magic bytes, not the name). An event Kineto wrote with bare quotes in a
+string (Python frame names) is repaired, with one warning per file
+(``repair``): no cut decodes across it, so it is read on its own.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import codec, gz
+from . import codec, gz, repair
+from .._log import logger
 
 BATCH_BYTES = 1 << 20
 CUT_TRIES = 3  # failed cuts per batch before one event is read on its own
@@ -73,11 +76,19 @@ class TraceReader:
         self._eof = False
         self._array_form = False
         self._consumed = False
+        self.repaired_events = 0  # events whose bare quotes were escaped
         try:
             self._read_header()
         except BaseException:
             self.close()
             raise
+
+    def _repaired(self, quotes: int) -> None:
+        """Kineto's unescaped quotes were escaped in an event (``repair``): said once per file."""
+        if not self.repaired_events:
+            logger.warning("rlprof: %s: repaired invalid JSON written by Kineto (unescaped quotes in a string, "
+                           "%d escaped); the events are kept", self.path, quotes)
+        self.repaired_events += 1
 
     @property
     def bytes_read(self) -> int:
@@ -136,7 +147,13 @@ class TraceReader:
                     continue
                 if cut and self._fill():
                     continue
-                raise TraceFormatError(f"{self.path}: corrupt or truncated JSON: {e.msg}") from None
+                repaired = None if cut else repair.decode_repaired(self._decoder, text)
+                if repaired is None:
+                    raise TraceFormatError(f"{self.path}: corrupt or truncated JSON: {e.msg}") from None
+                value, end, quotes = repaired
+                self._repaired(quotes)
+                self._pos += len(text[:end].encode("utf-8"))
+                return value
             # A number or literal cut by the end may decode short.
             if end == len(text) and not isinstance(value, (dict, list, str)):
                 if self._pos + window < len(self._buf):

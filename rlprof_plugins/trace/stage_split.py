@@ -11,6 +11,9 @@ Every event is given to the stage of the iteration it belongs to:
 - flow events (``ph`` s/t/f) through their id, to the stage of the flow's
   start.
 
+The profiler's own pauses (``rlprof::profiler pause``) go to the stage of
+the iteration before them (the chunk it ended is what the engine waited on).
+
 Metadata events (``ph: M``) and the header keys go to every stage file.
 Events outside every iteration (idle time between iterations) belong to no
 stage and are dropped, so each stage file holds only its iterations' events
@@ -30,6 +33,7 @@ from array import array
 from pathlib import Path
 from typing import Iterable
 
+from .pauses import PAUSE_NAME
 from .stages import ITERATION_PREFIX, ITERATION_RE, STAGES
 from . import codec
 from .gz import file_size
@@ -37,7 +41,6 @@ from .naming import TRACE_SUFFIX, is_device_event as _is_device
 from .progress import Progress, Ticker
 from .reader import TraceFormatError, TraceReader
 from .writer import TraceWriter
-
 
 
 def _flow_key(e: dict) -> tuple:
@@ -84,6 +87,9 @@ class StageClassifier:
             return None
         ts = float(ts)
         pid = e.get("pid")
+        if e.get("name") == PAUSE_NAME:  # the stage of the process's last iteration begun before it
+            return next((it[2] for it in reversed(self._iterations[:bisect.bisect_right(self._starts, ts)])
+                         if it[3] == pid), None)
         stage = None
         i = bisect.bisect_right(self._starts, ts) - 1
         while i >= 0:

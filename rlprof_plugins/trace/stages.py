@@ -51,3 +51,13 @@ def iteration_annotation(index: int, info: IterationInfo | None = None) -> str:
         f"{ITERATION_PREFIX} {index} [{info.stage}] prefill_tokens={info.prefill_tokens} "
         f"decode_tokens={info.decode_tokens} batch={info.batch_size}"
     )
+
+
+PROFILER_STEP = "ProfilerStep#"  # torch.profiler's own name for a step
+
+
+def profiler_step(index: int) -> str:
+    """torch.profiler's name for a step (``ProfilerStep#N``), recorded inside
+    each ``rlprof::iteration N`` range with the same N: HolisticTraceAnalysis
+    and other tools find iterations only by this name (``ProfilerStep\\s*#\\s*(\\d+)``)."""
+    return f"{PROFILER_STEP}{index}"

@@ -14,7 +14,9 @@ a single session would have written:
   repeat across sessions; chunk ``k`` shifts them by ``k * ID_STRIDE``, so no
   arrow or call-stack link joins two chunks;
 - **iterations**: the controller numbers ``rlprof::iteration`` ranges across
-  chunks, so they run on unchanged.
+  chunks, so they run on unchanged;
+- **pauses**: the stops between chunks and the last one, timed by the
+  controller, become ``rlprof::profiler pause`` events (``pauses``).
 
 Memory stays flat (a batch of events at a time). The engine never runs
 this: the exporter runs it in a child process (``stitch_in_subprocess``),
@@ -31,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..store.layout import atomic_target
 from .clock import base_time_ns
+from .pauses import Pause, write_pauses
 from .reader import TraceReader
 from .rename import ID_ARGS, ID_PHASES, ID_STRIDE
 from .writer import TraceWriter
@@ -77,9 +81,11 @@ def _shifted(events: list[dict], shift_us: float, offset: int, seen_metadata: se
     return out
 
 
-def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3) -> StitchResult:
+def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3, pauses: list[Pause] | None = None
+           ) -> StitchResult:
     """Write ``chunks`` (in recording order) as one trace at ``output`` (gzip
-    when it ends in ``.gz``), atomically."""
+    when it ends in ``.gz``), atomically, with the profiler's ``pauses``
+    between and after them (``trace.pauses``)."""
     if not chunks:
         raise ValueError("no chunks to stitch")
     t0 = time.perf_counter()
@@ -99,6 +105,7 @@ def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3) -> Stitc
                 for batch in reader.batches():
                     writer.write_batch(_shifted(batch, shift, k * ID_STRIDE, seen_metadata))
                 trailer.update({key: v for key, v in reader.trailer.items() if key != "baseTimeNanoseconds"})
+            writer.write_batch([p.event(first or 0) for p in pauses or []])
             writer.close(trailer)
             events = writer.count
     finally:
@@ -107,10 +114,16 @@ def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3) -> Stitc
     return StitchResult(output, events, len(chunks), time.perf_counter() - t0)
 
 
-def stitch_in_subprocess(chunks: list[Path], output: Path) -> None:
+def stitch_in_subprocess(chunks: list[Path], output: Path, pauses: list[Pause]) -> None:
     """``stitch`` in a child Python process (JSON work never holds an engine
     process's GIL); raises with the child's error on failure."""
-    cmd = [sys.executable, "-m", "rlprof_plugins.cli", "stitch", *map(str, chunks), "-o", str(output), "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    listed = atomic_target(output.parent / (output.name + ".pauses.json"))
+    write_pauses(listed, pauses)
+    cmd = [sys.executable, "-m", "rlprof_plugins.cli", "stitch", *map(str, chunks), "-o", str(output), "--quiet",
+           "--pauses", str(listed)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        listed.unlink(missing_ok=True)
     if proc.returncode != 0:
         raise RuntimeError(f"stitching chunks failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")

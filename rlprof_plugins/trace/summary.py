@@ -11,6 +11,9 @@ collects:
   minus their nested operators', computed per thread), so nested ops are not
   counted twice.
 
+rlprof's own profiler pauses (``rlprof::profiler pause``: chunk rotations
+and the final stop) are counted apart, never as engine or operator time.
+
 Then per step and stage: wall time (the slowest rank's busy time), the
 per-rank imbalance (slowest / fastest busy time), the top operators over
 all ranks, and the change of wall time against the previous step.
@@ -33,6 +36,7 @@ from .clock import ts_ns
 from .gz import file_size
 from .naming import DEVICE_WORK_CATS
 from .parallel import pool, processes_for
+from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
 from .reader import TraceReader
 from .sources import plan
@@ -56,6 +60,8 @@ class TraceStats:
     cpu_self: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     events: int = 0
     cpu_out_of_order: int = 0  # operators counted without nesting (see _SelfTimes)
+    pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``): not engine time
+    pause_us: float = 0.0
 
     @property
     def span_us(self) -> float:
@@ -137,7 +143,10 @@ def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) 
                     device_ops[str(e.get("name", ""))] += dur
                     continue
                 name = str(e.get("name", ""))
-                if cat in ITERATION_CATS and name.startswith(ITERATION_PREFIX) and ITERATION_RE.match(name):
+                if name == PAUSE_NAME and cat == PAUSE_CAT:
+                    st.pauses += 1
+                    st.pause_us += dur
+                elif cat in ITERATION_CATS and name.startswith(ITERATION_PREFIX) and ITERATION_RE.match(name):
                     st.iterations += 1
                     st.busy_us += dur
                 elif cat in CPU_OP_CATS:
@@ -226,11 +235,15 @@ def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
         "stage": stage,
         "ranks": [{"rank": s.rank, "iterations": s.iterations, "busy_ms": round(s.wall_us / 1000.0, 3),
                    "span_ms": round(s.span_us / 1000.0, 3), "file": s.path.name,
+                   "profiler_pauses": s.pauses, "profiler_pause_ms": round(s.pause_us / 1000.0, 3),
                    **({"cpu_ops_out_of_order": s.cpu_out_of_order} if s.cpu_out_of_order else {})}
                   for s in stats],
         "iterations": max(s.iterations for s in stats),
         "wall_ms": round(max(walls) / 1000.0, 3),
         "imbalance": round(max(walls) / fastest, 3) if fastest > 0 else None,
+        # the engine waited for these, not for its own work: the longest rank's, apart from wall_ms
+        "profiler_pauses": max(s.pauses for s in stats),
+        "profiler_pause_ms": round(max(s.pause_us for s in stats) / 1000.0, 3),
         "top_device_ops": _top(device),
         "top_cpu_ops_self": _top(cpu),
     }
@@ -238,7 +251,7 @@ def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
 
 def render_table(summary: dict[str, Any]) -> str:
     lines = []
-    rows = [("step", "stage", "iters", "wall ms", "vs prev", "ranks", "imbalance", "busiest operator")]
+    rows = [("step", "stage", "iters", "wall ms", "vs prev", "ranks", "imbalance", "rlprof pauses", "busiest operator")]
     for step in summary["steps"]:
         for st in step["stages"]:
             top = (st["top_device_ops"] or st["top_cpu_ops_self"] or [{"name": "-", "ms": 0}])[0]
@@ -248,6 +261,7 @@ def render_table(summary: dict[str, Any]) -> str:
                 st["stage"], str(st["iterations"]), f"{st['wall_ms']:.1f}",
                 f"{change:+.1f}%" if change is not None else "",
                 str(len(st["ranks"])), f"{st['imbalance']:.2f}x" if st["imbalance"] else "-",
+                f"{st['profiler_pauses']} ({st['profiler_pause_ms']:.0f} ms)" if st["profiler_pauses"] else "-",
                 f"{top['name'][:48]} ({top['ms']:.1f} ms)",
             ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.chunked import check_chunked_matches_plain, check_long_session_is_faithful, only
 from tests.helpers.installed import imported_package, installed_package
 from tests.helpers.sglang_server import SGLANG_PYTHON, cpu_env
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, manifest_traces
@@ -190,3 +190,9 @@ def test_chunked_session_records_what_a_plain_one_records(sglang_tp1):
     """chunk_iterations on SGLang's scheduler thread: the same operators in
     every iteration, the same stacks, one checked trace."""
     check_chunked_matches_plain(sglang_tp1, {"with_stack": True}, lambda folder: only(manifest_traces(folder)))
+
+
+def test_a_long_chunked_session_is_faithful(sglang_tp1):
+    """Stacks on, 30 iterations in chunks of 8: each of the profiler's stops is
+    marked in the trace, HolisticTraceAnalysis finds the iterations, the trace checks."""
+    check_long_session_is_faithful(sglang_tp1, {"with_stack": True}, lambda folder: only(manifest_traces(folder)))

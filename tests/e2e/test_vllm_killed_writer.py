@@ -1,10 +1,11 @@
 """A real vLLM worker killed while it exports its trace: no step waits forever.
 
 The worker process is SIGKILLed while its step's manifest says it is
-exporting (stacks on, so torch's stop and the export take seconds). The
-server is restarted on the same folder; at its next start request the dead
-writers of the old step are marked ``failed`` (process gone), their
-temporary files are removed, and the new step completes.
+exporting (stacks on, so torch's stop and the export take seconds). A second
+server on the same folder (started beside the first, idle until then) gets
+the next start request: the dead writers of the old step are marked
+``failed`` (process gone), their temporary files are removed, and the new
+step completes.
 """
 
 import json
@@ -15,7 +16,7 @@ import time
 import pytest
 
 from tests.helpers.traces import manifest_traces
-from tests.helpers.vllm_server import start_server
+from tests.helpers.vllm_server import start_server, start_together
 
 pytestmark = pytest.mark.vllm
 
@@ -31,13 +32,18 @@ def test_worker_killed_mid_export_leaves_a_failed_step_not_a_stuck_one(tmp_path)
     traces = tmp_path / "traces"
     config = {"profiler": "torch", "torch_profiler_dir": str(traces), "torch_profiler_with_stack": True,
               "ignore_frontend": True}
-    server = start_server(tmp_path, config)
+    (tmp_path / "again").mkdir()
+    # the server that finds the dead writer's step starts beside the first (the same trace folder),
+    # idle until then: two starts take about the time of one
+    started = start_together({"first": lambda: start_server(tmp_path, config),
+                              "again": lambda: start_server(tmp_path / "again", config)})
+    first, again = started["first"], started["again"]
     step = traces / "global_step_1"
     try:
-        assert server.post("/start_profile", {"global_step": 1}).status_code == 200
+        assert first.post("/start_profile", {"global_step": 1}).status_code == 200
         for _ in range(4):
-            server.complete(max_tokens=32)
-        assert server.post("/stop_profile", {"wait": False}).status_code == 200
+            first.complete(max_tokens=32)
+        assert first.post("/stop_profile", {"wait": False}).status_code == 200
         deadline = time.time() + 60
         while time.time() < deadline:
             rank0 = ((manifest_of(step) or {}).get("writers") or {}).get("rank0") or {}
@@ -46,20 +52,18 @@ def test_worker_killed_mid_export_leaves_a_failed_step_not_a_stuck_one(tmp_path)
             time.sleep(0.01)
         assert rank0.get("state") == "exporting", manifest_of(step)
         os.kill(rank0["process"]["pid"], signal.SIGKILL)  # mid-export: torch's stop or the writing
-    finally:
-        server.stop()
-    assert manifest_of(step)["state"] == "exporting"  # what a dead writer leaves behind
+        first.stop()
+        assert manifest_of(step)["state"] == "exporting"  # what a dead writer leaves behind
 
-    (tmp_path / "again").mkdir()
-    server = start_server(tmp_path / "again", config)  # the same trace folder
-    try:
-        assert server.post("/start_profile", {"global_step": 2, "step_end": 3}).status_code == 200
+        # the other server, on the same trace folder
+        assert again.post("/start_profile", {"global_step": 2, "step_end": 3}).status_code == 200
         old = manifest_of(step)
         assert old["state"] == "failed", old
         assert "process gone" in old["writers"]["rank0"]["error"], old["writers"]["rank0"]
         assert not list(step.glob(".*.tmp"))  # its unfinished temporaries are gone
-        server.complete(max_tokens=8)
-        assert server.wait_state()["state"] == "done"
+        again.complete(max_tokens=8)
+        assert again.wait_state()["state"] == "done"
         assert list(manifest_traces(traces / "global_step_2")) == ["rank0"]
     finally:
-        server.stop()
+        first.stop()
+        again.stop()

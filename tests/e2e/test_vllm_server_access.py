@@ -6,6 +6,7 @@ import time
 import pytest
 import requests
 
+from rlprof_plugins.store.layout import step_folders
 from tests.helpers.traces import rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, start_server, start_together
 
@@ -86,7 +87,10 @@ def test_keep_last_steps_and_ignore_frontend(server_opted_out):
         assert post(server_opted_out, "/start_profile", {"global_step": step, "step_end": 1}).status_code == 200
         complete(server_opted_out, AUTH)
         assert server_opted_out.wait_state()["state"] == "done"
-    # retention runs in the background once step 4 is complete: a status read can come first
+        # retention decides before done is reported: no status read sees more than two step folders
+        steps = [s for s, _ in step_folders(server_opted_out.trace_dir)]
+        assert len(steps) <= 2 and steps[-1] == step, steps
+    # the folders moved aside are deleted in the background
     deadline = time.time() + 30
     while (folders := sorted(p.name for p in server_opted_out.trace_dir.iterdir())) != [
             "global_step_3", "global_step_4"] and time.time() < deadline:

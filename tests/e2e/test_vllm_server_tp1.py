@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.chunked import check_chunked_matches_plain, only
+from tests.helpers.chunked import check_chunked_matches_plain, check_long_session_is_faithful, only
 from tests.helpers.installed import installed_package, loaded_from
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, rank_folder, rank_traces
 
@@ -209,12 +209,16 @@ def test_by_stage_splits_every_iteration_into_exactly_one_stage(server_tp1):
 
 
 def assert_events_inside_iterations(trace: dict) -> None:
-    """Every timed event of the worker process lies inside one of the file's iterations."""
+    """Every timed event of the worker process lies inside one of the file's iterations, but the
+    profiler's own pauses, which follow the iteration they belong with."""
     iterations = [(e["ts"], e["ts"] + e["dur"], e["pid"]) for e in trace["traceEvents"]
                   if str(e.get("name", "")).startswith("rlprof::iteration") and e.get("ph") == "X"]
     pid = iterations[0][2]
     for e in trace["traceEvents"]:
         if e.get("ph") == "M" or "ts" not in e or e.get("pid") != pid:
+            continue
+        if e.get("name") == "rlprof::profiler pause":
+            assert any(end <= e["ts"] + 1 for _, end, _ in iterations), e
             continue
         assert any(start <= e["ts"] <= end for start, end, _ in iterations), e
 
@@ -266,3 +270,9 @@ def test_chunked_session_records_what_a_plain_one_records(server_tp1):
     operators in every iteration, the same stacks, one checked trace."""
     check_chunked_matches_plain(server_tp1, {"profiler_kwargs": {"with_stack": True}},
                                 lambda folder: only(rank_traces(folder)))
+
+
+def test_a_long_chunked_session_is_faithful(server_tp1):
+    """Stacks on, 30 iterations in chunks of 8: each of the profiler's stops is
+    marked in the trace, HolisticTraceAnalysis finds the iterations, the trace checks."""
+    check_long_session_is_faithful(server_tp1, {"profiler_kwargs": {"with_stack": True}}, lambda folder: only(rank_traces(folder)))

@@ -1,14 +1,9 @@
 """TP=2: every rank writes its trace into each step's folder, step after step."""
 
 import json
-import subprocess
-from pathlib import Path
 
-import pytest
-
+from tests.helpers.hta import hta, hta_ranks
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder, rank_traces
-
-HTA_PYTHON = Path(__file__).resolve().parents[2] / ".venv-hta" / "bin" / "python"
 
 
 def test_every_rank_every_step_with_window(server_tp2):
@@ -99,19 +94,6 @@ def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
             assert sorted(iteration_details({"traceEvents": mine})) == expected, (stage, r["label"])
 
 
-def hta_ranks(folder) -> list[int]:
-    """The ranks HolisticTraceAnalysis loads from ``folder`` (run in its own
-    environment, .venv-hta: its pins differ from vLLM's)."""
-    if not HTA_PYTHON.exists():
-        pytest.skip("HolisticTraceAnalysis environment (.venv-hta) not built: make env")
-    code = ("import sys; from hta.trace_analysis import TraceAnalysis; "
-            "a = TraceAnalysis(trace_dir=sys.argv[1]); print('RANKS', sorted(a.t.traces))")
-    proc = subprocess.run([str(HTA_PYTHON), "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RANKS ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RANKS "):])
-
-
 def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
     """A live TP=2 step with the API-server trace and ``merge: true``: the
     step's ``ranks/`` folder (per stage: ``prefill/``, ``decode/``) holds
@@ -125,7 +107,11 @@ def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
     whole = server_tp2.trace_dir / "global_step_14"
     assert list((whole / "frontend").glob("*.async_llm.*")) and merged_file(whole).exists()
     assert hta_ranks(whole / "ranks") == [0, 1]
+    # and finds the iterations (ProfilerStep#N inside rlprof::iteration N); it leaves out the last one
+    found = hta(whole / "ranks", "iterations")
+    assert found["iterations"] == [0, 1, 2] and all(found["events_per_iteration"][str(k)] > 0 for k in range(3))
     staged = server_tp2.trace_dir / "global_step_15"
     for stage in ("prefill", "decode"):
         assert merged_file(staged, stage).exists()
         assert hta_ranks(staged / stage) == [0, 1]
+    assert hta(staged / "decode", "iterations")["iterations"] == [1, 2]

@@ -1,11 +1,15 @@
-"""One check for both engines' servers: a chunked session records what a plain one records."""
+"""Checks for both engines' servers: a chunked session records what a plain one
+records, and a long chunked session is faithful (its pauses marked, its
+iterations found by HolisticTraceAnalysis, a valid trace)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from tests.helpers.traces import iteration_indices, load_trace, ops_in_iterations, python_frames
+from tests.helpers.hta import hta
+from tests.helpers.traces import (iteration_indices, load_trace, ops_in_iterations, pause_events, profiler_steps,
+                                   python_frames)
 
 ITERATIONS = 8  # one request of 8 tokens: 1 prefill + 7 decode iterations
 CHUNK = 3  # 8 iterations in chunks of 3: 3 + 3 + 2
@@ -30,8 +34,12 @@ def check_chunked_matches_plain(server, extra: dict, trace_of: Callable[[Path], 
         path = trace_of(server.trace_dir / f"global_step_{step}")
         assert check(path).ok
         traces[chunk] = load_trace(path)
+        # every stop of the profiler is marked where the engine waited for it
+        pauses = pause_events(traces[chunk])
+        assert len(pauses) == status["ranks"][0]["stops"] and pauses[-1]["args"]["cause"] == "stop"
     plain, chunked = traces[0], traces[CHUNK]
     assert iteration_indices(plain) == iteration_indices(chunked) == list(range(ITERATIONS))
+    assert profiler_steps(plain) == profiler_steps(chunked) == list(range(ITERATIONS))
     assert ops_in_iterations(plain) == ops_in_iterations(chunked)
     assert python_frames(chunked) > 0 and python_frames(plain) > 0
     assert not (server.trace_dir / "global_step_41" / ".rlprof-chunks").exists()
@@ -40,3 +48,32 @@ def check_chunked_matches_plain(server, extra: dict, trace_of: Callable[[Path], 
 def only(traces: dict[str, Path]) -> Path:
     (path,) = traces.values()
     return path
+
+
+LONG, LONG_CHUNK = 30, 8  # 30 iterations in chunks of 8: three rotations and the final stop
+
+
+def check_long_session_is_faithful(server, extra: dict, trace_of: Callable[[Path], Path]) -> None:
+    """A 30-iteration stacks-on session in chunks of 8: one ``rlprof::profiler
+    pause`` per stop the status counts, HolisticTraceAnalysis finds the
+    iterations (it leaves out the last one), ``rlprof check`` passes."""
+    from rlprof_plugins.trace.check import check
+
+    r = server.post("/start_profile", {"global_step": 45, "step_start": 0, "step_end": LONG,
+                                       "chunk_iterations": LONG_CHUNK, **extra})
+    assert r.status_code == 200, r.text
+    server.complete(max_tokens=LONG + 4)
+    status = server.wait_state()
+    assert status["state"] == "done", status
+    stops = status["ranks"][0]["stops"]
+    path = trace_of(server.trace_dir / "global_step_45")
+    trace = load_trace(path)
+    assert iteration_indices(trace) == profiler_steps(trace) == list(range(LONG))
+    pauses = pause_events(trace)
+    assert stops == 4 and len(pauses) == stops
+    assert [p["args"]["iterations"] for p in pauses] == [8, 8, 8, 6]
+    found = hta(path.parent, "iterations")
+    assert len(found["iterations"]) >= LONG - 1 and found["iterations"][:LONG - 1] == list(range(LONG - 1))
+    assert all(found["events_per_iteration"][str(k)] > 0 for k in range(LONG - 1))
+    report = check(path)
+    assert report.ok, report.errors

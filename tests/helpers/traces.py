@@ -104,3 +104,15 @@ def ops_in_iterations(trace: dict) -> "dict[int, dict[str, int]]":
 def python_frames(trace: dict) -> int:
     """Python stack events (``with_stack``)."""
     return sum(1 for e in trace["traceEvents"] if e.get("cat") == "python_function")
+
+
+def profiler_steps(trace: dict) -> list[int]:
+    """The ``ProfilerStep#N`` ranges of a trace (what HolisticTraceAnalysis reads), sorted."""
+    return sorted(int(m.group(1)) for e in trace["traceEvents"]
+                  if e.get("ph") == "X" and (m := re.match(r"ProfilerStep\s*#\s*(\d+)$", str(e.get("name", "")))))
+
+
+def pause_events(trace: dict) -> list[dict]:
+    """rlprof's own profiler pauses (``rlprof::profiler pause``), in time order."""
+    return sorted((e for e in trace["traceEvents"] if e.get("name") == "rlprof::profiler pause" and e.get("ph") == "X"),
+                  key=lambda e: e["ts"])

@@ -78,7 +78,7 @@ def test_chunks_split_by_stage_like_a_plain_session(tmp_path):
 def test_a_failed_stitch_keeps_the_chunks_and_says_how_to_finish(tmp_path, monkeypatch):
     from rlprof_plugins.session import chunks
 
-    def broken(paths, out):
+    def broken(paths, out, pauses):
         raise RuntimeError("no space left on device")
 
     monkeypatch.setattr(chunks, "stitch_in_subprocess", broken)

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from rlprof_plugins.store import manifest, processes, reaping as writers
 
@@ -34,11 +36,15 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
         assert section["process"]["pid"] == proc.pid and processes.alive(section["process"]) is True
         assert writers.reap_all(tmp_path) == {}  # alive: nothing to do
         assert manifest.read(step)["state"] == "exporting"
-    finally:
         os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.5)  # dead, not collected yet: a zombie, as a killed worker is until its engine waits for it
+        assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        assert processes.alive(section["process"]) is False
+        assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
+    finally:
+        proc.kill()
         proc.wait()
     assert processes.alive(section["process"]) is False
-    assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
     data = manifest.read(step)
     assert data["state"] == "failed" and "process gone" in data["writers"]["rank0"]["error"]
     assert not list(step.rglob(".*.tmp"))

@@ -1,0 +1,45 @@
+"""HolisticTraceAnalysis, the analysis tool users already have, opening what we write.
+
+It runs in its own environment (.venv-hta: its pins differ from the engines'),
+so each question is a child process that prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+HTA_PYTHON = Path(__file__).resolve().parents[2] / ".venv-hta" / "bin" / "python"
+
+_PROGRAM = """
+import json, sys
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+out = {"ranks": sorted(int(r) for r in a.t.traces)}
+if sys.argv[2] == "iterations":
+    rank = out["ranks"][0]
+    out["iterations"] = [int(i) for i in a.t.get_iterations(rank)]
+    # a per-iteration analysis: the operators HTA places in each iteration
+    df = a.t.get_trace(rank)
+    per = df[df["iteration"] >= 0].groupby("iteration").size()
+    out["events_per_iteration"] = {str(int(k)): int(v) for k, v in per.items()}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def hta(folder: Path, question: str = "ranks") -> dict:
+    """What HolisticTraceAnalysis makes of a folder of rank traces."""
+    if not HTA_PYTHON.exists():
+        pytest.skip("HolisticTraceAnalysis environment (.venv-hta) not built: make env")
+    proc = subprocess.run([str(HTA_PYTHON), "-c", _PROGRAM, str(folder), question], capture_output=True, text=True,
+                          timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def hta_ranks(folder: Path) -> list[int]:
+    """The ranks HolisticTraceAnalysis loads from ``folder``."""
+    return hta(folder)["ranks"]
