@@ -28,7 +28,7 @@ def _wrap_engine_start(wrapped, instance, args, kwargs):
 
 
 def _wrap_engine_stop(wrapped, instance, args, kwargs):
-    if sglang_http.server_config() is None and not sglang_http.was_used():
+    if sglang_http.stop_is_native():
         return wrapped(*args, **kwargs)
     return instance.loop.run_until_complete(sglang_http.stop(instance.tokenizer_manager, kwargs.get("wait")))
 

@@ -64,6 +64,12 @@ def was_used() -> bool:
     return _used
 
 
+def stop_is_native() -> bool:
+    """Whether a stop is SGLang's own: no rlprof configuration, and no rlprof
+    session started in this process (then only SGLang's profiler can be running)."""
+    return server_config() is None and not was_used()
+
+
 def server_config() -> Optional[ProfilerConfig]:
     try:
         return from_environment()
@@ -154,7 +160,7 @@ def build_routes(module: Any, native: dict):
 
     async def stop_profile(raw_request: Request):
         try:
-            if server_config() is None and not was_used():
+            if stop_is_native():
                 return await native["/stop_profile"]()
             body = await json_body(raw_request)  # SGLang's stop takes no body; rlprof reads "wait" only
             wait = check_wait(body.get("wait")) if isinstance(body, dict) else None  # before anything stops

@@ -96,7 +96,7 @@ async def _rlprof_stop(manager: Any, wait: Any):
 
 
 def _wrap_stop(wrapped, instance, args, kwargs):
-    if sglang_http.server_config() is None and not sglang_http.was_used():
+    if sglang_http.stop_is_native():
         return wrapped(*args, **kwargs)
     return _rlprof_stop(instance, kwargs.get("wait"))
 

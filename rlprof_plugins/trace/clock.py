@@ -16,7 +16,7 @@ from typing import Any
 from . import gz
 from .reader import TraceFormatError, TraceReader
 
-_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
+BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')  # found in raw bytes, no JSON parsing
 
 
 def ts_ns(value: Any) -> int | None:
@@ -61,5 +61,5 @@ def base_time_ns(reader: TraceReader) -> int | None:
             tail = (tail + chunk)[-4096:]
     except (OSError, EOFError, zlib.error) as e:
         raise TraceFormatError(f"{reader.path}: corrupt or truncated: {e}") from None
-    found = _BASE_TIME.findall(tail)
+    found = BASE_TIME.findall(tail)
     return int(found[-1]) if found else None

@@ -38,7 +38,7 @@ from .. import __version__
 from . import codec
 from .align import collective_ends_us, offsets
 from .clock import base_time_ns, first_ts_ns
-from .pauses import PAUSE_NAME, PAUSES_KEY, is_pause
+from .pauses import PAUSE_CAT, PAUSE_NAME, PAUSES_KEY
 from .gz import file_size
 from .parallel import pool, processes_for
 from .progress import Progress, Ticker, to_stderr
@@ -103,7 +103,7 @@ def _merge_rank(job: _RankJob, sink, progress: Progress | None) -> _RankDone:
         for batch in reader.batches():
             st.events += len(batch)
             for e in batch:
-                if e.get("name") == PAUSE_NAME and is_pause(e):
+                if e.get("name") == PAUSE_NAME and e.get("cat") == PAUSE_CAT:
                     st.pauses += 1
                     st.pause_us += float(e.get("dur") or 0)
             sink.write_batch(rename_batch(batch, rank))

@@ -11,7 +11,7 @@ writers put it into the rank's trace as one complete event named
 iterations the stopped chunk held in ``args``, on the trace's own clock.
 
 ``rlprof summary`` and the merged trace's metadata count these events apart
-from engine time (``is_pause``).
+from engine time (``PAUSE_NAME`` and ``PAUSE_CAT`` on an event).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..store.layout import write_text_atomic
+from . import codec
+from .clock import BASE_TIME
+from .repair import repair_lines
 
 PAUSE_NAME = "rlprof::profiler pause"
 PAUSE_CAT = "rlprof"
@@ -33,7 +36,6 @@ ROTATION = "rotation"  # a chunk ended, the next one started
 STOP = "stop"  # the session's last profiler stopped
 PAUSES_KEY = "rlprof_pauses"  # in a merged trace's metadata: the pauses per rank
 
-_BASE_TIME = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d+)')
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 
 
@@ -85,30 +87,24 @@ def read_pauses(path: Path) -> list[Pause]:
     return pauses_from_json(json.loads(Path(path).read_text()))
 
 
-def is_pause(event: Any) -> bool:
-    """A pause event (an event dict or a ``codec.fields_decoder`` item)."""
-    return event.get("name") == PAUSE_NAME and event.get("cat") == PAUSE_CAT
-
-
 # ---- into a trace Kineto wrote ----------------------------------------------------
 def _base_of(head: bytes, path: Path) -> int:
     """The trace's ``baseTimeNanoseconds``: in the header in recent torch,
     after the events in older Kineto; 0 when absent (absolute times)."""
-    m = _BASE_TIME.search(head)
+    m = BASE_TIME.search(head)
     if m:
         return int(m.group(1))
     with open(path, "rb") as f:
         f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-        found = _BASE_TIME.findall(f.read())
+        found = BASE_TIME.findall(f.read())
     return int(found[-1]) if found else 0
 
 
 def with_pauses(path: Path, pauses: list[Pause], piece: int = 1 << 20) -> Iterator[bytes]:
-    """The bytes of the plain Chrome trace at ``path`` with ``pauses`` as the
-    first events of its ``traceEvents`` array: a byte copy, no JSON parsing,
-    so it costs the writer no more than copying the file."""
-    from .repair import repair_lines
-
+    """The bytes of the plain Chrome trace Kineto wrote at ``path``, with
+    ``pauses`` as the first events of its ``traceEvents`` array and its frame
+    names' bare quotes escaped (``repair.repair_lines``): a byte copy, no JSON
+    parsing, so it costs the writer no more than copying the file."""
     with open(path, "rb") as f:
         head = b""
         while True:
@@ -120,8 +116,6 @@ def with_pauses(path: Path, pauses: list[Pause], piece: int = 1 << 20) -> Iterat
         if not m or not pauses:  # not the layout expected: the file as it is
             yield from repair_lines(_pieces(head, f, piece))
             return
-        from . import codec
-
         base = _base_of(head[:m.start()], path)
         text = codec.encode_events([p.event(base) for p in pauses])
         rest = head[m.end():]
