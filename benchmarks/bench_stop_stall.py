@@ -1,21 +1,26 @@
-"""Benchmark: the engine's largest stall while a long session records and stops.
+"""Benchmark: the engine's pauses while a long session records and stops.
 
 torch's own ``profiler.stop()`` post-processes everything it recorded on the
 thread that recorded (seconds with Python stacks on). Measured in one run, one
-server at a time, for native vLLM (``RLPROF_DISABLE=1``), rlprof with one
-torch session, and rlprof with ``chunk_iterations`` N (several N):
+server at a time, stacks on and off, for: no profiling; native recording
+(vLLM with ``RLPROF_DISABLE=1``; SGLang's own profiler); rlprof with one torch
+session (``chunk_iterations: 0``); rlprof's default (``chunk_iterations:
+"auto"``, ``max_pause_ms`` the default); and fixed chunk lengths (``--chunks``):
 
 - the largest gap between streamed tokens from the start of recording until
-  the stop has returned and the files are written (chunk stops fall inside
-  the recording), against the same streams with no profiling;
-- tokens/s while recording;
-- torch's stops on the engine thread: their number, the longest, the total
-  (the session's status), and the trace's size.
+  the stop has returned and the files are written, against the same streams
+  with no profiling (the largest no-profiling gap);
+- tokens/s while recording, against native recording and against none;
+- the profiler's pauses on the engine thread, read from the rank's trace
+  (``rlprof::profiler pause`` events): their number, the longest, the total,
+  and what the final stop cost per iteration it held against a rotation's.
 
 The session records about ``ITERATIONS`` engine iterations (one stream at a
-time, 128 tokens each) before the stop. The engine is vLLM's (``make bench``
-runs it; ``--engine sglang`` the SGLang server, ``make bench-sglang``).
-Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 16,32,64]``.
+time, 128 tokens each); the stop is sent half a second into the next stream,
+so the final stop holds iterations as a rotation does. The engine is vLLM's
+(``make bench`` runs it; ``--engine sglang`` the SGLang server, ``make
+bench-sglang``).
+Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 32]``.
 """
 
 from __future__ import annotations
@@ -63,9 +68,16 @@ def busy(server) -> bool:
     return r.status_code == 200 and r.json().get("state") in ("recording", "exporting")
 
 
+def pauses_in(files: list[str]) -> list[dict]:
+    """The engine thread's pauses in a rank's written traces."""
+    from tests.helpers.traces import load_trace, pause_events
+
+    return [p for f in files if ".json" in f for p in pause_events(load_trace(Path(f)))]
+
+
 def one_session(server, engine: str, body: dict) -> dict:
-    """Record ~ITERATIONS iterations of back-to-back streams, then stop while
-    streaming on; every gap from the start request to the written files."""
+    """Record ~ITERATIONS iterations of back-to-back streams, then stop half a
+    second into the next stream; every gap from the start request to the written files."""
     assert server.post("/start_profile", body).status_code == 200
     gaps: list[float] = []
     tokens, t0 = 0, time.perf_counter()
@@ -77,6 +89,7 @@ def one_session(server, engine: str, body: dict) -> dict:
     stop_s: list[float] = []
 
     def stop():
+        time.sleep(0.5)
         t = time.perf_counter()
         requests.post(server.url + "/stop_profile", timeout=1800)
         stop_s.append(time.perf_counter() - t)
@@ -91,10 +104,22 @@ def one_session(server, engine: str, body: dict) -> dict:
             break
     stopper.join()
     status = server.get("/profile_status").json()
-    ranks = status.get("ranks") or [{}]
+    rank = (status.get("ranks") or [{}])[0]
+    pauses = pauses_in(rank.get("files") or [])
+    rotations = [p for p in pauses if p["args"]["cause"] == "rotation"]
+    final = [p for p in pauses if p["args"]["cause"] == "stop" and p["args"].get("iterations")]
+
+    def per_iteration(ps: list[dict]) -> float | None:
+        n = sum(p["args"]["iterations"] for p in ps)
+        return sum(p["dur"] for p in ps) / 1e3 / n if n else None
+
     return {"max_gap_s": max(gaps), "recording_tokens_per_s": recording_tps, "stop_answer_s": stop_s[0],
-            "stops": ranks[0].get("stops"), "longest_stop_s": ranks[0].get("longest_stop_seconds"),
-            "total_stop_s": ranks[0].get("stop_seconds"), "export_s": ranks[0].get("export_seconds")}
+            "stops": rank.get("stops"), "pauses": len(pauses),
+            "longest_pause_s": max((p["dur"] for p in pauses), default=0) / 1e6 if pauses else None,
+            "total_pause_s": sum(p["dur"] for p in pauses) / 1e6 if pauses else None,
+            "chunk_lengths": [p["args"].get("iterations") for p in pauses],
+            "rotation_ms_per_iteration": per_iteration(rotations), "stop_ms_per_iteration": per_iteration(final),
+            "export_s": rank.get("export_seconds")}
 
 
 def no_profiling(server, engine: str) -> dict:
@@ -106,25 +131,35 @@ def no_profiling(server, engine: str) -> dict:
     return {"max_gap_s": max(gaps), "tokens_per_s": tokens / (time.perf_counter() - t0)}
 
 
+def rlprof_bodies(chunks: list[int]) -> dict[str, dict]:
+    """rlprof's sessions by label: the default, one torch session, fixed lengths."""
+    return {"rlprof default (auto)": {}, "rlprof one session": {"chunk_iterations": 0},
+            **{f"rlprof chunks of {n}": {"chunk_iterations": n} for n in chunks}}
+
+
 def measure_vllm(tmp: Path, with_stack: bool, chunks: list[int], rounds: int) -> dict:
     """Native vLLM (the plugin off) and rlprof: one server each, one at a time."""
     from tests.helpers.vllm_server import start_server
 
     key = "stack" if with_stack else "nostack"
     out: dict = {}
+    step = 0
     for native in (True, False):
         config = {"profiler": "torch", "torch_profiler_dir": str(tmp / f"{native}-{key}"),
                   "torch_profiler_with_stack": with_stack}
         server = start_server(tmp, config, env={"RLPROF_DISABLE": "1"} if native else {})
         try:
             stream_once(server, "vllm")  # warm-up
-            out["none" if native else "rlprof none"] = [no_profiling(server, "vllm") for _ in range(rounds)]
             if native:
+                out["none"] = [no_profiling(server, "vllm") for _ in range(rounds)]
                 out["native"] = [one_session(server, "vllm", {}) for _ in range(rounds)]
                 continue
-            for n in [0, *chunks]:
-                out["rlprof" if n == 0 else f"rlprof chunks of {n}"] = [
-                    one_session(server, "vllm", {"chunk_iterations": n}) for _ in range(rounds)]
+            for label, body in rlprof_bodies(chunks).items():
+                runs = []
+                for _ in range(rounds):
+                    step += 1
+                    runs.append(one_session(server, "vllm", {**body, "global_step": step}))
+                out[label] = runs
         finally:
             server.stop()
     return out
@@ -143,12 +178,12 @@ def measure_sglang(tmp: Path, with_stack: bool, chunks: list[int], rounds: int) 
         out["none"] = [no_profiling(server, "sglang") for _ in range(rounds)]
         out["native"] = [one_session(server, "sglang", native) for _ in range(rounds)]
         step = 0
-        for n in [0, *chunks]:
+        for label, body in rlprof_bodies(chunks).items():
             runs = []
             for _ in range(rounds):
                 step += 1
-                runs.append(one_session(server, "sglang", {**native, "global_step": step, "chunk_iterations": n}))
-            out["rlprof" if n == 0 else f"rlprof chunks of {n}"] = runs
+                runs.append(one_session(server, "sglang", {**native, **body, "global_step": step}))
+            out[label] = runs
     finally:
         server.stop()
     return out
@@ -156,27 +191,37 @@ def measure_sglang(tmp: Path, with_stack: bool, chunks: list[int], rounds: int) 
 
 def render(results: dict) -> str:
     med = statistics.median
-    lines = ["| stacks | recorder | largest token gap, recording + stop | vs no profiling | tokens/s recording "
-             "| torch stops on the engine thread: n, longest, total |", "| --- | --- | --- | --- | --- | --- |"]
+
+    def m(runs: list[dict], key: str) -> float | None:
+        values = [x[key] for x in runs if x.get(key) is not None]
+        return med(values) if values else None
+
+    lines = ["| stacks | recorder | largest token gap, recording + stop (vs none) | tokens/s recording "
+             "(vs native, vs none) | pauses: n, longest, total | final stop vs rotation, ms per iteration |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for key, title in (("stack", "on"), ("nostack", "off")):
         r = results[key]
-        idle = med(x["max_gap_s"] for x in r["none"])
+        idle, idle_tps = m(r["none"], "max_gap_s"), m(r["none"], "tokens_per_s")
+        native_tps = m(r["native"], "recording_tokens_per_s")
+        lines.append(f"| {title} | none | {idle * 1e3:.0f} ms | {idle_tps:.0f} | - | - |")
         for label, runs in r.items():
-            if label in ("none", "rlprof none"):
+            if label == "none":
                 continue
-            gap = med(x["max_gap_s"] for x in runs)
-            stops = ("-" if runs[0]["stops"] is None else
-                     f"{med(x['stops'] for x in runs):.0f}, {med(x['longest_stop_s'] for x in runs):.2f} s, "
-                     f"{med(x['total_stop_s'] for x in runs):.2f} s")
-            lines.append(f"| {title} | {label} | {gap * 1e3:.0f} ms | {gap / idle:.1f}x ({idle * 1e3:.0f} ms) "
-                         f"| {med(x['recording_tokens_per_s'] for x in runs):.0f} | {stops} |")
+            gap, tps = m(runs, "max_gap_s"), m(runs, "recording_tokens_per_s")
+            pauses = ("-" if m(runs, "longest_pause_s") is None else
+                      f"{m(runs, 'pauses'):.0f}, {m(runs, 'longest_pause_s') * 1e3:.0f} ms, "
+                      f"{m(runs, 'total_pause_s') * 1e3:.0f} ms")
+            stop, rot = m(runs, "stop_ms_per_iteration"), m(runs, "rotation_ms_per_iteration")
+            ratio = "-" if stop is None or rot is None else f"{stop:.1f} vs {rot:.1f}"
+            lines.append(f"| {title} | {label} | {gap * 1e3:.0f} ms ({gap / idle:.1f}x) "
+                         f"| {tps:.0f} ({tps / native_tps:.2f}x, {tps / idle_tps:.2f}x) | {pauses} | {ratio} |")
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
-    parser.add_argument("--chunks", default="16,32,64", help="chunk lengths to measure (iterations)")
+    parser.add_argument("--chunks", default="32", help="fixed chunk lengths to measure beside the default")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -19,6 +19,7 @@ from ..trace.naming import trace_file
 from ..trace.pauses import Pause, with_pauses
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
+from .forked_export import export_chrome_trace
 from .kind import BackendKind
 
 
@@ -127,8 +128,9 @@ class TorchProfilerBackend:
                pauses: Sequence[Pause] = ()) -> list[ExportedFile]:
         """Write the trace (or one per stage) and, if asked, the table.
 
-        ``export_chrome_trace`` is Kineto's C++ writer and releases the GIL.
-        Its file is then copied into place as bytes (no JSON parsing here):
+        ``export_chrome_trace`` is Kineto's C++ writer; it holds the GIL for
+        the whole write, so it runs in a forked child (``forked_export``). Its
+        file is then copied into place as bytes (no JSON parsing here):
         with the profiler's ``pauses`` as events and Kineto's unescaped
         quotes repaired (``trace.pauses``, ``trace.repair``), gzip'd when
         asked. Stage splitting parses JSON, so it runs in a child process.
@@ -143,7 +145,7 @@ class TorchProfilerBackend:
         raw = atomic_target(place.root / final.name if by_stage else final)
         written: list[ExportedFile] = []
         try:
-            self._prof.export_chrome_trace(str(raw))
+            export_chrome_trace(self._prof, raw)  # in a forked child: Kineto's writer holds the GIL
             fixed = atomic_target(raw.parent / final.name)
             packed, copied = s.use_gzip and not by_stage, False
             try:

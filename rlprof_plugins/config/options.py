@@ -23,8 +23,10 @@ from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
 from ..errors import OptionsError
 
 
-# The chunk length by default: measured (docs/performance.md, "torch's own stop").
-DEFAULT_CHUNK_ITERATIONS = 32
+# Chunks sized by what their stop costs (session/chunk_plan.py), each pause
+# under the target by default: measured (docs/performance.md, "torch's own stop").
+CHUNK_AUTO = "auto"
+DEFAULT_MAX_PAUSE_MS = 200
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,14 @@ class ProfileOptions:
     after), waiting at most this long (0: answer at once); the engine keeps
     serving meanwhile: the caller polls the session's state.
 
-    ``chunk_iterations``: record a window as consecutive torch sessions of
-    this many iterations, stitched into one trace per rank after the stop, so
-    each of torch's own stops (seconds with stacks on, on the engine's thread)
-    post-processes one chunk, not the whole window; 0: one torch session.
-    Not with ``operator_table`` (torch's table needs the whole session) or
-    the npu backend (torch_npu's stop does not post-process on that thread).
+    ``chunk_iterations``: record a window as consecutive torch sessions,
+    stitched into one trace per rank after the stop, so each of torch's own
+    stops (seconds with stacks on, on the engine's thread) post-processes one
+    chunk, not the whole window. ``auto``: each chunk as long as keeps its
+    stop under ``max_pause_ms`` (measured per rank as it records); N: N
+    iterations; 0: one torch session. Not with ``operator_table`` (torch's
+    table needs the whole session) or the npu backend (torch_npu's stop does
+    not post-process on that thread).
 
     ``allowed_output_dirs``: directories besides the configured one that a
     start request's ``output_dir`` may name (SGLang's field, accepted on both
@@ -79,7 +83,8 @@ class ProfileOptions:
     merge: bool = False
     routes_require_api_key: bool = True
     stop_wait_seconds: int = 120
-    chunk_iterations: int = DEFAULT_CHUNK_ITERATIONS
+    chunk_iterations: int | str = CHUNK_AUTO
+    max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
     backend: str = "auto"
@@ -109,6 +114,23 @@ def check_count(key: str, value: Any, *, allow_none: bool = False, error=Options
         raise error(key, f"must be {kind}, got {value!r}")
     if value < 0:
         raise error(key, f"must be >= 0, got {value}")
+    return value
+
+
+def check_positive(key: str, value: Any, error=OptionsError) -> int:
+    """An integer >= 1."""
+    count = check_count(key, value, error=error)
+    if count == 0:
+        raise error(key, "must be >= 1, got 0")
+    return count  # type: ignore[return-value]
+
+
+def check_chunking(key: str, value: Any, error=OptionsError) -> int | str:
+    """``"auto"`` (chunks sized by their stop's cost) or iterations per chunk (0: one torch session)."""
+    if value == CHUNK_AUTO:
+        return CHUNK_AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise error(key, f'must be "auto" or an integer >= 0, got {value!r}')
     return value
 
 
@@ -163,7 +185,8 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         merge=check_flag("merge", data.get("merge", False)),
         routes_require_api_key=check_flag("routes_require_api_key", data.get("routes_require_api_key", True)),
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
-        chunk_iterations=check_count("chunk_iterations", data.get("chunk_iterations", DEFAULT_CHUNK_ITERATIONS)),
+        chunk_iterations=check_chunking("chunk_iterations", data.get("chunk_iterations", CHUNK_AUTO)),
+        max_pause_ms=check_positive("max_pause_ms", data.get("max_pause_ms", DEFAULT_MAX_PAUSE_MS)),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_count("trainer_step_offset", data.get("trainer_step_offset", 1)),
         backend=check_backend(data.get("backend", "auto")),

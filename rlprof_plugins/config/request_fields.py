@@ -32,9 +32,13 @@ FIELDS = (
           "the window ends before this iteration, counted from this request; `null`: at the stop (default: the "
           "server's `step_end`)"),
     Field("by_stage", (RLPROF,), "bool", "one trace per stage (prefill, decode)"),
-    Field("chunk_iterations", (RLPROF,), "int >= 0",
-          "record in torch sessions of this many iterations, stitched into one trace per rank after the stop "
-          "(shorter engine pauses); 0: one torch session (default: the server's `chunk_iterations`)"),
+    Field("chunk_iterations", (RLPROF,), "`auto` or int >= 0",
+          "record in torch sessions, stitched into one trace per rank after the stop (shorter engine pauses): "
+          "`auto` sizes each so its stop stays under `max_pause_ms`, N is N iterations, 0 one torch session "
+          "(default: the server's `chunk_iterations`)"),
+    Field("max_pause_ms", (RLPROF,), "int >= 1",
+          "with `chunk_iterations` `auto`, the longest pause a chunk's stop may cost the engine thread "
+          "(default: the server's `max_pause_ms`)"),
     Field("profile_prefix", (VLLM, SGLANG), "string",
           "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
     Field("delay_iterations", (VLLM,), "int >= 0",

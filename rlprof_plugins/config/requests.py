@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import RequestError
 from ..store.layout import session_dir
-from .options import ProfileOptions, check_count, check_flag, check_window
+from .options import DEFAULT_MAX_PAUSE_MS, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .launch_config import check_activities_on_host, parse_activities
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
 from ..steps import trainer as trainer_step
@@ -50,8 +50,10 @@ class StartRequest:
     operator_table: bool = False
     keep_last_steps: int | None = None
     merge: bool = False
-    # Iterations per torch session (0: one for the whole window); stitched per rank after the stop.
-    chunk_iterations: int = 0
+    # Iterations per torch session ("auto": sized so each stop stays under max_pause_ms;
+    # 0: one for the whole window); stitched per rank after the stop.
+    chunk_iterations: int | str = 0
+    max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     # Where this session's folders go (an allowed ``output_dir``); None: the configured directory.
     output_dir: str | None = None
     # Per-request torch.profiler settings, as TorchSettings field names.
@@ -154,6 +156,8 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         operator_table=server.defaults.operator_table,
         keep_last_steps=server.defaults.keep_last_steps,
         chunk_iterations=_chunk_iterations(given, server),
+        max_pause_ms=check_positive("max_pause_ms", given.get("max_pause_ms", server.defaults.max_pause_ms),
+                                    error=RequestError),
         merge=check_flag("merge_profiles", given["merge_profiles"], error=RequestError)
         if "merge_profiles" in given else server.defaults.merge,
         output_dir=output_dir,
@@ -210,11 +214,11 @@ def _window(given: dict[str, Any], defaults: ProfileOptions) -> tuple[int, int |
     return start, end, start_at
 
 
-def _chunk_iterations(given: dict[str, Any], server: Server) -> int:
-    """Iterations per torch session; 0 where the whole session must be one
-    (the operator table is built from one torch session)."""
-    value = check_count("chunk_iterations", given.get("chunk_iterations", server.defaults.chunk_iterations),
-                        error=RequestError)
+def _chunk_iterations(given: dict[str, Any], server: Server) -> int | str:
+    """Iterations per torch session (or ``auto``); 0 where the whole session
+    must be one (the operator table is built from one torch session)."""
+    value = check_chunking("chunk_iterations", given.get("chunk_iterations", server.defaults.chunk_iterations),
+                           error=RequestError)
     return 0 if server.defaults.operator_table else value
 
 

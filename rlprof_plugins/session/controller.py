@@ -26,6 +26,7 @@ from .._log import logger
 from ..backends import Backend
 from ..errors import RequestError
 from ..trace.stages import IterationInfo
+from .chunk_plan import ChunkPlan, StopCosts, recording_kind
 from .recording import Exporter, Recording, report
 from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 
@@ -60,6 +61,7 @@ class ProfilerController:
         self._recording: Recording | None = None
         self._annotations: tuple = ()  # the open ranges of the running iteration
         self._exporter = Exporter()
+        self._costs = StopCosts()  # what this rank's stops cost, for chunks sized by it ("auto")
         # A session whose stop was answered but whose profiler still runs.
         self._stopping: tuple[Session, Recording] | None = None
         # Read on every engine iteration: a plain attribute, no lock. True
@@ -178,8 +180,8 @@ class ProfilerController:
                 if s.window.over_after(s.iteration):
                     with self._lock:
                         self._finish(s, ended_by="window")
-                elif s.request.chunk_iterations and s.recorded % s.request.chunk_iterations == 0:
-                    self._next_chunk(s)
+                elif self._recording is not None and self._recording.chunk_due():
+                    self._next_chunk(s, self._recording)
             s.iteration += 1
         except Exception as e:
             self._fail(s, e)
@@ -194,8 +196,9 @@ class ProfilerController:
     def _begin_recording(self, s: Session) -> None:
         try:
             backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
+            plan = ChunkPlan(s.request.chunk_iterations, s.request.max_pause_ms, self._costs, recording_kind(backend))
             recording = Recording.of_rank(backend, s.directory, step=s.global_step is not None, name=s.worker_name,
-                                          rank=self._rank_name)
+                                          rank=self._rank_name, plan=plan)
             recording.start()
         except Exception as e:
             self._fail(s, e)
@@ -204,11 +207,8 @@ class ProfilerController:
         s.state = RECORDING
         s.recording_started_at = time.time()
 
-    def _next_chunk(self, s: Session) -> None:
+    def _next_chunk(self, s: Session, recording: Recording) -> None:
         """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
-        recording = self._recording
-        if recording is None or not recording.chunkable:
-            return
         backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
         s.count_stop(recording.rotate(backend))
 

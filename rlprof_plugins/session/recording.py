@@ -23,6 +23,7 @@ from ..store import manifest
 from . import finalize
 from ..backends import Backend, RecordingKept
 from ..store.layout import Placement
+from .chunk_plan import ChunkPlan
 from .chunks import Chunks, chunkable
 from .._log import logger
 from ..trace.pauses import ROTATION, STOP, Pause
@@ -48,7 +49,7 @@ class Recording:
     """
 
     def __init__(self, backend: Backend, *, directory: Path, out: Path, place: Placement, name: str, rank: str,
-                 role: str) -> None:
+                 role: str, plan: ChunkPlan | None = None) -> None:
         self._backend = backend
         self.directory = directory
         self._out = out
@@ -59,14 +60,17 @@ class Recording:
         self.chunks: Chunks | None = None  # set by the first rotate()
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
         self._held: tuple[int, int] | None = None  # the first and last iteration of the running chunk
+        self._plan = plan  # when a chunk ends (None: never)
 
     @classmethod
-    def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str) -> "Recording":
+    def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str,
+                plan: ChunkPlan | None = None) -> "Recording":
         """A worker's recording: raw and whole traces in ``ranks/`` of a step
         folder, stage traces in ``<stage>/``; everything in ``directory`` itself
         without a global step (the engine's own layout)."""
         place = Placement(directory, step)
-        return cls(backend, directory=directory, out=place.ranks(), place=place, name=name, rank=rank, role="worker")
+        return cls(backend, directory=directory, out=place.ranks(), place=place, name=name, rank=rank, role="worker",
+                   plan=plan)
 
     @classmethod
     def of_frontend(cls, backend: Backend, directory: Path, *, step: bool, name: str) -> "Recording":
@@ -114,8 +118,13 @@ class Recording:
         return seconds
 
     @property
-    def chunkable(self) -> bool:
-        return chunkable(self._backend)
+    def held(self) -> int:
+        """Iterations the running chunk holds."""
+        return 0 if self._held is None else self._held[1] - self._held[0] + 1
+
+    def chunk_due(self) -> bool:
+        """Whether the running chunk ends at this iteration boundary (its plan; a backend that chunks)."""
+        return self._plan is not None and chunkable(self._backend) and self._plan.due(self.held)
 
     def salvage(self) -> Exported:
         """After a failure (exporter thread): the chunks stopped before it,
@@ -140,8 +149,13 @@ class Recording:
         return time.perf_counter() - t0
 
     def _paused(self, cause: str, began: int) -> None:
+        """Keep the pause for the trace; the plan learns what it cost for what the chunk held."""
+        iterations = self.held
         held, self._held = self._held, None
-        self.pauses.append(Pause.timed(cause, began, *(held or (None, None))))
+        pause = Pause.timed(cause, began, *(held or (None, None)))
+        self.pauses.append(pause)
+        if self._plan is not None:
+            self._plan.learn((pause.end_ns - pause.start_ns) / 1e9, iterations, rotated=cause == ROTATION)
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises."""

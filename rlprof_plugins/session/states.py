@@ -110,6 +110,7 @@ class Session:
             "step_start": r.step_start,
             "step_end": r.step_end,
             "by_stage": r.by_stage,
+            "chunk_iterations": r.chunk_iterations, "max_pause_ms": r.max_pause_ms,
             "iterations_seen": self.iteration,
             "iterations_recorded": self.recorded,
             "stage_iterations": dict(self.stages),

@@ -1,0 +1,106 @@
+"""Chunks sized by what their stop costs (``chunk_iterations: "auto"``, ``max_pause_ms``).
+
+The plan is checked with given costs (deterministic), then a real session
+through the controller with the real torch.profiler backend: the chunks it
+cut are read back from the pauses in the written trace."""
+
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.config.options import CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS, ProfileOptions, parse_options
+from rlprof_plugins.config.requests import parse_start
+from rlprof_plugins.errors import OptionsError, RequestError
+from rlprof_plugins.session.chunk_plan import MAX_GROWTH, PRIOR_SECONDS, ChunkPlan, StopCosts
+from tests.helpers.traces import load_trace, pause_events, profiler_steps
+from tests.unit.test_chunks import stacks_backend, workload
+from tests.unit.test_requests import server
+from tests.unit.test_session import make_controller, settle, start
+
+STACKS = (True, False, False, ("CPU",))
+PLAIN = (False, False, False, ("CPU",))
+
+
+def test_before_any_stop_the_prior_sizes_the_first_chunk():
+    plan = ChunkPlan(CHUNK_AUTO, 200, StopCosts(), STACKS)
+    assert plan.length() == int(0.2 / PRIOR_SECONDS[True])
+    assert ChunkPlan(CHUNK_AUTO, 200, StopCosts(), PLAIN).length() == int(0.2 / PRIOR_SECONDS[False])
+    assert not plan.due(plan.length() - 1) and plan.due(plan.length())
+
+
+def test_measured_costs_size_the_next_chunk_and_growth_is_bounded():
+    costs = StopCosts()
+    plan = ChunkPlan(CHUNK_AUTO, 100, costs, STACKS)
+    plan.learn(0.040, 10, rotated=True)  # 4 ms an iteration: 25 would fit, but at most twice the last chunk
+    assert plan.length() == 10 * MAX_GROWTH
+    plan.learn(0.080, 20, rotated=True)  # still 4 ms
+    assert plan.length() == 25
+    plan.learn(0.500, 25, rotated=True)  # 20 ms: the estimate (iteration-weighted) rises, chunks shorten
+    assert plan.length() == int(0.1 / (0.62 / 55))
+    assert ChunkPlan(CHUNK_AUTO, 100, costs, PLAIN).length() == int(0.1 / PRIOR_SECONDS[False])  # per kind
+
+
+def test_a_stop_holding_no_iteration_teaches_nothing_and_never_less_than_one():
+    costs = StopCosts()
+    costs.learn(STACKS, 5.0, 0)
+    assert costs.per_iteration(STACKS) == PRIOR_SECONDS[True]
+    plan = ChunkPlan(CHUNK_AUTO, 1, costs, STACKS)
+    plan.learn(1.0, 1, rotated=True)
+    assert plan.length() == 1
+
+
+def test_a_fixed_count_and_zero():
+    assert ChunkPlan(8, 1, StopCosts(), STACKS).length() == 8
+    never = ChunkPlan(0, 1, StopCosts(), STACKS)
+    assert never.length() is None and not never.due(10 ** 6)
+
+
+def test_auto_is_the_default_and_bad_values_name_their_field(tmp_path):
+    options = parse_options({})
+    assert (options.chunk_iterations, options.max_pause_ms) == (CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS)
+    assert parse_options({"chunk_iterations": 16, "max_pause_ms": 50}).max_pause_ms == 50
+    request = parse_start({}, server(tmp_path))
+    assert (request.chunk_iterations, request.max_pause_ms) == (CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS)
+    srv = server(tmp_path, defaults=ProfileOptions(chunk_iterations=8, max_pause_ms=30))
+    assert (parse_start({"chunk_iterations": "auto", "max_pause_ms": 5}, srv).max_pause_ms,
+            parse_start({}, srv).max_pause_ms) == (5, 30)
+    for field, value in (("chunk_iterations", -1), ("chunk_iterations", "x"), ("chunk_iterations", True),
+                         ("max_pause_ms", 0), ("max_pause_ms", -3), ("max_pause_ms", "auto")):
+        with pytest.raises(RequestError) as e:
+            parse_start({field: value}, server(tmp_path))
+        assert e.value.field == field, (field, value)
+        with pytest.raises(OptionsError) as o:
+            parse_options({field: value})
+        assert o.value.key == field
+
+
+def auto_session(tmp_path: Path, step: int, n: int, max_pause_ms: int, ctl=None) -> tuple[dict, list[dict]]:
+    ctl = ctl or make_controller(tmp_path, stacks_backend)
+    assert start(ctl, global_step=step, step_end=n, chunk_iterations="auto", max_pause_ms=max_pause_ms)["ok"]
+    workload(ctl, n)
+    status = settle(ctl, step)
+    trace = load_trace(Path(status["files"][0]))
+    assert status["state"] == "done" and sorted(profiler_steps(trace)) == list(range(n)), status
+    return status, pause_events(trace)
+
+
+def test_a_session_whose_stop_stays_under_the_target_never_rotates(tmp_path):
+    status, pauses = auto_session(tmp_path, 1, 12, max_pause_ms=600_000)
+    assert status["stops"] == 1 and [p["args"]["cause"] for p in pauses] == ["stop"]
+    assert (status["chunk_iterations"], status["max_pause_ms"]) == ("auto", 600_000)
+
+
+def test_auto_cuts_chunks_by_measured_cost_and_learns_across_sessions(tmp_path):
+    ctl = make_controller(tmp_path, stacks_backend)
+    status, pauses = auto_session(tmp_path, 1, 12, max_pause_ms=1, ctl=ctl)  # every stop costs more than 1 ms
+    held = [p["args"]["iterations"] for p in pauses]
+    assert status["stops"] == len(pauses) > 1 and sum(held) == 12, held
+    assert held[0] == 1  # the prior: 12 ms an iteration with stacks, over 1 ms
+    assert all(b <= a * MAX_GROWTH for a, b in zip(held, held[1:-1])), held
+    costs = StopCosts()  # the next session's first chunk comes from this session's pauses
+    for p in pauses:
+        costs.learn(STACKS, p["dur"] / 1e6, p["args"]["iterations"])
+    expected = max(1, int(0.001 / costs.per_iteration(STACKS)))
+    _, again = auto_session(tmp_path, 2, 6, max_pause_ms=1, ctl=ctl)
+    assert again[0]["args"]["iterations"] == min(expected, 6), (expected, again)
+    ctl.shutdown()
