@@ -4,7 +4,6 @@ launch naming the key."""
 
 import gzip
 import json
-import time
 
 import pytest
 
@@ -57,7 +56,6 @@ def test_bad_configuration_stops_the_launch_naming_the_key(tmp_path, how):
     from tests.helpers.sglang_server import run_until_exit
 
     bad = json.dumps({"torch_profiler_dir": str(tmp_path), "step_strat": 2})
-    t0 = time.time()
     if how == "flag":
         done = run_until_exit(tmp_path, ["--profiler-config", bad])
     else:
@@ -65,4 +63,4 @@ def test_bad_configuration_stops_the_launch_naming_the_key(tmp_path, how):
     assert done.returncode != 0
     assert "step_strat" in done.stderr and "did you mean 'step_start'" in done.stderr
     assert ("--profiler-config" if how == "flag" else "$RLPROF_PROFILER_CONFIG") in done.stderr
-    assert time.time() - t0 < 60  # before any model is loaded
+    assert "Load weight" not in done.stderr  # it stopped before any model was loaded

@@ -266,6 +266,38 @@ def test_prune_moves_aside_then_discard_removes(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_2"]
 
 
+def test_what_a_killed_pruner_left_behind_goes_with_the_next_prune(tmp_path):
+    for step in (1, 2, 3):
+        d = tmp_path / f"global_step_{step}"
+        d.mkdir()
+        (d / manifest.MANIFEST).write_text(json.dumps({"state": "done"}))
+    first = retention.prune(tmp_path, 2)  # moved aside, then the process "dies" before discard
+    assert [p.name.split(".")[2] for p in first] == ["global_step_1"]
+    remover = json.loads((first[0] / retention.REMOVER).read_text())
+    assert remover["pid"] == os.getpid()
+    dead = subprocess_pid()
+    (first[0] / retention.REMOVER).write_text(json.dumps({**remover, "pid": dead, "started": None}))
+    running = tmp_path / f"{retention.REMOVING}global_step_0.{os.getpid()}"  # a live pruner's, mid-way
+    running.mkdir()
+    (running / retention.REMOVER).write_text(json.dumps(remover))
+    unknown = tmp_path / f"{retention.REMOVING}global_step_9.1"  # no record: not ours to judge
+    unknown.mkdir()
+    second = retention.prune(tmp_path, 1)
+    assert sorted(p.name.split(".")[2] for p in second) == ["global_step_1", "global_step_2"]
+    retention.discard(second)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["global_step_3", running.name, unknown.name])
+
+
+def subprocess_pid() -> int:
+    """A pid that no process holds any more."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
 def test_a_second_waiter_never_removes_a_new_holders_lock(tmp_path, monkeypatch):
     monkeypatch.setattr(manifest, "STALE_LOCK_S", 0.2)
     lock = tmp_path / manifest.LOCK_DIR
