@@ -62,6 +62,8 @@ class TraceStats:
     cpu_out_of_order: int = 0  # operators counted without nesting (see _SelfTimes)
     pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``): not engine time
     pause_us: float = 0.0
+    # each recorded iteration: (index, stage or None, duration us, prefill tokens, decode tokens, batch)
+    iteration_list: list[tuple] = field(default_factory=list)
 
     @property
     def span_us(self) -> float:
@@ -146,9 +148,11 @@ def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) 
                 if name == PAUSE_NAME and cat == PAUSE_CAT:
                     st.pauses += 1
                     st.pause_us += dur
-                elif cat in ITERATION_CATS and name.startswith(ITERATION_PREFIX) and ITERATION_RE.match(name):
+                elif cat in ITERATION_CATS and name.startswith(ITERATION_PREFIX) and (m := ITERATION_RE.match(name)):
                     st.iterations += 1
                     st.busy_us += dur
+                    st.iteration_list.append((int(m["index"]), m["stage"], dur, *(
+                        int(m[k]) if m[k] is not None else None for k in ("prefill", "decode", "batch"))))
                 elif cat in CPU_OP_CATS:
                     cpu.add((e.get("pid"), e.get("tid")), ts, end, name)
     cpu.close()
@@ -180,7 +184,7 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
         stages_out = []
         missing += [{"global_step": global_step, "stage": g.stage or "all", "rank": m} for g in p.groups
                     for m in g.missing]
-        for group, stats in zip(p.groups, _stats_of(p.groups, progress)):
+        for group, stats in zip(p.groups, stats_of(p.groups, progress)):
             if not stats:
                 continue
             stage_key = group.stage or "all"
@@ -194,7 +198,7 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
     return {"root": str(root), "steps": steps_out, "unplaced": unplaced, "missing": missing}
 
 
-def _stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
+def stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
     """``trace_stats`` of every worker trace of a step, per group; in
     processes (one per trace, up to the cores) when the step is large."""
     jobs = [(g_index, rf.path, rf.label, g.stage) for g_index, g in enumerate(groups)

@@ -134,6 +134,9 @@ def test_prefix_and_native_window_fields(server_tp1):
         ({"global_step": 1, "activities": ["GPU"]}, "activities"),  # SGLang's field; no CUDA on this host
         ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
         ({"global_step": 1, "delay_iterations": 1, "step_start": 2}, "delay_iterations"),
+        ({"global_step": 1, "chunk_iterations": -1}, "chunk_iterations"),
+        ({"global_step": 1, "chunk_iterations": "x"}, "chunk_iterations"),
+        ({"global_step": 1, "max_pause_ms": 0}, "max_pause_ms"),
         ("[1, 2]", "body"),
         ("{not json", "body"),
     ],

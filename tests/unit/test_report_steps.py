@@ -1,0 +1,84 @@
+"""The step report's numbers (``trace.report.steps``): one row per global
+step, read from real traces (the vLLM 0.32 TP=2 fixture: a plain step and a
+by-stage one; sessions recorded here through the controller), checked
+against the events parsed independently."""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+from rlprof_plugins.trace.report.steps import flat_rows, step_rows
+from rlprof_plugins.trace.stages import ITERATION_RE
+from tests.helpers.traces import load_trace
+from tests.unit.test_chunks import record
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2"
+
+
+def slowest_of(step: Path) -> dict[int, tuple[str, float, str]]:
+    """Each iteration's (stage, ms, rank) of its slowest rank: straight from the events."""
+    slowest: dict[int, tuple[str, float, str]] = {}
+    for path in step.glob("rank*.pt.trace.json.gz"):
+        for e in load_trace(path)["traceEvents"]:
+            m = ITERATION_RE.match(str(e.get("name", ""))) if e.get("ph") == "X" else None
+            if m and e["dur"] / 1000 > slowest.get(int(m["index"]), ("", -1.0, ""))[1]:
+                slowest[int(m["index"])] = (m["stage"], e["dur"] / 1000, path.name.split(".")[0])
+    return slowest
+
+
+def slowest_by_stage(step: Path) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for stage, ms, _ in slowest_of(step).values():
+        out.setdefault(stage, []).append(ms)
+    return out
+
+
+def test_one_row_per_step_with_the_slowest_rank_per_iteration_by_stage():
+    report = step_rows(FIXTURE)
+    assert [r["global_step"] for r in report["steps"]] == [3, 4]
+    for row in report["steps"]:
+        expected = slowest_by_stage(Path(row["directory"]))
+        assert (row["state"], row["engine"], row["engine_version"], row["error"]) == ("done", "vllm", "0.32.0", None)
+        assert row["ranks"] == ["rank0", "rank1"] and not row["missing_ranks"]
+        assert set(row["stages"]) == set(expected) and row["iterations"] == sum(map(len, expected.values()))
+        for stage, ms in expected.items():
+            numbers = row["stages"][stage]
+            assert numbers["iterations"] == len(ms)
+            assert abs(numbers["mean_ms"] - sum(ms) / len(ms)) < 0.002 and numbers["p90_ms"] <= max(ms) + 0.001
+        assert row["trace_bytes"] > 0 and row["span_ms"] >= max(max(ms) for ms in expected.values())
+        ranks = [rank for _, _, rank in slowest_of(Path(row["directory"])).values()]
+        assert row["slowest_rank_iterations"] == {r: ranks.count(r) for r in ("rank0", "rank1")}
+        assert set(row["rank_busy_ms"]) == {"rank0", "rank1"} and all(v > 0 for v in row["rank_busy_ms"].values())
+    step3, step4 = report["steps"]
+    assert step4["by_stage"] and set(step4["stages"]) == {"prefill", "decode"}
+    change = step4["change_pct"]["decode"]
+    assert change == round(100 * (step4["stages"]["decode"]["mean_ms"] - step3["stages"]["decode"]["mean_ms"])
+                           / step3["stages"]["decode"]["mean_ms"], 1)
+    assert step4["change_pct"]["prefill"] is None  # no earlier step recorded a prefill
+    flat = flat_rows(report)
+    assert [(f["global_step"], f["stage"]) for f in flat] == [(3, "decode"), (4, "decode"), (4, "prefill")]
+
+
+def test_a_step_it_cannot_read_or_that_failed_keeps_its_row_saying_why(tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURE, root)
+    broken = next((root / "global_step_3").glob("rank0.*.gz"))
+    broken.write_bytes(gzip.compress(gzip.decompress(broken.read_bytes())[:5000]))  # cut mid-way
+    data = json.loads((root / "global_step_4" / "manifest.json").read_text())
+    data["state"] = "failed"
+    data["writers"]["rank1"]["error"] = "RuntimeError: stitching failed"
+    (root / "global_step_4" / "manifest.json").write_text(json.dumps(data))
+    rows = step_rows(root)["steps"]
+    assert [r["global_step"] for r in rows] == [3, 4]
+    assert rows[0]["error"].startswith("TraceFormatError") and broken.name in rows[0]["error"], rows[0]["error"]
+    assert not rows[0]["stages"]  # no numbers from a step read in part
+    assert rows[1]["state"] == "failed" and rows[1]["error"] == "RuntimeError: stitching failed"
+    assert rows[1]["stages"]  # what the failed step's traces hold is still reported
+
+
+def test_the_profilers_pauses_are_counted_apart(tmp_path):
+    status, folder = record(tmp_path, 7, chunk=3, n=8)  # two rotations and the final stop
+    (row,) = step_rows(tmp_path)["steps"]
+    assert row["global_step"] == 7 and row["profiler_pauses"] == status["stops"] == 3
+    assert row["iterations"] == 8 and row["iteration_ms_total"] > 0
