@@ -60,20 +60,25 @@ class ChunkPlan:
         self._target = max_pause_ms / 1000
         self._costs, self._kind = costs, kind
         self._last: int | None = None  # the last chunk's length (auto)
+        # asked at every iteration's end: worked out only when a pause teaches something
+        self._length = self._measure()
 
     def length(self) -> int | None:
         """Iterations the running chunk may hold; None: no end (one torch session)."""
-        if self._fixed is not None:
-            return self._fixed or None
-        n = max(1, math.floor(self._target / max(self._costs.per_iteration(self._kind), 1e-6)))
-        return n if self._last is None else min(n, self._last * MAX_GROWTH)
+        return self._length
 
     def due(self, held: int) -> bool:
-        length = self.length()
-        return length is not None and held >= length
+        return self._length is not None and held >= self._length
 
     def learn(self, seconds: float, iterations: int, *, rotated: bool) -> None:
         """A pause of ``seconds`` for a chunk of ``iterations`` (``rotated``: mid-session)."""
         self._costs.learn(self._kind, seconds, iterations)
         if rotated:
             self._last = iterations
+        self._length = self._measure()
+
+    def _measure(self) -> int | None:
+        if self._fixed is not None:
+            return self._fixed or None
+        n = max(1, math.floor(self._target / max(self._costs.per_iteration(self._kind), 1e-6)))
+        return n if self._last is None else min(n, self._last * MAX_GROWTH)

@@ -155,7 +155,7 @@ class Recording:
         pause = Pause.timed(cause, began, *(held or (None, None)))
         self.pauses.append(pause)
         if self._plan is not None:
-            self._plan.learn((pause.end_ns - pause.start_ns) / 1e9, iterations, rotated=cause == ROTATION)
+            self._plan.learn(pause.seconds, iterations, rotated=cause == ROTATION)
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises."""
