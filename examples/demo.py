@@ -9,7 +9,8 @@ rollout batch inside ``profiler.step(global_step)``, which starts a profile
 for steps 36 and 37 only (step 37 with ``"by_stage": true`` and the window
 overridden to ``[0, 6)``: prefill and decode apart), stops it and waits until
 the traces are written. Prints the
-files written, the engine iterations each trace holds, each step's manifest,
+files written, the step report (``rlprof report``: one offline page, step 37
+against 36), the engine iterations each trace holds, each step's manifest,
 and how to open the traces. Run with ``make demo`` / ``make demo-sglang``:
 the same JSON configuration and the same requests on both engines.
 
@@ -32,6 +33,7 @@ sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the install
 from tests.helpers import sglang_server, vllm_server  # noqa: E402
 from rlprof_plugins.client import RolloutProfiler  # noqa: E402
 from rlprof_plugins.client.commands import render  # noqa: E402
+from rlprof_plugins.cli.command import main as rlprof  # noqa: E402
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace  # noqa: E402
 
 ENGINES = {"vllm": ("vLLM", vllm_server.start_server), "sglang": ("SGLang", sglang_server.start_server)}
@@ -49,8 +51,8 @@ def rollout(server, step: int) -> None:
 def tree(root: Path) -> None:
     print(f"{root}/")
     for path in sorted(root.rglob("*")):
-        if path.name.startswith("."):
-            continue  # the manifest's lock file
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            continue  # the manifest's lock file, the report's cache
         depth = len(path.relative_to(root).parts)
         label = path.name + ("/" if path.is_dir() else f"  ({path.stat().st_size / 1024:.1f} KiB)")
         print("    " * depth + label)
@@ -88,8 +90,14 @@ def main() -> int:
     finally:
         server.stop()
 
+    # The step report over both steps, step 37 against 36 (docs/report.md): one offline page.
+    report = OUT / "traces" / "report.html"
+    code = rlprof(["report", str(OUT / "traces"), "--compare", "36", "37", "--json", str(OUT / "report.json"),
+                   "--quiet"])
     print("Files written:")
     tree(OUT / "traces")
+    print(f"\nThe step report (rlprof report, exit {code}): {report}")
+    print("    open it in a browser: steps 36 and 37 side by side, by stage, per rank, operators by change")
     print("\nEngine iterations in each worker trace (step 36: window [2, 6); step 37: [0, 6) by stage):")
     for trace in sorted(p for p in (OUT / "traces").rglob("*.pt.trace.json.gz") if ".async_llm." not in p.name):
         data = load_trace(trace)

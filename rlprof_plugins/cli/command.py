@@ -4,6 +4,7 @@
     rlprof merge FILE FILE ... -o OUT       the given rank traces, in this order
     rlprof split-stages TRACE [-o DIR]      per-stage traces from iteration annotations
     rlprof summary DIR [--json]             where each step's time went, step over step
+    rlprof report ROOT [-o PAGE]            one offline HTML page comparing every global step (also --json, --csv)
     rlprof check TRACE ... [--json]         validate traces against the Trace Event Format rules
     rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine (and verl), and how to set it up
@@ -13,7 +14,8 @@
 
 Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
 stderr; nothing partial is left behind), a server failed (start/stop/status/
-collect), or with ``--strict`` a rank the step has is missing (merge, summary:
+collect), ``report`` found nothing to report or a step it could not read, or
+with ``--strict`` a rank the step has is missing (merge, summary:
 always a warning naming it); 2 bad command-line usage.
 Progress goes to stderr (``--quiet`` silences it), results to stdout.
 """
@@ -159,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_npu_analyse)
 
     from ..client.commands import add_parsers
+    from .report_command import add_parser as add_report
 
+    add_report(sub)
     add_parsers(sub)
     return parser
 

@@ -39,6 +39,7 @@ from .parallel import pool, processes_for
 from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
 from .reader import TraceReader
+from .time_split import DeviceTime, SelfTimes
 from .sources import plan
 
 CPU_OP_CATS = frozenset({"cpu_op"})
@@ -59,11 +60,12 @@ class TraceStats:
     device_ops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_self: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     events: int = 0
-    cpu_out_of_order: int = 0  # operators counted without nesting (see _SelfTimes)
+    cpu_out_of_order: int = 0  # operators counted without nesting (see time_split.SelfTimes)
     pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``): not engine time
     pause_us: float = 0.0
     # each recorded iteration: (index, stage or None, duration us, prefill tokens, decode tokens, batch)
     iteration_list: list[tuple] = field(default_factory=list)
+    device: DeviceTime = field(default_factory=DeviceTime)  # device work by class, stream idle time
 
     @property
     def span_us(self) -> float:
@@ -74,44 +76,6 @@ class TraceStats:
         return self.busy_us if self.iterations else self.span_us
 
 
-class _SelfTimes:
-    """Self time of nested complete events, one thread at a time, as they
-    stream in (memory: the open nesting per thread, not the operators seen).
-
-    Kineto writes a thread's operators in start order; one that starts
-    before the thread's previous one is counted with its whole duration
-    (``out_of_order``) rather than buffered, so memory stays flat."""
-
-    def __init__(self, into: dict[str, float]) -> None:
-        self._into = into
-        self._stacks: dict[Any, list[list]] = {}  # thread -> [end, name, time of children, own duration]
-        self._last: dict[Any, float] = {}
-        self.out_of_order = 0
-
-    def add(self, thread: Any, start: float, end: float, name: str) -> None:
-        stack = self._stacks.get(thread)
-        if stack is None:
-            stack = self._stacks[thread] = []
-        if start < self._last.get(thread, start):
-            self.out_of_order += 1
-            self._into[name] += end - start
-            return
-        self._last[thread] = start
-        into = self._into
-        while stack and stack[-1][0] <= start:
-            done = stack.pop()
-            into[done[1]] += max(0.0, done[3] - done[2])
-        if stack:
-            stack[-1][2] += end - start
-        stack.append([end, name, 0.0, end - start])
-
-    def close(self) -> None:
-        for stack in self._stacks.values():
-            while stack:
-                done = stack.pop()
-                self._into[done[1]] += max(0.0, done[3] - done[2])
-
-
 _SUMMARY_FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid")
 
 
@@ -119,7 +83,8 @@ def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) 
     """One trace's numbers; ``report``: a progress line on stderr each second."""
     st = TraceStats(rank, stage, path)
     ticker = Ticker(to_stderr if report else None, f"{rank} {path.name}", file_size(path))
-    cpu = _SelfTimes(st.cpu_self)
+    cpu = SelfTimes(st.cpu_self)
+    device = st.device
     device_ops = st.device_ops
     first = last = None
     with TraceReader(path) as reader, codec.gc_paused():
@@ -141,10 +106,11 @@ def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) 
                 if last is None or end > last:
                     last = end
                 cat = e.get("cat")
-                if cat in DEVICE_WORK_CATS:
-                    device_ops[str(e.get("name", ""))] += dur
-                    continue
                 name = str(e.get("name", ""))
+                if cat in DEVICE_WORK_CATS:
+                    device_ops[name] += dur
+                    device.add((e.get("pid"), e.get("tid")), cat, name, ts, dur)
+                    continue
                 if name == PAUSE_NAME and cat == PAUSE_CAT:
                     st.pauses += 1
                     st.pause_us += dur
@@ -225,8 +191,8 @@ def _top(totals: dict[str, float], n: int = TOP) -> list[dict[str, Any]]:
     return [{"name": name, "ms": round(us / 1000.0, 3)} for name, us in ranked]
 
 
-def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
-    walls = [s.wall_us for s in stats]
+def summed_operators(stats: list[TraceStats]) -> tuple[dict[str, float], dict[str, float]]:
+    """Microseconds per device kernel and per CPU operator (self time), summed over ``stats``."""
     device: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
     for s in stats:
@@ -234,6 +200,12 @@ def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
             device[k] += v
         for k, v in s.cpu_self.items():
             cpu[k] += v
+    return device, cpu
+
+
+def _stage_entry(stage: str, stats: list[TraceStats]) -> dict[str, Any]:
+    walls = [s.wall_us for s in stats]
+    device, cpu = summed_operators(stats)
     fastest = min(walls)
     return {
         "stage": stage,

@@ -14,7 +14,9 @@ import json
 
 import pytest
 
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace.check import check as check_file
+from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
 
 
@@ -100,3 +102,24 @@ def test_the_plugin_was_loaded_by_the_opt_in_loader_not_the_entry_point(sglang_t
     sglang_tp2.complete(max_tokens=2)
     assert sglang_tp2.wait_state()["state"] == "done"
     assert list(manifest_traces(sglang_tp2.trace_dir / "global_step_9")) == ["TP-0", "TP-1"]
+
+
+def test_the_step_report_of_the_live_sglang_root_in_a_real_browser(sglang_tp2, tmp_path):
+    """One more step recorded on the live TP=2 server: ``rlprof report`` reads every step the
+    tests left (merged, by stage) with SGLang's rank names, and Chromium shows them."""
+    assert sglang_tp2.post("/start_profile", {"global_step": 10, "num_steps": 4}).status_code == 200
+    sglang_tp2.complete(max_tokens=8)
+    assert sglang_tp2.wait_state()["state"] == "done"
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(sglang_tp2.trace_dir), "-o", str(tmp_path / "report.html"), "--json", str(out),
+                   "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    found = sorted(int(p.name.split("_")[-1]) for p in sglang_tp2.trace_dir.glob("global_step_*"))
+    assert [s["global_step"] for s in data["steps"]] == found and not data["notes"]
+    row = data["steps"][-1]
+    assert (row["global_step"], row["engine"], row["ranks"], row["iterations"]) == (10, "sglang", ["TP-0", "TP-1"], 4)
+    assert set(row["rank_time"]) == {"TP-0", "TP-1"}
+    page = open_page(tmp_path / "report.html", tmp_path / "shot.png")
+    assert not page.console_errors and not page.blocked and page.details == [f"step-{n}" for n in found]
+    assert {c["rank"] for c in page.cells if c["step"] == 10 and c["rank"]} == {"TP-0", "TP-1"}
+    assert cells_match_json(page, data) >= len(found) * 12 and page.distinct_colours() > 8

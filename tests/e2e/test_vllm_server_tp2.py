@@ -2,6 +2,8 @@
 
 import json
 
+from rlprof_plugins.cli.command import main as rlprof
+from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.hta import hta, hta_ranks
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder, rank_traces
 
@@ -115,3 +117,37 @@ def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
         assert merged_file(staged, stage).exists()
         assert hta_ranks(staged / stage) == [0, 1]
     assert hta(staged / "decode", "iterations")["iterations"] == [1, 2]
+
+
+def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path):
+    """A plain step (no merge), a by-stage one and a merged one from the live TP=2 server, with
+    whatever steps the tests before left: ``rlprof report`` names every step, and the page
+    (headless Chromium, network off) shows each step's stages and ranks as ``--json`` says."""
+    bodies = {20: {"merge_profiles": False}, 21: {"by_stage": True}, 22: {}}
+    for step, extra in bodies.items():
+        body = {"global_step": step, "step_start": 0, "step_end": 4, **extra}
+        assert server_tp2.post("/start_profile", body).status_code == 200
+        server_tp2.complete(max_tokens=8)
+        assert server_tp2.wait_state()["state"] == "done"
+    root = server_tp2.trace_dir
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(root), "-o", str(tmp_path / "report.html"), "--json", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    steps = {s["global_step"]: s for s in data["steps"]}
+    found = sorted(int(p.name.split("_")[-1]) for p in root.glob("global_step_*"))
+    assert sorted(steps) == found and not data["notes"]
+    for step in (20, 21, 22):
+        row = steps[step]
+        assert row["state"] == "done" and row["ranks"] == ["rank0", "rank1"] and row["iterations"] == 4, row
+        assert set(row["rank_time"]) == {"rank0", "rank1"} and sum(row["slowest_rank_iterations"].values()) == 4
+        assert row["operators"]["cpu"] and all(t["cpu_comm_ms"] > 0 for t in row["rank_time"].values())
+    assert set(steps[21]["stages"]) == {"prefill", "decode"} and steps[21]["stages"]["prefill"]["iterations"] == 1
+    roles = {step: sorted({f["role"] for f in steps[step]["files"]}) for step in (20, 22)}
+    assert roles == {20: ["frontend", "worker"], 22: ["frontend", "merged", "worker"]}
+    page = open_page(tmp_path / "report.html", tmp_path / "shot.png")
+    assert not page.console_errors and not page.blocked
+    assert page.details == [f"step-{n}" for n in found]
+    assert {"prefill", "decode"} <= set(page.series) and page.distinct_colours() > 8
+    assert {(c["step"], c["rank"]) for c in page.cells if c["rank"]} >= {(s, r) for s in (20, 21, 22)
+                                                                       for r in ("rank0", "rank1")}
+    assert cells_match_json(page, data) >= len(found) * 12

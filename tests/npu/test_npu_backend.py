@@ -138,6 +138,14 @@ def test_unanalysed_output_says_what_to_run_and_merges_after(torch_npu, tmp_path
     [stage] = json.loads(capsys.readouterr().out)["steps"][0]["stages"]
     assert stage["stage"] == "all" and stage["iterations"] == 2
     assert sorted((r["rank"], r["iterations"]) for r in stage["ranks"]) == [("rank0", 2), ("rank1", 2)]
+    # and so does the step report: the timelines are the ranks' files, torch_npu's other output is not
+    report = tmp_path / "report.json"
+    assert cli.main(["report", str(tmp_path), "--json", str(report), "-q"]) == 0
+    [row] = json.loads(report.read_text())["steps"]
+    assert (row["global_step"], row["ranks"], row["iterations"]) == (3, ["rank0", "rank1"], 2)
+    workers = sorted((f["rank"], f["path"].rsplit("/", 1)[-1]) for f in row["files"] if f["role"] == "worker")
+    assert workers == [("rank0", "trace_view.json"), ("rank1", "trace_view.json")]
+    assert [f["role"] for f in row["files"]].count("merged") == 1
 
 
 def test_backend_resolution_by_device():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlprof_plugins.trace.report.steps import flat_rows, step_rows
 from rlprof_plugins.trace.stages import ITERATION_RE
+from tests.helpers.kineto_gpu import write_gpu_rank
 from tests.helpers.traces import load_trace
 from tests.unit.test_chunks import record
 
@@ -82,3 +83,31 @@ def test_the_profilers_pauses_are_counted_apart(tmp_path):
     (row,) = step_rows(tmp_path)["steps"]
     assert row["global_step"] == 7 and row["profiler_pauses"] == status["stops"] == 3
     assert row["iterations"] == 8 and row["iteration_ms_total"] > 0
+
+
+def test_device_time_by_class_and_the_busiest_streams_idle_time(tmp_path):
+    """On vLLM-GPU-shaped Kineto traces (kernels, NCCL all-reduces, memcpys on device streams),
+    each rank's compute / communication / memcpy time and idle time equal the events' own sums."""
+    folder = tmp_path / "global_step_1"
+    folder.mkdir()
+    for rank in (0, 1):
+        write_gpu_rank(folder / f"rank{rank}.{1795366444000000000 + rank}.pt.trace.json.gz", rank=rank,
+                       megabytes=1.5, seed=1)
+    (row,) = step_rows(tmp_path)["steps"]
+    assert row["ranks"] == ["rank0", "rank1"] and row["operators"]["device"]
+    for rank, times in row["rank_time"].items():
+        events = load_trace(next(folder.glob(f"{rank}.*")))["traceEvents"]
+        work = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        memcpy = sum(e["dur"] for e in work if e["cat"] != "kernel")
+        comm = sum(e["dur"] for e in work if e["cat"] == "kernel" and "nccl" in e["name"].lower())
+        compute = sum(e["dur"] for e in work if e["cat"] == "kernel") - comm
+        streams: dict = {}
+        for e in work:
+            streams.setdefault((e["pid"], e["tid"]), []).append(e)
+        busiest = max(streams.values(), key=lambda es: sum(e["dur"] for e in es))
+        idle = (max(e["ts"] + e["dur"] for e in busiest) - min(e["ts"] for e in busiest)
+                - sum(e["dur"] for e in busiest))
+        device = times["device"]
+        assert comm > 0 and memcpy > 0 and compute > 0 and idle > 0
+        for key, us in (("compute_ms", compute), ("communication_ms", comm), ("memcpy_ms", memcpy), ("idle_ms", idle)):
+            assert abs(device[key] - us / 1000) < 0.002, (rank, key, device[key], us / 1000)

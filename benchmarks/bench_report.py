@@ -1,0 +1,97 @@
+"""Benchmark: ``rlprof report`` against ``rlprof summary`` on the same root, cold and warm, and the page.
+
+Input: a root of ``--steps`` global-step folders (default 10), each 2 ranks of
+vLLM-GPU-shaped Kineto traces (tests/helpers/kineto_gpu.py: CUDA-graph decode,
+eager prefill, NCCL all-reduces) of ``--mb`` MB uncompressed per rank
+(default 200). Every step gets its own traces (another seed), as a run's
+steps do.
+
+Each tool runs in a fresh child process (``bench_trace_tools.run_child``:
+wall seconds, peak RSS of the process tree):
+
+- **summary**: ``rlprof summary ROOT``, the streaming pass the report reuses;
+- **report, cold**: ``rlprof report ROOT --no-cache``: every step read;
+- **report, warm**: one more step is added, then ``rlprof report ROOT``
+  with the cache of the run before: only the new step is read.
+  Goals (issue 33): cold <= 1.2x summary, warm <= 0.1x summary cold.
+
+Then the page: its size, and its load time in headless Chromium (Playwright
+on Debian's ``chromium``, the navigation's duration, median of 3), for this
+root and for a 50-step root of small traces (the size goal: under 5 MB).
+
+Usage: ``.venv-vllm/bin/python benchmarks/bench_report.py [--steps N] [--mb MB]``
+(``make bench-merge`` runs it with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel
+
+from benchmarks.bench_trace_tools import rlprof, run_child  # noqa: E402
+from tests.helpers.browser import open_page  # noqa: E402
+from tests.helpers.kineto_gpu import write_gpu_rank  # noqa: E402
+
+
+def write_step(root: Path, step: int, mb: float) -> Path:
+    folder = root / f"global_step_{step}"
+    folder.mkdir(parents=True)
+    for rank in (0, 1):
+        write_gpu_rank(folder / f"rank{rank}.{1795366444000000000 + step}.pt.trace.json.gz", rank=rank,
+                       megabytes=mb, seed=step, level=3)
+    return folder
+
+
+def page_numbers(page: Path) -> dict:
+    loads = sorted(open_page(page).load_ms for _ in range(3))
+    return {"page_kb": round(page.stat().st_size / 1024, 1), "load_ms": round(loads[1], 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--mb", type=float, default=200.0)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rlprof-bench-report-"))
+    try:
+        root = work / "root"
+        t = time.perf_counter()
+        for step in range(1, args.steps + 1):
+            write_step(root, step, args.mb)
+        gz_mb = sum(p.stat().st_size for p in root.rglob("*.gz")) / 1e6
+        print(f"input: {args.steps} steps x 2 ranks x {args.mb:.0f} MB ({gz_mb:,.0f} MB gzip), "
+              f"written in {time.perf_counter() - t:.0f} s", flush=True)
+        out = {"steps": args.steps, "mb_per_rank": args.mb, "input_gz_mb": round(gz_mb, 1)}
+        out["summary"] = run_child(rlprof("summary", str(root)))
+        out["report_cold"] = run_child(rlprof("report", str(root), "--no-cache"))
+        run_child(rlprof("report", str(root)))  # fills the cache
+        write_step(root, args.steps + 1, args.mb)
+        out["report_warm_one_new_step"] = run_child(rlprof("report", str(root)))
+        out["page"] = page_numbers(root / "report.html")
+        small = work / "small"
+        for step in range(1, 51):
+            write_step(small, step, 4.0)
+        run_child(rlprof("report", str(small)))
+        out["page_50_steps_4mb"] = page_numbers(small / "report.html")
+        summary = out["summary"]["seconds"]
+        out["cold_ratio"] = round(out["report_cold"]["seconds"] / summary, 2)
+        out["warm_ratio"] = round(out["report_warm_one_new_step"]["seconds"] / summary, 2)
+        print(json.dumps(out, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""``rlprof report ROOT``: the step report, one offline HTML page (and JSON, CSV) over every step below ROOT.
+
+Exit codes: 0 every step found was read; 1 nothing to report (no step
+folder, no trace, no step in ``--steps``), or a step could not be read or
+failed: the page is written either way and names each such step.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .common import EXIT_FAILED, EXIT_OK, CliError, progress_of, reap_folder
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def step_range(text: str) -> tuple[int, int]:
+    """``37`` or ``30-40``."""
+    m = _RANGE.match(text.strip())
+    if not m:
+        raise CliError(f"--steps: {text!r} is not N or A-B")
+    first, last = int(m[1]), int(m[2] or m[1])
+    if last < first:
+        raise CliError(f"--steps: {text!r} ends before it starts")
+    return first, last
+
+
+def cmd_report(args) -> int:
+    from ..trace.report.build import build, write_csv, write_json, write_page
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise CliError(f"{root}: no such directory")
+    reap_folder(root)
+    steps = step_range(args.steps) if args.steps else None
+    built = build(root, steps=steps, pair=tuple(args.compare) if args.compare else None,
+                  use_cache=not args.no_cache, progress=progress_of(args))
+    out = Path(args.output) if args.output else root / "report.html"
+    write_page(built, out)
+    written = [out]
+    if args.json:
+        write_json(built, Path(args.json))
+        written.append(Path(args.json))
+    if args.csv:
+        written += write_csv(built, Path(args.csv))
+    for note in built.notes:
+        print(f"rlprof: {note}", file=sys.stderr)
+    cache = built.cache
+    print(f"wrote {', '.join(map(str, written))} ({len(built.report['steps'])} step(s); "
+          f"{cache.hits} from the cache, {cache.misses} read)" if cache and cache.enabled else
+          f"wrote {', '.join(map(str, written))} ({len(built.report['steps'])} step(s))")
+    return EXIT_FAILED if built.nothing or built.unread else EXIT_OK
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="the step report: one offline HTML page comparing every global step "
+                                      "(iteration times by stage, ranks, operators); also JSON and CSV")
+    p.add_argument("root", help="the trace root holding global_step_N folders, or one step folder")
+    p.add_argument("-o", "--output", help="the page to write (default: ROOT/report.html)")
+    p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B)")
+    p.add_argument("--compare", nargs=2, type=int, metavar=("S1", "S2"),
+                   help="two steps side by side, operators and kernels sorted by their change")
+    p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+    p.add_argument("--csv", metavar="DIR", help="also write the numbers as CSV files in DIR")
+    p.add_argument("--no-cache", action="store_true",
+                   help="read every step again (default: reuse ROOT/.rlprof-report-cache for unchanged steps)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,126 @@
+"""``rlprof report``'s work apart from the command line: the numbers, what to say about them, the outputs.
+
+``build`` reads the steps (through the cache), compares two when asked,
+and names everything a reader must know first: steps that failed, could
+not be read, are still recording or lack ranks, a ``--steps`` range that
+holds no step, a root with nothing in it. ``write_*`` put the page, the
+JSON and the CSV files in place atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ...store.layout import write_text_atomic
+from .cache import StepCache
+from .compare import compare
+from .page import render
+from .steps import flat_rows, step_rows
+
+
+@dataclass
+class Built:
+    report: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    compared: dict[str, Any] | None = None
+    cache: StepCache | None = None
+
+    @property
+    def nothing(self) -> bool:
+        """No step below the root had a trace that could be read."""
+        return not any(row["ranks"] for row in self.report["steps"])
+
+    @property
+    def unread(self) -> list[dict[str, Any]]:
+        return [row for row in self.report["steps"] if row["error"]]
+
+    def to_json(self) -> dict[str, Any]:
+        steps = [{k: v for k, v in row.items() if not k.startswith("_")} for row in self.report["steps"]]
+        return {"root": self.report["root"], "steps_found": self.report["steps_found"], "steps": steps,
+                "notes": self.notes, "compare": self.compared}
+
+
+def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
+          use_cache: bool = True, progress: Callable[[str], None] | None = None) -> Built:
+    cache = StepCache(root, enabled=use_cache)
+    wanted = (min(steps + (pair or steps)), max(steps + (pair or steps))) if steps else None
+    report = step_rows(root, progress, steps=wanted, cache=cache)
+    built = Built(report, cache=cache)
+    found = [s for s in report["steps_found"] if s is not None]
+    if not found and not any(row["files"] for row in report["steps"]):
+        built.notes.append(f"nothing to report: {root} holds no global_step_N folder and no trace")
+    elif steps and not report["steps"]:
+        built.notes.append(f"nothing to report: no step in {steps[0]}-{steps[1]} "
+                           f"(steps found: {_ranges(found) or 'none'})")
+    for row in report["steps"]:
+        name = f"step {row['global_step']}" if row["global_step"] is not None else str(root)
+        if row["state"] == "failed":
+            built.notes.append(f"failed: {name}: {row['error']}")
+        elif row["error"]:
+            built.notes.append(f"unreadable: {name}: {row['error']}")
+        elif row["state"] in ("recording", "exporting"):
+            built.notes.append(f"{name} is still {row['state']}: its numbers are of what is on disk now")
+        elif not row["ranks"]:
+            built.notes.append(f"{name}: no rank trace in {row['directory']}")
+        if row["missing_ranks"]:
+            built.notes.append(f"{name} lacks rank(s) {', '.join(row['missing_ranks'])} "
+                               "(`rlprof collect` gathers a step spanning nodes)")
+    if pair:
+        built.compared = compare(report, *pair)
+    if cache.write_error:
+        built.notes.append(f"no result cache: {cache.write_error}")
+    return built
+
+
+def _ranges(steps: list[int]) -> str:
+    out: list[str] = []
+    for s in sorted(steps):
+        if out and out[-1][1] == s - 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+
+
+def write_page(built: Built, path: Path) -> None:
+    write_text_atomic(path, render(built.report, built.notes, built.compared))
+
+
+def write_json(built: Built, path: Path) -> None:
+    write_text_atomic(path, json.dumps(built.to_json(), indent=1))
+
+
+def write_csv(built: Built, folder: Path) -> list[Path]:
+    """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``operators.csv``, ``iterations.csv``
+    and, with ``--compare``, ``compare.csv``."""
+    steps = built.to_json()["steps"]
+    tables = {
+        "steps": flat_rows(built.report),
+        "ranks": [{"global_step": row["global_step"], "rank": rank, **{k: v for k, v in t.items() if k != "device"},
+                   **{f"device_{k}": v for k, v in (t["device"] or {}).items()},
+                   "slowest_iterations": row["slowest_rank_iterations"].get(rank)}
+                  for row in steps for rank, t in row["rank_time"].items()],
+        "operators": [{"global_step": row["global_step"], "kind": kind, **op}
+                      for row in steps for kind, ops in row["operators"].items() for op in ops],
+        "iterations": [{"global_step": row["global_step"], **dict(zip(("iteration", "stage", "ms", "batch",
+                                                                        "slowest_rank"), it))}
+                       for row in steps for it in row["timeline"]],
+    }
+    if built.compared:
+        tables["compare"] = [{"kind": kind, **op} for kind, ops in built.compared["operators"].items() for op in ops]
+    written = []
+    for name, rows in tables.items():
+        out = io.StringIO()
+        columns = list(dict.fromkeys(k for r in rows for k in r)) or ["global_step"]
+        writer = csv.DictWriter(out, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        path = folder / f"{name}.csv"
+        write_text_atomic(path, out.getvalue())
+        written.append(path)
+    return written

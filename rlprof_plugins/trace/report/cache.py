@@ -1,0 +1,85 @@
+"""The step report's per-step result cache: re-running after one more step reads only that step.
+
+One file per step folder in ``ROOT/.rlprof-report-cache/`` holds the step's
+computed row and the fingerprint it was computed from: the size and
+modification time (ns) of the step's manifest and of every trace file. Any
+change (a rank finished writing, a merge landed, a file was rewritten)
+changes the fingerprint and the step is read again. The files are written
+atomically and named ``*.rlprof-cache`` (no trace suffix: no trace tool
+mistakes them for a trace); one that cannot be read counts as absent, and a
+root that cannot be written to is reported once and read without a cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ... import __version__
+from ...store.layout import write_text_atomic
+from ...store.manifest import MANIFEST
+
+CACHE_DIR = ".rlprof-report-cache"
+SUFFIX = ".rlprof-cache"
+# a row's shape: entries of another rlprof release (or an older shape) are recomputed
+VERSION = [1, __version__]
+
+
+def fingerprint(directory: Path, traces: list[Path]) -> list[list]:
+    files = [*traces, directory / MANIFEST]
+    out = []
+    for path in sorted(files):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        out.append([str(path.relative_to(directory)), st.st_size, st.st_mtime_ns])
+    return out
+
+
+class StepCache:
+    """Rows by step folder, valid while the folder's fingerprint holds."""
+
+    def __init__(self, root: Path, enabled: bool = True) -> None:
+        self.folder = root / CACHE_DIR
+        self.enabled = enabled
+        self.hits = self.misses = 0
+        self.write_error: str | None = None
+
+    def _path(self, directory: Path) -> Path:
+        return self.folder / f"{directory.name or 'root'}{SUFFIX}"
+
+    def get(self, directory: Path, key: list[list]) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        try:
+            entry = json.loads(self._path(directory).read_text())
+        except (OSError, ValueError):
+            entry = None
+        if isinstance(entry, dict) and entry.get("version") == VERSION and entry.get("key") == key:
+            self.hits += 1
+            return entry["row"]
+        self.misses += 1
+        return None
+
+    def put(self, directory: Path, key: list[list], row: dict[str, Any]) -> None:
+        if not self.enabled or self.write_error:
+            return
+        try:
+            write_text_atomic(self._path(directory), json.dumps({"version": VERSION, "key": key, "row": row}))
+        except OSError as e:  # a read-only root: the report is still written elsewhere (-o)
+            self.write_error = f"{self.folder}: {e.strerror or e}"
+
+    def forget_others(self, keep: list[Path]) -> None:
+        """Drop entries of step folders no longer there (retention pruned them)."""
+        if not self.enabled or not self.folder.is_dir():
+            return
+        wanted = {self._path(d).name for d in keep}
+        for entry in self.folder.glob(f"*{SUFFIX}"):
+            if entry.name not in wanted:
+                try:
+                    os.unlink(entry)
+                except OSError:
+                    pass

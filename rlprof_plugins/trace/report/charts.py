@@ -1,0 +1,138 @@
+"""The step report's charts, drawn as inline SVG by Python: no plotting library, no script.
+
+Measured against the libraries a page could embed instead (docs/report.md):
+a chart here costs its own markup only (a few KB; an iteration timeline a
+few bytes per iteration, with at most ``MAX_BARS`` bars a step), where
+plotly.js adds 4.6 MB to every page and even uPlot needs a script that
+draws at load time. SVG opens in every browser, prints, and scales; each
+mark carries a ``<title>`` (the browser's own tooltip).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+COLOURS = {"prefill": "#d95f02", "decode": "#1b9e77", "all": "#7570b3", "pause": "#e7298a",
+           "between": "#cfcfcf", "iterations": "#1b9e77", "cpu_ops": "#66a61e", "cpu_comm": "#e6ab02",
+           "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf"}
+MAX_BARS = 600  # an iteration timeline draws at most this many bars (the slowest iteration of each bucket)
+FONT = 'font-family="system-ui,sans-serif" font-size="11"'
+
+
+def colour(key: str | None) -> str:
+    return COLOURS.get(key or "all", "#666666")
+
+
+def _nice_top(value: float) -> float:
+    """A round axis top at or above ``value``."""
+    if value <= 0:
+        return 1.0
+    magnitude = 10 ** len(str(int(value))) / 10 if value >= 1 else 1.0
+    for step in (1, 2, 2.5, 5, 10):
+        if step * magnitude >= value:
+            return step * magnitude
+    return 10 * magnitude
+
+
+def _frame(width: int, height: int, body: list[str], label: str, kind: str) -> str:
+    return (f'<svg class="chart" data-chart="{kind}" role="img" aria-label="{escape(label)}" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" {FONT}>'
+            + "".join(body) + "</svg>")
+
+
+def _y_axis(left: int, top: int, plot_h: int, width: int, y_top: float, unit: str) -> list[str]:
+    out = []
+    for k in range(5):
+        value = y_top * k / 4
+        y = top + plot_h - plot_h * k / 4
+        out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                   f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{value:g}</text>')
+    out.append(f'<text x="4" y="{top - 6}">{escape(unit)}</text>')
+    return out
+
+
+def trend(steps: list[Any], series: dict[str, list[float | None]], label: str, unit: str = "ms",
+          width: int = 760, height: int = 240) -> str:
+    """One line per series (a stage) over the steps; a gap where a step lacks the series."""
+    left, top, bottom = 48, 22, 30
+    plot_h, plot_w = height - top - bottom, width - left - 20
+    values = [v for vs in series.values() for v in vs if v is not None]
+    y_top = _nice_top(max(values, default=0.0))
+    x_of = (lambda i: left + plot_w / 2) if len(steps) < 2 else (lambda i: left + plot_w * i / (len(steps) - 1))
+    body = _y_axis(left, top, plot_h, width, y_top, unit)
+    every = max(1, len(steps) // 12)
+    for i, step in enumerate(steps):
+        if i % every == 0 or i == len(steps) - 1:
+            body.append(f'<text x="{x_of(i):.1f}" y="{height - 12}" text-anchor="middle">{escape(str(step))}</text>')
+    for k, (name, vs) in enumerate(series.items()):
+        c = colour(name)
+        path, pen = [], "M"
+        for i, v in enumerate(vs):
+            if v is None:
+                pen = "M"
+                continue
+            y = top + plot_h - plot_h * v / y_top
+            path.append(f"{pen}{x_of(i):.1f} {y:.1f}")
+            pen = "L"
+            body.append(f'<circle cx="{x_of(i):.1f}" cy="{y:.1f}" r="3" fill="{c}" data-series="{escape(name)}">'
+                        f"<title>step {escape(str(steps[i]))}, {escape(name)}: {v:g} {unit}</title></circle>")
+        if path:
+            body.insert(0, f'<path d="{" ".join(path)}" fill="none" stroke="{c}" stroke-width="2"/>')
+        body.append(f'<rect x="{left + 90 * k}" y="4" width="10" height="10" fill="{c}"/>'
+                    f'<text x="{left + 14 + 90 * k}" y="13">{escape(name)}</text>')
+    return _frame(width, height, body, label, "trend")
+
+
+def timeline(iterations: list[list], label: str, width: int = 760, height: int = 160) -> str:
+    """A bar per iteration ([index, stage, ms, batch, rank]): height its time, colour its stage."""
+    left, top, bottom = 48, 22, 24
+    plot_h, plot_w = height - top - bottom, width - left - 20
+    shown = _buckets(iterations)
+    y_top = _nice_top(max((it[2] for it in shown), default=0.0))
+    body = _y_axis(left, top, plot_h, width, y_top, "ms per iteration (slowest rank)")
+    bar_w = plot_w / max(1, len(shown))
+    for k, (index, stage, ms, batch, rank) in enumerate(shown):
+        h = plot_h * ms / y_top
+        x = left + bar_w * k
+        body.append(f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{max(bar_w - 1, 0.6):.1f}" '
+                    f'height="{h:.1f}" fill="{colour(stage)}" data-stage="{escape(stage or "all")}">'
+                    f"<title>iteration {index} ({escape(stage or 'all')}): {ms:g} ms, batch {batch}, "
+                    f"slowest {escape(str(rank))}</title></rect>")
+    if shown:
+        body.append(f'<text x="{left}" y="{height - 8}">iteration {shown[0][0]}</text>'
+                    f'<text x="{width - 20}" y="{height - 8}" text-anchor="end">iteration {shown[-1][0]}'
+                    + (f" ({len(iterations)} iterations, {len(shown)} bars: each the slowest of its bucket)"
+                       if len(shown) < len(iterations) else "") + "</text>")
+    return _frame(width, height, body, label, "timeline")
+
+
+def _buckets(iterations: list[list]) -> list[list]:
+    if len(iterations) <= MAX_BARS:
+        return iterations
+    size = -(-len(iterations) // MAX_BARS)
+    return [max(iterations[k:k + size], key=lambda it: it[2]) for k in range(0, len(iterations), size)]
+
+
+def stacked(rows: dict[str, dict[str, float]], parts: list[str], label: str, width: int = 760) -> str:
+    """A horizontal bar per row (a rank), split into ``parts`` (milliseconds), on one scale."""
+    left, bar_h, gap, top = 80, 18, 8, 24
+    height = top + len(rows) * (bar_h + gap) + 6
+    total = max((sum(r.get(p, 0.0) for p in parts) for r in rows.values()), default=0.0) or 1.0
+    plot_w = width - left - 20
+    body = []
+    for k, part in enumerate(parts):
+        body.append(f'<rect x="{left + 120 * k}" y="4" width="10" height="10" fill="{colour(part)}"/>'
+                    f'<text x="{left + 14 + 120 * k}" y="13">{escape(part.replace("_", " "))}</text>')
+    for k, (name, r) in enumerate(rows.items()):
+        y, x = top + k * (bar_h + gap), float(left)
+        body.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{escape(name)}</text>')
+        for part in parts:
+            ms = r.get(part, 0.0)
+            w = plot_w * ms / total
+            if w > 0:
+                body.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour(part)}" '
+                            f'data-part="{part}"><title>{escape(name)}, {escape(part.replace("_", " "))}: '
+                            f"{ms:g} ms</title></rect>")
+            x += w
+    return _frame(width, height, body, label, "stacked")

@@ -1,0 +1,111 @@
+"""Per step: where each rank's time went, its operators, and the step's files.
+
+A rank's recorded span splits into its engine iterations, rlprof's own
+profiler pauses and the time between iterations (the engine waiting for
+work); inside it, CPU operator self time (collectives apart) and, where the
+trace has device events, device compute / communication / memcpy and the
+busiest stream's idle time. Operator totals are summed over ranks and
+stages, so two steps compare operator by operator.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..gz import file_size
+from ..naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, parse, parse_ascend_folder
+from ..summary import TraceStats, summed_operators
+from ..time_split import DEVICE_CLASSES, is_communication
+
+TOP_OPERATORS = 15
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
+PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
+
+
+def rank_time(stats: list[TraceStats]) -> dict[str, dict[str, Any]]:
+    """``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device}}`` over its files."""
+    grouped: dict[str, list[TraceStats]] = defaultdict(list)
+    for st in stats:
+        grouped[st.rank].append(st)
+    out = {}
+    for rank, mine in sorted(grouped.items()):
+        firsts = [s.first_us for s in mine if s.first_us is not None]
+        lasts = [s.last_us for s in mine if s.last_us is not None]
+        span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
+        busy, paused = sum(s.busy_us for s in mine), sum(s.pause_us for s in mine)
+        cpu = [(name, us) for s in mine for name, us in s.cpu_self.items()]
+        device = _device_of(mine)
+        out[rank] = {
+            "span_ms": _ms(span), "iterations_ms": _ms(busy), "pause_ms": _ms(paused),
+            "between_ms": _ms(max(0.0, span - busy - paused)),
+            "cpu_ops_ms": _ms(sum(us for name, us in cpu if not is_communication(name))),
+            "cpu_comm_ms": _ms(sum(us for name, us in cpu if is_communication(name))),
+            "device": device,
+        }
+    return out
+
+
+def _device_of(stats: list[TraceStats]) -> dict[str, float] | None:
+    """Device time by class over the rank's files, and the idle time of each file's busiest stream."""
+    seen = [s.device for s in stats if s.device.seen]
+    if not seen:
+        return None
+    out = {f"{kind}_ms": _ms(sum(d.by_class[kind] for d in seen)) for kind in DEVICE_CLASSES}
+    out["idle_ms"] = _ms(sum(d.idle_us for d in seen))
+    return out
+
+
+def operator_totals(stats: list[TraceStats]) -> dict[str, dict[str, float]]:
+    """Milliseconds per operator over every rank and stage: device kernels, and CPU operators by self time."""
+    device, cpu = summed_operators(stats)
+    return {"device": {k: _ms(v) for k, v in device.items()}, "cpu": {k: _ms(v) for k, v in cpu.items()}}
+
+
+def top_operators(totals: dict[str, dict[str, float]], before: dict[str, dict[str, float]] | None,
+                  n: int = TOP_OPERATORS) -> dict[str, list[dict[str, Any]]]:
+    """The ``n`` busiest of each kind, each with its change against the step ``before`` (None: absent there)."""
+    out = {}
+    for kind, ops in totals.items():
+        earlier = (before or {}).get(kind, {})
+        out[kind] = [{"name": name, "ms": ms, "change_pct": _change(earlier.get(name), ms)}
+                     for name, ms in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+    return out
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """The step's trace files at any depth: workers', the API server's, merged ones, and of each
+    torch_npu folder its timeline (``trace_view.json``); not hidden files (chunks, temporaries)."""
+    out = []
+    for path in directory.rglob("*"):
+        parts = path.relative_to(directory).parts
+        if any(part.startswith(".") for part in parts) or not path.is_file():
+            continue
+        if any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
+            if path.name == ASCEND_TRACE_VIEW:
+                out.append(path)
+        elif path.name.endswith(TRACE_SUFFIXES):
+            out.append(path)
+    return sorted(out)
+
+
+def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:
+    """Each trace file of the step: path below the step folder, size, whose it is."""
+    out = []
+    for path in traces:
+        parts = path.relative_to(directory).parts
+        ascend = [part for part in parts[:-1] if part.endswith(ASCEND_SUFFIX)]
+        name = parse_ascend_folder(ascend[0]) if ascend else parse(path.name)
+        out.append({"path": str(path.relative_to(directory)), "bytes": file_size(path),
+                    "role": name.role if name else "other",
+                    "rank": name.label if name else None, "stage": name.stage if name else None})
+    return out
+
+
+def _change(before: float | None, now: float) -> float | None:
+    return round(100.0 * (now - before) / before, 1) if before else None
+
+
+def _ms(us: float) -> float:
+    return round(us / 1000.0, 3)
