@@ -37,6 +37,10 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "in every SGLang process)"),
     ("stop completed from the scheduler's on_idle hook", PLUGIN_ERA,
      "completed from self_check_during_idle instead (same effect)"),
+    # ServerArgs.weight_version (--weight-version, set by update_weights_from_* and
+    # /update_weight_version where the release has them): every supported release
+    ("global-step folders from the engine's weight version (step_source)", VERSIONS,
+     "no SGLang release rlprof supports lacks it"),
 )
 
 

@@ -43,6 +43,7 @@ from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
+from . import weight_version
 from .facts import VERSIONS
 from .scheduler import encode_command
 
@@ -93,9 +94,10 @@ def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> 
                   device=choice.device_type())  # prefix: requests' plain file-name rule
 
 
-def build_request(body: Any, config: Optional[ProfilerConfig]) -> StartRequest:
-    """An SGLang start body (any request field) as one rlprof request."""
-    server = request_server(config, body.get("output_dir") if isinstance(body, dict) else None)
+def build_request(body: Any, config: Optional[ProfilerConfig], tokenizer_manager: Any = None) -> StartRequest:
+    """An SGLang start body (any request field) as one rlprof request (the step maybe from the weight version)."""
+    server = dataclasses.replace(request_server(config, body.get("output_dir") if isinstance(body, dict) else None),
+                                 weight_version=weight_version.reader(tokenizer_manager))
     request = parse_start(body, server)
     if request.output_dir is None:  # the configured (or SGLang's default) directory
         request = dataclasses.replace(request, output_dir=server.output_root)
@@ -196,7 +198,7 @@ def build_routes(module: Any, native: dict):
 
 async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
     """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
-    request = build_request(body, config)
+    request = build_request(body, config, tokenizer_manager)
     await asyncio.to_thread(writers.reap_all, Path(request.output_dir))
     result = combine(await send(tokenizer_manager, request.to_command()))
     roster = roster_command(result)
@@ -204,7 +206,7 @@ async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerCon
         await send(tokenizer_manager, roster)
     mark_used()
     session_event("started", result)
-    return result
+    return {**result, "warnings": list(request.warnings)} if request.warnings else result
 
 
 async def stop(tokenizer_manager: Any, wait: Any = None) -> dict:

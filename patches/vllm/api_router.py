@@ -18,6 +18,7 @@ unless ``routes_require_api_key`` is false.
 import hashlib
 import os
 import secrets
+from dataclasses import replace
 
 from rlprof_plugins._log import logger
 from rlprof_plugins.session.protocol import check_wait
@@ -28,7 +29,7 @@ from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
-from . import frontend
+from . import frontend, weight_version
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 from .profiler_config import env_profiler_config, options_of, plugin_handles, request_server
 
@@ -66,7 +67,11 @@ def build_router(profiler_config, tokens: list[str]):
     async def start_profile(raw_request: Request):
         try:
             body = await json_body(raw_request)
-            request = parse_start({} if body is None else body, request_server(profiler_config))
+            server = request_server(profiler_config)
+            if weight_version.wanted(server.defaults, body or {}):  # the engine's version, read now
+                server = replace(server, weight_version=await weight_version.read_async(
+                    raw_request.app.state.engine_client))
+            request = parse_start({} if body is None else body, server)
             if not frontend.ASYNC_LLM_PATCH.applied:
                 raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
             result = await frontend.start(raw_request.app.state.engine_client, request)

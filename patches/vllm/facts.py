@@ -17,6 +17,8 @@ BELOW = "0.34"
 CONFIG_FIRST = "0.13"  # ProfilerConfig and --profiler-config
 LEGACY_ENV = "VLLM_TORCH_PROFILER_"  # the env era's variables: they override the flag until 0.16
 LEGACY_ENV_GONE = "0.16"  # not read from here on
+# EngineCore's weight version (get/set_weight_version, vllm#49040): 0.32 is the first tested release with it
+WEIGHT_VERSION_FIRST = "0.32"
 VERSIONS = f">={FIRST},<{BELOW}"  # every release rlprof supports
 CONFIG_VERSIONS = f">={CONFIG_FIRST},<{BELOW}"
 ENV_ERA_VERSIONS = f">={FIRST},<{CONFIG_FIRST}"
@@ -44,6 +46,9 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "rlprof's own rule: a cached request scheduled for more than one token counts as prefill "
      "(speculative decoding steps too)"),
     ("vLLM's rank names in trace files (dp0_pp0_tp0_..._rank0)", ">=0.17", "files are named rank<r>"),
+    ("global-step folders from the engine's weight version (step_source)", f">={WEIGHT_VERSION_FIRST}",
+     "the engine keeps no weight version: step_source weight_version is refused at start-up; send "
+     "global_step in each start request"),
 )
 
 # The devices torch.profiler records on each vLLM platform when the config names none.

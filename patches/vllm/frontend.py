@@ -13,6 +13,7 @@ stopping it when the workers' window closes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 from pathlib import Path
@@ -32,6 +33,7 @@ from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
+from . import weight_version
 from .engine_core import UTILITY
 from .facts import VERSIONS
 from .profiler_config import options_of, plugin_handles, profiler_config_of, request_server
@@ -59,8 +61,8 @@ def call_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
     return {"profile_prefix": args[0], **kwargs} if args else dict(kwargs)
 
 
-def _request(cfg: Any, fields: dict[str, Any]) -> StartRequest:
-    return parse_start(fields, request_server(cfg))
+def _request(cfg: Any, fields: dict[str, Any], version: weight_version.Reader | None = None) -> StartRequest:
+    return parse_start(fields, dataclasses.replace(request_server(cfg), weight_version=version))
 
 
 # ---- AsyncLLM ------------------------------------------------------------
@@ -174,7 +176,14 @@ def _wrap_async_start(wrapped, instance, args, kwargs):
         if needs_rlprof(VLLM, kwargs):
             raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
-    return start(instance, _request(cfg, call_fields(args, kwargs)))
+    fields = call_fields(args, kwargs)
+    if weight_version.wanted(options_of(cfg), fields):
+        return _start_at_weight_version(instance, cfg, fields)
+    return start(instance, _request(cfg, fields))
+
+
+async def _start_at_weight_version(llm: Any, cfg: Any, fields: dict[str, Any]) -> dict:
+    return await start(llm, _request(cfg, fields, await weight_version.read_async(llm)))
 
 
 def _wrap_async_stop(wrapped, instance, args, kwargs):
@@ -209,7 +218,9 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
         if needs_rlprof(VLLM, kwargs):
             raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
         return wrapped(*args, **kwargs)
-    request = _request(cfg, call_fields(args, kwargs))
+    fields = call_fields(args, kwargs)
+    version = weight_version.read_sync(instance.llm_engine) if weight_version.wanted(options_of(cfg), fields) else None
+    request = _request(cfg, fields, version)
     writers.reap_all(Path(request.output_dir or cfg.torch_profiler_dir))
     result = combine(_call_sync(instance, request.to_command()))
     roster = roster_command(result)

@@ -35,6 +35,7 @@ from rlprof_plugins.config.requests import Server
 
 from ..base import Patch
 from .. import features
+from . import weight_version
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 ENV_OPTIONS = "RLPROF_OPTIONS"
@@ -168,6 +169,7 @@ def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
     ours = with_user_overlay(cfg, ours)
     options = parse_options(ours)
     _check_compatible(cfg, ours)
+    weight_version.check_release(options)
     explicit = options.to_dict() if ours else {}
     _options_by_config[id(cfg)] = (cfg, explicit)
     os.environ[ENV_OPTIONS] = json.dumps(explicit)
@@ -234,7 +236,9 @@ def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
     # vLLM < 0.13 has no --profiler-config: validate RLPROF_PROFILER_CONFIG
     # here, so a bad key stops the launch before the model loads.
     try:
-        from_environment()
+        config = from_environment()
+        if config is not None:
+            weight_version.check_release(config.options)
     except OptionsError as e:
         raise ValueError(f"${ENV_CONFIG}: {e}") from None
     return wrapped(*args, **kwargs)

@@ -27,6 +27,8 @@ from ..errors import OptionsError
 # under the target by default: measured (docs/performance.md, "torch's own stop").
 CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
+# Where a start request without a global_step takes one (rlprof_plugins.steps.choice).
+STEP_SOURCES = ("request", "weight_version")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,13 @@ class ProfileOptions:
     ``trainer_step_offset``: where a trainer integration knows only the
     weights version its server holds (verl: ``rlprof_plugins.steps.trainer``),
     a start without a ``global_step`` writes ``global_step_<version + this>``;
-    1 by default (verl syncs after step N, so step N's rollout holds N-1).
+    1 by default (verl syncs after step N, so step N's rollout holds N-1);
+    negative where the version runs ahead (slime: -1).
+
+    ``step_source``: ``request`` (a start without ``global_step`` has none,
+    unless a trainer integration gives it) or ``weight_version`` (the
+    engine's own weight version + ``trainer_step_offset``, for trainers that
+    version the weights they sync: slime, miles; ``steps.choice``).
     """
 
     step_start: int = 0
@@ -87,6 +95,7 @@ class ProfileOptions:
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
+    step_source: str = "request"
     backend: str = "auto"
     backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
 
@@ -131,6 +140,19 @@ def check_chunking(key: str, value: Any, error=OptionsError) -> int | str:
         return CHUNK_AUTO
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise error(key, f'must be "auto" or an integer >= 0, got {value!r}')
+    return value
+
+
+def check_integer(key: str, value: Any, error=OptionsError) -> int:
+    """Any integer (negative too); not a bool, not a float."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(key, f"must be an integer, got {value!r}")
+    return value
+
+
+def check_choice(key: str, value: Any, choices: tuple[str, ...], error=OptionsError) -> str:
+    if value not in choices:
+        raise error(key, f"must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -188,7 +210,8 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         chunk_iterations=check_chunking("chunk_iterations", data.get("chunk_iterations", CHUNK_AUTO)),
         max_pause_ms=check_positive("max_pause_ms", data.get("max_pause_ms", DEFAULT_MAX_PAUSE_MS)),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
-        trainer_step_offset=check_count("trainer_step_offset", data.get("trainer_step_offset", 1)),
+        trainer_step_offset=check_integer("trainer_step_offset", data.get("trainer_step_offset", 1)),
+        step_source=check_choice("step_source", data.get("step_source", "request"), STEP_SOURCES),
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},
     )

@@ -29,7 +29,7 @@ from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .launch_config import check_activities_on_host, parse_activities
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
-from ..steps import trainer as trainer_step
+from ..steps.choice import choose
 
 # vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
 # TorchSettings field each one sets. Any other key is refused (vLLM would hand
@@ -61,6 +61,7 @@ class StartRequest:
     # SGLang's ``start_step``: the absolute forward-pass number the window
     # begins with; each worker shifts the window by its own count (``shifted``).
     start_at: int | None = None
+    step_source: str | None = None  # where global_step came from ("request", "weight_version 4 + offset 1")
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # For the caller's answer only (e.g. an output_dir ignored on vLLM); not sent to workers.
     warnings: tuple[str, ...] = ()
@@ -107,6 +108,8 @@ class Server:
     device: str = "cpu"  # the host's device type, for ``activities``
     # The engine's rule for a trace-name prefix (raises ValueError); None: a plain file-name part.
     check_prefix: Callable[[Any], None] | None = None
+    # Reads the engine's weight version now (step_source weight_version); None: it keeps none.
+    weight_version: Callable[[], Any] | None = None
 
 
 def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
@@ -143,10 +146,10 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
     start, end, start_at = _window(given, server.defaults)
     warnings: list[str] = []
     output_dir = _output_dir(given.get("output_dir"), server, warnings)
-    step = given.get("global_step")
-    if step is None:  # a trainer integration's step (verl), where one gave it
-        step = trainer_step.global_step(server.defaults.trainer_step_offset)
-    global_step = check_count("global_step", step, allow_none=True, error=RequestError)
+    chosen = choose(given.get("global_step"), offset=server.defaults.trainer_step_offset,
+                    source=server.defaults.step_source, weight_version=server.weight_version)
+    warnings += [chosen.warning] if chosen.warning else []
+    global_step = check_count("global_step", chosen.global_step, allow_none=True, error=RequestError)
     request = StartRequest(
         global_step=global_step,
         step_start=start,
@@ -163,6 +166,7 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         output_dir=output_dir,
         torch_overrides=_torch_overrides(given, server) or None,
         start_at=start_at,
+        step_source=chosen.source if global_step is not None else None,
         warnings=tuple(warnings),
         **({"session_id": _profile_id(given["profile_id"])} if "profile_id" in given else {}),
     )

@@ -52,6 +52,7 @@ def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) 
     return {
         "session_id": first.get("session_id"),
         "global_step": first.get("global_step"),
+        "step_source": first.get("step_source"),
         "state": aggregate_state([s["state"] for s in sessions]),
         "directory": first.get("directory"),
         "step_start": first.get("step_start"),

@@ -104,6 +104,7 @@ class Session:
             "node": self.node,
             "session_id": r.session_id,
             "global_step": r.global_step,
+            "step_source": r.step_source,
             "state": self.state,
             "directory": str(self.directory),
             "worker": self.worker_name,
@@ -128,7 +129,8 @@ class Session:
     def manifest_header(self) -> dict[str, Any]:
         """What this session adds to the step manifest's header (the engine's part comes from the patch)."""
         r = self.request
-        header = {"global_step": r.global_step, "window": {"step_start": r.step_start, "step_end": r.step_end},
+        header = {"global_step": r.global_step, "step_source": r.step_source,
+                  "window": {"step_start": r.step_start, "step_end": r.step_end},
                   "by_stage": r.by_stage, "merge": r.merge, "keep_last_steps": r.keep_last_steps}
         if self.roster is not None:
             header["roster"] = self.roster

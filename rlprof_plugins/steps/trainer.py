@@ -73,6 +73,16 @@ def active() -> bool:
     return current is not None and (current.global_step is not None or current.weights_version is not None)
 
 
+def source_text(offset: int) -> str | None:
+    """Where the trainer's step came from, short (the status and manifest's ``step_source``)."""
+    current = CURRENT.get()
+    if current is None or current.step(offset) is None:
+        return None
+    if current.global_step is not None:
+        return f"{current.trainer} global_step"
+    return f"{current.trainer} weights version {current.weights_version} + offset {offset}"
+
+
 def global_step(offset: int) -> int | None:
     """The step for a start request that names none: the trainer's, or None."""
     current = CURRENT.get()

@@ -92,6 +92,49 @@ def test_capabilities_in_the_table_hold_on_this_release():
     assert caps["plugin loaded by SGLang's sglang.srt.plugins entry point"] == (
         try_import("sglang.srt.plugins") is not None)
     assert caps["stop completed from the scheduler's on_idle hook"] == hasattr(Scheduler, "on_idle")
+    from sglang.srt.server_args import ServerArgs
+
+    fields = getattr(ServerArgs, "__struct_fields__", None) or getattr(ServerArgs, "__dataclass_fields__", {})
+    assert caps["global-step folders from the engine's weight version (step_source)"] == ("weight_version" in fields)
+
+
+class _ConfigContext:
+    """Stands in for the 0.5.23 era's published config (``runtime_context``): what
+    ``record_config_updates`` overrides, ``config_value`` reads back."""
+
+    def __init__(self, weight_version: str) -> None:
+        self.leaves = {"weight_version": weight_version}
+
+    def override(self, source: str, **fields) -> None:
+        self.leaves.update(fields)
+
+    def config_leaf(self, name: str):
+        return self.leaves[name]
+
+
+def test_the_weight_version_is_read_where_this_release_keeps_it(monkeypatch):
+    """``step_source: weight_version`` reads what the release's own update path
+    (``_update_weight_version_if_provided``, run after every weight update that
+    carries ``weight_version``) leaves: ``server_args.weight_version`` or, where
+    the manager has ``config_value``, the published config."""
+    from types import SimpleNamespace
+
+    from sglang.srt.managers import tokenizer_manager as module
+    from rlprof_plugins.patches.sglang import weight_version
+
+    manager = object.__new__(module.TokenizerManager)
+    manager.server_args = SimpleNamespace(weight_version="default")
+    if callable(getattr(module.TokenizerManager, "config_value", None)):
+        context = _ConfigContext("default")
+        monkeypatch.setattr(module, "get_context", lambda: context)
+    read = weight_version.reader(manager)
+    assert read() == "default"
+    update = getattr(manager, "_update_weight_version_if_provided", None)
+    if update is None:  # 0.5.5: only the --weight-version argument sets it
+        manager.server_args.weight_version = "7"
+    else:
+        update("7")
+    assert read() == "7"
 
 
 def test_opt_in_autoload_loads_the_plugin_in_spawned_processes():

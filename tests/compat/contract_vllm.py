@@ -84,6 +84,8 @@ def test_capabilities_in_the_table_hold_on_this_release():
     assert caps["prefill/decode from vLLM's compute_iteration_details"] == hasattr(utils, "compute_iteration_details")
     dist = importlib.import_module("vllm.distributed.utils")
     assert caps["vLLM's rank names in trace files (dp0_pp0_tp0_..._rank0)"] == hasattr(dist, "get_worker_rank_suffix")
+    assert caps["global-step folders from the engine's weight version (step_source)"] == (
+        "def get_weight_version" in core_source)
 
 
 # ---- options ------------------------------------------------------------------

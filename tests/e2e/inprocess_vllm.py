@@ -34,7 +34,7 @@ def run_llm(trace_dir: str) -> None:
 
     llm = LLM(model=TINY, **SMALL, profiler_config={
         "profiler": "torch", "torch_profiler_dir": trace_dir, "torch_profiler_with_stack": False,
-        "step_start": 1, "step_end": 3})
+        "step_start": 1, "step_end": 3, "step_source": "weight_version", "trainer_step_offset": -1})
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     for step in (0, 1, 2):
         started = llm.start_profile(global_step=step)
@@ -53,6 +53,14 @@ def run_llm(trace_dir: str) -> None:
     llm.generate(["the rollout engine"], params)
     emit(kind="stop", state=llm.stop_profile()["state"])
     emit(kind="settled", state=settle(llm.profile_status)["state"])
+    # a trainer that versions its weights (slime's offset): version 21 is global step 20
+    llm.update_weight_version("21")
+    started = llm.start_profile()
+    llm.generate(["the rollout engine"], params)
+    status = settle(llm.profile_status)
+    emit(kind="version", started=started["global_step"], step=status["global_step"], source=status["step_source"],
+         state=status["state"], warnings=started.get("warnings", []))
+    llm.stop_profile()
 
 
 async def run_async(trace_dir: str) -> None:
@@ -61,21 +69,34 @@ async def run_async(trace_dir: str) -> None:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     args = AsyncEngineArgs(model=TINY, **SMALL, profiler_config={
-        "profiler": "torch", "torch_profiler_dir": trace_dir, "torch_profiler_with_stack": False, "step_end": 2})
+        "profiler": "torch", "torch_profiler_dir": trace_dir, "torch_profiler_with_stack": False, "step_end": 2,
+        "step_source": "weight_version"})
     engine = AsyncLLM.from_engine_args(args)
+
+    async def record(request_id: str, **start) -> tuple[dict, dict]:
+        """Start, one request, wait until done; the start answer and the status."""
+        started = await engine.start_profile(**start)
+        async for _ in engine.generate("the rollout engine", SamplingParams(max_tokens=4, ignore_eos=True),
+                                       request_id=request_id):
+            pass
+        for _ in range(100):
+            status = await engine.profile_status()
+            if status["state"] == "done":
+                break
+            await asyncio.sleep(0.1)
+        await engine.stop_profile()
+        return started, status
+
     try:
         for step in (4, 5):
-            await engine.start_profile(global_step=step)
-            async for _ in engine.generate("the rollout engine", SamplingParams(max_tokens=4, ignore_eos=True),
-                                           request_id=f"r{step}"):
-                pass
-            for _ in range(100):
-                status = await engine.profile_status()
-                if status["state"] == "done":
-                    break
-                await asyncio.sleep(0.1)
+            _, status = await record(f"r{step}", global_step=step)
             emit(kind="step", step=step, status=status["state"])
-            await engine.stop_profile()
+        # verl's offset (1); then a version that is no integer: the default folder, with a warning
+        for version in ("6", "rollout-a1b2"):
+            await engine.update_weight_version(version)
+            started, status = await record(f"v{version}")
+            emit(kind="version", started=started["global_step"], step=status["global_step"],
+                 source=status["step_source"], state=status["state"], warnings=started.get("warnings", []))
     finally:
         engine.shutdown()
 

@@ -141,10 +141,15 @@ def test_by_stage_traces_hold_only_their_stage(sglang_tp1):
 
 
 def test_without_global_step_files_land_in_the_output_dir(sglang_tp1):
+    """With ``step_source: request`` (the default) a weight version the trainer set changes nothing."""
+    version = sglang_tp1.post("/update_weight_version", {"new_version": "5", "abort_all_requests": False})
+    assert version.status_code == 200 and sglang_tp1.get("/model_info").json()["weight_version"] == "5"
     before = files_under(sglang_tp1.trace_dir)
-    assert sglang_tp1.post("/start_profile", {"step_start": 0, "step_end": 2}).status_code == 200
+    start = sglang_tp1.post("/start_profile", {"step_start": 0, "step_end": 2})
+    assert start.status_code == 200 and start.json()["global_step"] is None and "warnings" not in start.json()
     sglang_tp1.complete()
-    assert sglang_tp1.wait_state()["state"] == "done"
+    status = sglang_tp1.wait_state()
+    assert status["state"] == "done" and status["step_source"] is None
     new = files_under(sglang_tp1.trace_dir) - before
     assert {p.parent for p in new} == {sglang_tp1.trace_dir.resolve()}
     (trace,) = new

@@ -5,7 +5,8 @@ launches that cannot take ``--profiler-config``), and loaded the way SGLang
 releases without plugin entry points (< 0.5.12) load it: ``SGLANG_PLUGINS``
 leaves rlprof out of SGLang's own plugin loading, ``RLPROF_SGLANG_AUTOLOAD=1``
 loads it from ``rlprof_plugins.pth`` in the launcher and both spawned
-schedulers. Native SGLang 0.5.23 with
+schedulers. Configured with
+``step_source: weight_version`` and slime's offset (-1). Native SGLang 0.5.23 with
 ``merge_profiles`` and a ``profile_prefix`` logs "Merge failed: No trace
 files found" and writes nothing; with the plugin the merged trace is there.
 """
@@ -18,6 +19,7 @@ from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace.check import check as check_file
 from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
+from tests.helpers.vllm_server import TINY_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,9 @@ def sglang_tp2(tmp_path_factory):
     from tests.helpers.sglang_server import start_server
 
     tmp = tmp_path_factory.mktemp("sglang-tp2")
-    config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False}
+    # slime's mapping (docs/trainer.md): its synchronous loop runs global step S on weight version S + 1
+    config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
+              "step_source": "weight_version", "trainer_step_offset": -1}
     server = start_server(tmp, None, tp=2, env={"RLPROF_PROFILER_CONFIG": json.dumps(config),
                                                 "SGLANG_PLUGINS": "not-rlprof", "RLPROF_SGLANG_AUTOLOAD": "1"})
     server.trace_dir = tmp / "traces"
@@ -123,3 +127,55 @@ def test_the_step_report_of_the_live_sglang_root_in_a_real_browser(sglang_tp2, t
     assert not page.console_errors and not page.blocked and page.details == [f"step-{n}" for n in found]
     assert {c["rank"] for c in page.cells if c["step"] == 10 and c["rank"]} == {"TP-0", "TP-1"}
     assert cells_match_json(page, data) >= len(found) * 12 and page.distinct_colours() > 8
+
+
+def start_at_version(server, set_version) -> dict:
+    """Set the weight version as a trainer does, start with no global_step, record 2 iterations."""
+    set_version()
+    start = server.post("/start_profile", {"num_steps": 2})
+    assert start.status_code == 200, start.text
+    server.complete(max_tokens=4)
+    status = server.wait_state()
+    assert status["state"] == "done", status
+    return {"start": start.json(), "status": status}
+
+
+def test_the_global_step_is_the_weight_version_the_trainer_set(sglang_tp2):
+    """slime's weight sync (update_weights_from_disk with weight_version, as its disk mode sends)
+    and miles' (POST /update_weight_version): a start without global_step records into
+    global_step_<version - 1>; the request's own step wins; a version that is no integer
+    records where SGLang would, and the answer says why."""
+    def from_disk():
+        r = sglang_tp2.post("/update_weights_from_disk", {"model_path": str(TINY_MODEL), "weight_version": "7"})
+        assert r.status_code == 200 and r.json()["success"], r.text
+
+    def new_version(version):
+        def send():
+            r = sglang_tp2.post("/update_weight_version", {"new_version": version, "abort_all_requests": False})
+            assert r.status_code == 200, r.text
+        return send
+
+    slime = start_at_version(sglang_tp2, from_disk)
+    assert sglang_tp2.get("/model_info").json()["weight_version"] == "7"
+    assert slime["start"]["global_step"] == 6 and "warnings" not in slime["start"]
+    assert slime["status"]["step_source"] == "weight_version 7 + offset -1"
+    folder = sglang_tp2.trace_dir / "global_step_6"
+    assert json.loads((folder / "manifest.json").read_text())["step_source"] == "weight_version 7 + offset -1"
+    assert [iteration_indices(load_trace(p)) for p in manifest_traces(folder).values()] == [[0, 1]] * 2
+
+    miles = start_at_version(sglang_tp2, new_version("12"))
+    assert (miles["start"]["global_step"], miles["status"]["step_source"]) == (11, "weight_version 12 + offset -1")
+    assert sorted(manifest_traces(sglang_tp2.trace_dir / "global_step_11")) == ["TP-0", "TP-1"]
+
+    own = sglang_tp2.post("/start_profile", {"global_step": 30, "num_steps": 1})
+    assert own.json()["global_step"] == 30 and own.json()["step_source"] == "request"
+    sglang_tp2.complete(max_tokens=2)
+    assert sglang_tp2.wait_state()["state"] == "done"
+
+    before = {p.name for p in sglang_tp2.trace_dir.iterdir()}
+    hashed = start_at_version(sglang_tp2, new_version("rollout-a1b2"))
+    assert hashed["start"]["global_step"] is None and hashed["status"]["step_source"] is None
+    (warning,) = hashed["start"]["warnings"]
+    assert "'rollout-a1b2' is not an integer" in warning
+    new = {p.name for p in sglang_tp2.trace_dir.iterdir()} - before
+    assert new and not any(name.startswith("global_step_") for name in new), new  # the default folder: the root

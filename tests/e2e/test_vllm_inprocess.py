@@ -47,6 +47,13 @@ def test_llm_with_dict_config(runs):
         assert iteration_indices(load_trace(traces["rank0"])) == [1, 2]
     assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_9")["rank0"])) == list(range(6))
     assert not (tmp_path / "global_step_10").exists()
+    # step_source weight_version: LLM.update_weight_version("21") and a start without a step
+    (version,) = [r for r in results if r["kind"] == "version"]
+    assert version == {"kind": "version", "started": 20, "step": 20, "source": "weight_version 21 + offset -1",
+                       "state": "done", "warnings": []}
+    manifest = json.loads((tmp_path / "global_step_20" / "manifest.json").read_text())
+    assert manifest["step_source"] == "weight_version 21 + offset -1"
+    assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_20")["rank0"])) == [1, 2]
 
 
 def test_async_llm_with_engine_args_dict(runs):
@@ -55,3 +62,13 @@ def test_async_llm_with_engine_args_dict(runs):
     for step in (4, 5):
         traces = rank_traces(tmp_path / f"global_step_{step}")
         assert iteration_indices(load_trace(traces["rank0"])) == [0, 1]
+    # AsyncLLM.update_weight_version: "6" is global step 7 (verl's offset, the default); a version
+    # that is no integer records into the default folder and the start answer says why
+    versioned, unversioned = [r for r in results if r["kind"] == "version"]
+    assert (versioned["started"], versioned["step"], versioned["source"], versioned["state"]) == (
+        7, 7, "weight_version 6 + offset 1", "done")
+    assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_7")["rank0"])) == [0, 1]
+    assert (unversioned["started"], unversioned["source"], unversioned["state"]) == (None, None, "done")
+    assert len(unversioned["warnings"]) == 1 and "'rollout-a1b2' is not an integer" in unversioned["warnings"][0]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("global_step_")) == [
+        "global_step_4", "global_step_5", "global_step_7"]

@@ -9,7 +9,7 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
     assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
-                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "allowed_output_dirs", "trainer_step_offset", "backend", "npu_profiler_level", "npu_aic_metrics",
+                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "allowed_output_dirs", "trainer_step_offset", "step_source", "backend", "npu_profiler_level", "npu_aic_metrics",
                         "npu_export_type", "npu_data_simplification", "npu_with_modules", "npu_with_stack",
                         "npu_with_memory", "npu_record_shapes", "npu_analyse")
     d = ProfileOptions()
@@ -47,8 +47,11 @@ def test_typo_is_rejected_with_suggestion():
         ({"routes_require_api_key": None}, "routes_require_api_key", "true or false"),
         ({"allowed_output_dirs": "/tmp/x"}, "allowed_output_dirs", "list of directory paths"),
         ({"allowed_output_dirs": ["s3://bucket"]}, "allowed_output_dirs", "local directories"),
-        ({"trainer_step_offset": -1}, "trainer_step_offset", ">= 0"),
+        ({"trainer_step_offset": 1.5}, "trainer_step_offset", "integer"),
         ({"trainer_step_offset": "1"}, "trainer_step_offset", "integer"),
+        ({"trainer_step_offset": True}, "trainer_step_offset", "integer"),
+        ({"step_source": "weights"}, "step_source", "request, weight_version"),
+        ({"step_source": None}, "step_source", "request, weight_version"),
     ],
 )
 def test_invalid_values_name_the_key(data, key, fragment):

@@ -175,7 +175,7 @@ def test_command_round_trip(tmp_path):
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
                    "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True,
                    "chunk_iterations": 0, "max_pause_ms": 200, "output_dir": None, "torch_overrides": None,
-                   "start_at": None}
+                   "start_at": None, "step_source": "request"}
 
 
 def test_chunk_iterations_from_the_request_or_the_server(tmp_path):
