@@ -17,9 +17,11 @@ def server_tp1(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server_tp2(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tp2")
+    # step_source weight_version: only starts that name no global_step read it (one test does);
+    # VLLM_SERVER_DEV_MODE serves vLLM's /update_weight_version route
     config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
-              "merge": True}
-    server = start_server(tmp, config, tp=2)
+              "merge": True, "step_source": "weight_version"}
+    server = start_server(tmp, config, tp=2, env={"VLLM_SERVER_DEV_MODE": "1"})
     yield server
     server.stop()
 

@@ -151,3 +151,22 @@ def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path):
     assert {(c["step"], c["rank"]) for c in page.cells if c["rank"]} >= {(s, r) for s in (20, 21, 22)
                                                                        for r in ("rank0", "rank1")}
     assert cells_match_json(page, data) >= len(found) * 12
+
+
+def test_a_start_without_a_step_records_at_the_engines_weight_version(server_tp2):
+    """vLLM's own weight version, set through its route (a vLLM trainer's /finish_weight_update
+    {"weight_version"} sets the same): the route reads it once per start with no global_step;
+    version 30 + the default offset 1 is global_step_31, with both ranks and the source named."""
+    r = server_tp2.post("/update_weight_version", {"new_version": "30"})
+    assert r.status_code == 200, r.text
+    assert server_tp2.get("/weight_info").json()["weight_version"] == "30"
+    start = server_tp2.post("/start_profile", {"step_start": 0, "step_end": 3})
+    assert start.status_code == 200 and start.json()["global_step"] == 31 and "warnings" not in start.json()
+    server_tp2.complete(max_tokens=8)
+    status = server_tp2.wait_state()
+    assert status["state"] == "done" and status["step_source"] == "weight_version 30 + offset 1"
+    folder = server_tp2.trace_dir / "global_step_31"
+    assert json.loads((folder / "manifest.json").read_text())["step_source"] == "weight_version 30 + offset 1"
+    traces = rank_traces(folder)
+    assert sorted(traces) == ["rank0", "rank1"]
+    assert all(iteration_indices(load_trace(p)) == [0, 1, 2] for p in traces.values())
