@@ -7,6 +7,8 @@ scheduler's ``on_idle`` hook arrived in 0.5.12.
 
 from __future__ import annotations
 
+from ..frontends import Frontend
+
 NAME = "sglang"
 TITLE = "SGLang"
 ENTRY_POINTS = "sglang.srt.plugins"
@@ -42,6 +44,46 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
     ("global-step folders from the engine's weight version (step_source)", VERSIONS,
      "no SGLang release rlprof supports lacks it"),
 )
+
+# Frontends that bypass the HTTP server and TokenizerManager rlprof patches (patches/frontends.py).
+# gRPC mode is a server argument: the launcher patch (server_args.py) sets GRPC_MODE_ENV for the schedulers.
+GRPC_MODE_ENV = "RLPROF_SGLANG_GRPC_MODE"
+RUST_SERVER_ENV = "SGLANG_RUST_SERVER"
+FRONTENDS: tuple[Frontend, ...] = (
+    Frontend(
+        name="SGLang's gRPC mode (the SMG gRPC server)", chosen_by="--smg-grpc-mode or --grpc-mode",
+        variable=GRPC_MODE_ENV, versions=">=0.5.9",
+        works=("from 0.5.15 its HTTP sidecar's POST /start_profile and /stop_profile (SGLang's own fields: "
+               "output_dir, start_step, num_steps, activities with MEM, profile_prefix; with_stack or record_shapes "
+               "false) run rlprof sessions in the schedulers: the configured window, by_stage, chunks, the manifest, "
+               "merge, files written off the scheduler thread, and global-step folders from step_source "
+               "weight_version or profile_prefix (global_step_<N>); releases before 0.5.15 have no profiling route "
+               "in gRPC mode"),
+        lacks=("global_step and rlprof's fields in the body (the sidecar forwards SGLang's only), "
+               "GET /profile_status (read the step folder's manifest.json), 400s naming a field (the sidecar answers "
+               "500 with rlprof's message)"),
+        marker="grpc_mode",
+    ),
+    Frontend(
+        name="SGLang's Rust server", chosen_by=f"{RUST_SERVER_ENV}=1", variable=RUST_SERVER_ENV, versions=">=0.5.23",
+        works=("nothing of rlprof's: the plugin loads in the schedulers, but the Rust server serves no "
+               "/start_profile, so no session can start"),
+        lacks="every profiling request; serve without SGLANG_RUST_SERVER to profile",
+        marker=RUST_SERVER_ENV,
+    ),
+)
+# Every file of SGLang 0.5.23 that names /start_profile (make compat-latest reports any other as new).
+PROFILE_ROUTES = {
+    "sglang/srt/entrypoints/http_server.py": "the HTTP server's routes (patches/sglang/http.py)",
+    "sglang/srt/entrypoints/grpc_server.py": "gRPC mode's HTTP sidecar (FRONTENDS; patches/sglang/native_requests.py)",
+    "sglang/srt/disaggregation/encoder/http_server.py": ("an encoder-only server (--encoder-only, encoder "
+                                                         "disaggregation): profiles the encoder, not covered"),
+    "sglang/srt/managers/scheduler_components/profiler_manager.py": "a log message",
+    "sglang/srt/environ.py": "a comment",
+    "sglang/profiler.py": "a client (python -m sglang.profiler)",
+    "sglang/benchmark/serving.py": "a client (bench_serving --profile)",
+    "sglang/lang/backend/runtime_endpoint.py": "a client (the frontend language's runtime endpoint)",
+}
 
 
 def version() -> str | None:

@@ -24,7 +24,6 @@ them, never ignored.
 import asyncio
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,12 +31,10 @@ from rlprof_plugins.store import reaping as writers
 from rlprof_plugins._log import session_event
 from rlprof_plugins.session.protocol import (check_wait, combine, local_piece, roster_command, stop_wait_seconds,
                                     wait_until_written, with_step_manifest)
-from rlprof_plugins.errors import OptionsError, RequestError, UnavailableError
-from rlprof_plugins.backends import choice
+from rlprof_plugins.errors import RequestError
 from rlprof_plugins.config.options import ProfileOptions
-from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
+from rlprof_plugins.config.launch_config import ProfilerConfig
 from rlprof_plugins.config.request_fields import SGLANG, needs_rlprof
-from rlprof_plugins.config.requests import Server, StartRequest, parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
@@ -46,6 +43,7 @@ from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_quer
 from . import weight_version
 from .facts import VERSIONS
 from .scheduler import encode_command
+from .start_requests import build_request, server_config
 
 
 # Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
@@ -71,37 +69,9 @@ def stop_is_native() -> bool:
     return server_config() is None and not was_used()
 
 
-def server_config() -> Optional[ProfilerConfig]:
-    try:
-        return from_environment()
-    except OptionsError as e:  # validated at launch; set by hand later it is reported per request
-        raise UnavailableError("rlprof configuration", str(e)) from None
-
-
 def uses_rlprof(body: dict) -> bool:
     """Whether a body needs rlprof on a server without rlprof configuration."""
     return needs_rlprof(SGLANG, body)
-
-
-def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> Server:
-    """What this SGLang server contributes to a start request's meaning.
-    Without rlprof configuration files go where SGLang would put them:
-    the request's ``output_dir``, else ``SGLANG_TORCH_PROFILER_DIR`` or /tmp."""
-    root = config.torch_profiler_dir if config else None
-    if root is None and not isinstance(output_dir, str):
-        root = os.path.abspath(os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
-    return Server(engine="sglang", defaults=config.options if config else ProfileOptions(), output_root=root,
-                  device=choice.device_type())  # prefix: requests' plain file-name rule
-
-
-def build_request(body: Any, config: Optional[ProfilerConfig], tokenizer_manager: Any = None) -> StartRequest:
-    """An SGLang start body (any request field) as one rlprof request (the step maybe from the weight version)."""
-    server = dataclasses.replace(request_server(config, body.get("output_dir") if isinstance(body, dict) else None),
-                                 weight_version=weight_version.reader(tokenizer_manager))
-    request = parse_start(body, server)
-    if request.output_dir is None:  # the configured (or SGLang's default) directory
-        request = dataclasses.replace(request, output_dir=server.output_root)
-    return request
 
 
 def profile_req(command: dict) -> Any:
@@ -198,7 +168,7 @@ def build_routes(module: Any, native: dict):
 
 async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
     """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
-    request = build_request(body, config, tokenizer_manager)
+    request = build_request(body, config, weight_version.reader(tokenizer_manager))
     await asyncio.to_thread(writers.reap_all, Path(request.output_dir))
     result = combine(await send(tokenizer_manager, request.to_command()))
     roster = roster_command(result)

@@ -45,6 +45,7 @@ from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
+from . import native_requests
 from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, NAME, VERSIONS, version as sglang_version
 from .iterations import iteration_info
 
@@ -148,7 +149,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
     return ctl
 
 
-def _gather(manager: Any, reply: dict) -> list[dict]:
+def gather(manager: Any, reply: dict) -> list[dict]:
     """Every rank's reply, on every rank (the TP group runs each request together)."""
     import torch.distributed as dist
 
@@ -198,9 +199,12 @@ def _wrap_profile(wrapped, instance, args, kwargs):
         command = decode_command(getattr(req, "profile_id", None))
     except ValueError:
         command = None
-    if command is None:
+    if command is None:  # not from rlprof's route: a configured scheduler still runs it as a session
+        handled = native_requests.answer(instance, req, run_command, gather)
+        if handled is not None:
+            return handled
         ctl = instance.__dict__.get(CONTROLLER_ATTR)
-        if ctl is not None and ctl.active and _is_start(req):
+        if ctl is not None and ctl.active and native_requests.is_start(req):
             from sglang.srt.managers.io_struct import ProfileReqOutput
 
             return ProfileReqOutput(success=False, message="an rlprof profiling session is running; "
@@ -209,15 +213,10 @@ def _wrap_profile(wrapped, instance, args, kwargs):
     import sys
 
     module = sys.modules[type(instance).__module__]
-    replies = _gather(instance, run_command(instance, module, command))
+    replies = gather(instance, run_command(instance, module, command))
     from sglang.srt.managers.io_struct import ProfileReqOutput
 
     return ProfileReqOutput(success=True, message=json.dumps(replies))
-
-
-def _is_start(req: Any) -> bool:
-    kind = getattr(req, "req_type", None) or getattr(req, "type", None)  # 0.5.15+ / older
-    return getattr(kind, "name", str(kind)).endswith("START_PROFILE")
 
 
 # ---- wrappers: scheduler loop ---------------------------------------------

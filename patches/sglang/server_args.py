@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
-from rlprof_plugins.backends import choice
+from rlprof_plugins.backends import choice, memory_history
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.config.launch_config import (ENV, export_to_environment, from_environment, merge_over,
                                             parse_profiler_config, user_overlay)
 
 from ..base import Patch
 from ..features import SERVER_ARGUMENT
-from .facts import VERSIONS
+from ..frontends import warn_in_use
+from .facts import FRONTENDS, GRPC_MODE_ENV, TITLE, VERSIONS, version
 
 FLAG = "--profiler-config"
 DEST = "rlprof_profiler_config"
@@ -58,13 +60,23 @@ def _from_cli_args(wrapped, instance, args, kwargs):
         config = parse_profiler_config(_merged(text)) if text is not None else from_environment()
         if config is not None:
             choice.resolve(config.options.backend, getattr(namespace, "device", None) or "")
+            memory_history.check_configured(config.options, getattr(namespace, "device", None) or choice.device_type())
     except OptionsError as e:
         source = FLAG if text is not None else f"${ENV}"
         # SystemExit: the launch stops with this one line, as argparse errors do.
         raise SystemExit(f"error: {source}: {e}") from None
     if config is not None:
         export_to_environment(config)  # validated; the schedulers spawned later read it
+    if getattr(namespace, "smg_grpc_mode", False) or getattr(namespace, "grpc_mode", False):
+        announce_grpc_mode()
     return wrapped(*args, **kwargs)
+
+
+def announce_grpc_mode() -> None:
+    """gRPC mode is a server argument: say so in the schedulers' environment (their plugin warns on
+    load) and warn here, in the launcher, whose plugin loaded before the arguments were read."""
+    os.environ[GRPC_MODE_ENV] = "1"
+    warn_in_use(TITLE, FRONTENDS, version)
 
 
 SERVER_ARGS_PATCH = Patch(

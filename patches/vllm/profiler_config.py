@@ -26,6 +26,7 @@ import os
 from typing import Any, Mapping
 
 from rlprof_plugins._log import warn_once
+from rlprof_plugins.backends import memory_history
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.config.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 from rlprof_plugins.config.launch_config import ENV as ENV_CONFIG
@@ -128,12 +129,15 @@ def validate_prefix(prefix: Any) -> None:
                          "and contain only letters, numbers, '.', '_', or '-'")
 
 
+def device() -> str:
+    from vllm.platforms import current_platform
+    return getattr(current_platform, "device_type", "cpu") or "cpu"
+
+
 def request_server(cfg: Any) -> Server:
     """What a vLLM server contributes to a start request's meaning (``requests.parse_start``)."""
-    from vllm.platforms import current_platform
-
-    return Server(engine="vllm", defaults=options_of(cfg), output_root=cfg.torch_profiler_dir,
-                  device=getattr(current_platform, "device_type", "cpu") or "cpu", check_prefix=validate_prefix)
+    return Server(engine="vllm", defaults=options_of(cfg), output_root=cfg.torch_profiler_dir, device=device(),
+                  check_prefix=validate_prefix)
 
 
 def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
@@ -170,6 +174,7 @@ def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
     options = parse_options(ours)
     _check_compatible(cfg, ours)
     weight_version.check_release(options)
+    memory_history.check_configured(options, device())
     explicit = options.to_dict() if ours else {}
     _options_by_config[id(cfg)] = (cfg, explicit)
     os.environ[ENV_OPTIONS] = json.dumps(explicit)
@@ -239,6 +244,7 @@ def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
         config = from_environment()
         if config is not None:
             weight_version.check_release(config.options)
+            memory_history.check_configured(config.options, device())
     except OptionsError as e:
         raise ValueError(f"${ENV_CONFIG}: {e}") from None
     return wrapped(*args, **kwargs)

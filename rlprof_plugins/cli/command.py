@@ -162,8 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..client.commands import add_parsers
     from .report_command import add_parser as add_report
+    from .selftest import add_parser as add_selftest
 
     add_report(sub)
+    add_selftest(sub)
     add_parsers(sub)
     return parser
 

@@ -75,6 +75,7 @@ class EngineReport(Verdict):
     plugin_loading: str = ""
     environment: list[str] = field(default_factory=list)
     configure: str = ""
+    frontends: list[dict] = field(default_factory=list)  # those that bypass the patched API server
 
 
 def _version(engine: str) -> tuple[str | None, str | None]:
@@ -221,6 +222,9 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report.plugin_loading = _plugin_loading(engine, version)
     report.environment = _environment(engine, version)
     report.configure = compat.how_to_configure(engine, version)
+    report.frontends = [{"frontend": f.name, "chosen_by": f.chosen_by, "in_release": f.exists_in(version),
+                         "in_use": f.in_use(), "works": f.works, "lacks": f.lacks}
+                        for f in getattr(ENGINES[engine], "FRONTENDS", ())]
     return report
 
 
@@ -259,6 +263,11 @@ def render(report: EngineReport) -> str:
     for note in report.environment:
         lines.append(f"  environment: {note}")
     lines.append(f"  configure: {report.configure}")
+    for f in report.frontends:
+        if f["in_release"] or f["in_use"]:
+            state = "IN USE" if f["in_use"] else "not in use"
+            lines.append(f"  frontend {f['frontend']} ({f['chosen_by']}): {state} here; it bypasses rlprof's "
+                         f"API-server patches. Works: {f['works']}. Not available: {f['lacks']}")
     return "\n".join(lines)
 
 

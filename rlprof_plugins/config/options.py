@@ -18,6 +18,7 @@ import difflib
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
+from ..backends import memory_history
 from ..backends.choice import check_backend
 from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
 from ..errors import OptionsError
@@ -28,7 +29,7 @@ from ..errors import OptionsError
 CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
 # Where a start request without a global_step takes one (rlprof_plugins.steps.choice).
-STEP_SOURCES = ("request", "weight_version")
+STEP_SOURCES = ("request", "weight_version", "profile_prefix")
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,15 @@ class ProfileOptions:
     ``step_source``: ``request`` (a start without ``global_step`` has none,
     unless a trainer integration gives it) or ``weight_version`` (the
     engine's own weight version + ``trainer_step_offset``, for trainers that
-    version the weights they sync: slime, miles; ``steps.choice``).
+    version the weights they sync: slime, miles; ``steps.choice``) or
+    ``profile_prefix`` (a ``global_step_<N>`` prefix, for frontends that
+    forward nothing else: vLLM's Rust frontend, SGLang's gRPC mode).
+
+    ``memory``: every session also records the device allocator's memory
+    history over its window and writes each rank's snapshot
+    (``backends.memory_history``; CUDA or Ascend only), with
+    ``memory_stacks`` (``python``, or ``all`` with C++ frames: far slower to
+    dump) and at most ``memory_max_entries`` events (the newest kept).
     """
 
     step_start: int = 0
@@ -96,6 +105,9 @@ class ProfileOptions:
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
     step_source: str = "request"
+    memory: bool = memory_history.DEFAULTS["memory"]
+    memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
+    memory_max_entries: int = memory_history.DEFAULTS["memory_max_entries"]
     backend: str = "auto"
     backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
 
@@ -212,6 +224,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_integer("trainer_step_offset", data.get("trainer_step_offset", 1)),
         step_source=check_choice("step_source", data.get("step_source", "request"), STEP_SOURCES),
+        **{key: memory_history.check_key(key, data.get(key, default)) for key, default in memory_history.DEFAULTS.items()},
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},
     )

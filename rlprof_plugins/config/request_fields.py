@@ -39,6 +39,9 @@ FIELDS = (
     Field("max_pause_ms", (RLPROF,), "int >= 1",
           "with `chunk_iterations` `auto`, the longest pause a chunk's stop may cost the engine thread "
           "(default: the server's `max_pause_ms`)"),
+    Field("memory", (RLPROF,), "bool",
+          "also record the device allocator's memory history over the window: each rank's snapshot in "
+          "`memory/<rank>.pickle` (CUDA or Ascend; elsewhere 400 naming `memory`; default: the server's `memory`)"),
     Field("profile_prefix", (VLLM, SGLANG), "string",
           "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
     Field("delay_iterations", (VLLM,), "int >= 0",
@@ -58,7 +61,8 @@ FIELDS = (
           "iterations to record from the start (with `profile_by_stage`: that many iterations in all, split by "
           "stage, where SGLang counts that many of each stage). 0: unset"),
     Field("activities", (SGLANG,), "list",
-          "`CPU`, `GPU`/`CUDA`, `XPU` for this session; a device this host lacks: 400 naming `activities`"),
+          "`CPU`, `GPU`/`CUDA`, `XPU` for this session, `MEM` the memory history (as `memory`; `[\"MEM\"]` "
+          "alone: no trace, as on SGLang); a device this host lacks: 400 naming `activities`"),
     Field("with_stack", (SGLANG,), "bool", "Python stacks for this session"),
     Field("record_shapes", (SGLANG,), "bool", "operator input shapes for this session"),
     Field("profile_by_stage", (SGLANG,), "bool", "as `by_stage`"),

@@ -24,18 +24,13 @@ from dataclasses import asdict, dataclass, field, fields as dataclass_fields, re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..backends import memory_history
 from ..errors import RequestError
 from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
-from .launch_config import check_activities_on_host, parse_activities
+from .recorded import parse_recorded
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
 from ..steps.choice import choose
-
-# vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
-# TorchSettings field each one sets. Any other key is refused (vLLM would hand
-# it to torch.profiler unchecked).
-PROFILER_KWARGS = {"record_shapes": "record_shapes", "profile_memory": "with_memory", "with_stack": "with_stack",
-                   "with_flops": "with_flops", "with_modules": "with_modules"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +53,11 @@ class StartRequest:
     output_dir: str | None = None
     # Per-request torch.profiler settings, as TorchSettings field names.
     torch_overrides: dict[str, Any] | None = None
+    trace: bool = True  # a trace is recorded (SGLang's activities ["MEM"]: the memory history alone)
+    # The allocator's memory history over the window (``memory``, SGLang's MEM), and how.
+    memory: bool = False
+    memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
+    memory_max_entries: int = memory_history.DEFAULTS["memory_max_entries"]
     # SGLang's ``start_step``: the absolute forward-pass number the window
     # begins with; each worker shifts the window by its own count (``shifted``).
     start_at: int | None = None
@@ -112,21 +112,6 @@ class Server:
     weight_version: Callable[[], Any] | None = None
 
 
-def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
-    """``profiler_kwargs`` as TorchSettings overrides; a bad key or value names it."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise RequestError("profiler_kwargs", f"must be an object of torch.profiler settings, got {value!r}")
-    out = {}
-    for key, flag in value.items():
-        if key not in PROFILER_KWARGS:
-            raise RequestError(f"profiler_kwargs.{key}", "not a per-session setting rlprof records; accepted: "
-                                                         + ", ".join(PROFILER_KWARGS))
-        out[PROFILER_KWARGS[key]] = check_flag(f"profiler_kwargs.{key}", flag, error=RequestError)
-    return out
-
-
 def parse_start(fields: Any, server: Server) -> StartRequest:
     """One start request from any entry point's fields (a body, keyword arguments)."""
     if not isinstance(fields, Mapping):
@@ -146,8 +131,10 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
     start, end, start_at = _window(given, server.defaults)
     warnings: list[str] = []
     output_dir = _output_dir(given.get("output_dir"), server, warnings)
+    recorded = parse_recorded(given, device=server.device, memory_default=server.defaults.memory)
     chosen = choose(given.get("global_step"), offset=server.defaults.trainer_step_offset,
-                    source=server.defaults.step_source, weight_version=server.weight_version)
+                    source=server.defaults.step_source, weight_version=server.weight_version,
+                    prefix=given.get("profile_prefix"))
     warnings += [chosen.warning] if chosen.warning else []
     global_step = check_count("global_step", chosen.global_step, allow_none=True, error=RequestError)
     request = StartRequest(
@@ -164,7 +151,11 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         merge=check_flag("merge_profiles", given["merge_profiles"], error=RequestError)
         if "merge_profiles" in given else server.defaults.merge,
         output_dir=output_dir,
-        torch_overrides=_torch_overrides(given, server) or None,
+        torch_overrides=recorded.torch_overrides or None,
+        trace=recorded.trace,
+        memory=recorded.memory,
+        memory_stacks=server.defaults.memory_stacks,
+        memory_max_entries=server.defaults.memory_max_entries,
         start_at=start_at,
         step_source=chosen.source if global_step is not None else None,
         warnings=tuple(warnings),
@@ -274,22 +265,6 @@ def _same_flag(given: dict[str, Any], ours: str, theirs: str, default: bool) -> 
     if len(set(values.values())) > 1:
         raise RequestError(theirs, f"contradicts {ours}")
     return next(iter(values.values()), default)
-
-
-def _torch_overrides(given: dict[str, Any], server: Server) -> dict[str, Any]:
-    """vLLM's ``profiler_kwargs`` and SGLang's ``activities``/``with_stack``/
-    ``record_shapes``, as one session's TorchSettings changes."""
-    overrides: dict[str, Any] = parse_profiler_kwargs(given.get("profiler_kwargs"))
-    if "activities" in given:
-        overrides["activities"] = parse_activities("activities", given["activities"], error=RequestError)
-        check_activities_on_host("activities", overrides["activities"], server.device, error=RequestError)
-    for name in ("with_stack", "record_shapes"):
-        if name in given:
-            value = check_flag(name, given[name], error=RequestError)
-            if overrides.get(name, value) != value:
-                raise RequestError(name, f"contradicts profiler_kwargs.{name}")
-            overrides[name] = value
-    return overrides
 
 
 def _profile_id(value: Any) -> str:

@@ -17,9 +17,11 @@ def disabled() -> bool:
     return on("RLPROF_DISABLE")
 
 
-def install_patches(engine: str, group: str, version_of: Callable[[], str | None]) -> None:
+def install_patches(engine: str, group: str, version_of: Callable[[], str | None], frontends: tuple = ()) -> None:
     """Register a post-import hook for each patch in ``patches.<group>``,
-    once per process; never raises (a plugin must not stop the engine)."""
+    once per process, and say which of the engine's ``frontends`` (those that
+    bypass the patched API server) is in use here; never raises (a plugin
+    must not stop the engine)."""
     if group in _installed or disabled():
         return
     _installed.add(group)
@@ -31,6 +33,10 @@ def install_patches(engine: str, group: str, version_of: Callable[[], str | None
         for patch in group_patches:
             siblings = tuple(q for q in group_patches if q is not patch and q.area_name == patch.area_name)
             install_on_import(patch, version_of, siblings)
+        if frontends:
+            from ..patches.frontends import warn_in_use
+
+            warn_in_use(engine, frontends, version_of)
         # Which install this process runs: the first thing to check when a plugin seems absent.
         logger.info("rlprof: %s plugin %s loaded from %s (%d patches, each applied when its module is imported)",
                     engine, __version__, os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -15,4 +15,4 @@ from . import install_patches
 def register() -> None:
     from ..patches.sglang import facts as engine
 
-    install_patches(engine.TITLE, "SGLANG_PATCHES", engine.version)
+    install_patches(engine.TITLE, "SGLANG_PATCHES", engine.version, engine.FRONTENDS)

@@ -18,5 +18,5 @@ def register() -> None:
     from ..patches.vllm_ascend import facts as ascend
 
     join_engine_log("vllm")  # rlprof's lines in vLLM's log, in its format and at its level
-    install_patches(engine.TITLE, "VLLM_PATCHES", engine.version)
+    install_patches(engine.TITLE, "VLLM_PATCHES", engine.version, engine.FRONTENDS)
     install_patches(ascend.TITLE, "VLLM_ASCEND_PATCHES", ascend.version)

@@ -7,12 +7,11 @@ controller decides when recording starts and stops, annotates every recorded
 iteration and finishes when the window closes, without a stop request. How
 to record is the ``Recording``'s; what a session is and says, ``states``.
 
-The engine never waits for an export: the profiler stops on the engine
-thread (where it recorded), a background exporter writes the files. A stop
-*request* may be answered before the profiler stops (``defer``; torch's stop
-takes seconds with stacks on): the engine completes it at its next iteration
-or when idle (``complete_stop``). Nothing raises into the engine: a failure
-marks the session ``failed`` with the reason.
+The engine never waits for an export: the profiler stops on the engine thread (where it
+recorded), a background exporter writes the files. A stop *request* may be answered before
+the profiler stops (``defer``; torch's stop takes seconds with stacks on): the engine completes
+it at its next iteration or when idle (``complete_stop``). Nothing raises into the engine: a
+failure marks the session ``failed`` with the reason.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ from typing import Any, Callable
 
 from .._log import logger
 from ..backends import Backend
+from ..backends.memory_history import host_allocator
 from ..errors import RequestError
 from ..trace.stages import IterationInfo
-from .chunk_plan import ChunkPlan, StopCosts, recording_kind
+from .chunk_plan import StopCosts
 from .recording import Exporter, Recording, report
 from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 
@@ -41,19 +41,20 @@ class ProfilerController:
     idle scheduler busy-polls, and a profiler running then grows ~10 MB a second without bound.
     ``forward_count()``: forward passes so far, for SGLang's absolute ``start_step``. ``node``: the
     node this rank runs on, for a server spanning nodes (``manifest`` explains what it changes).
-    """
+    ``allocator()``: the device allocator's module a ``memory`` session records the history of."""
 
     def __init__(self, *, root_dir: str, worker_name: Callable[[str | None], str],
                  backend_factory: Callable[[bool, dict[str, Any]], Backend],
                  manifest_header: dict[str, Any] | None = None, rank_name: str | None = None,
                  record_from_request: bool = True, forward_count: Callable[[], int] | None = None,
-                 node: int = 0) -> None:
+                 node: int = 0, allocator: Callable[[], Any] = host_allocator) -> None:
         self._root, self._node = root_dir, node
         self._forward_count = forward_count or (lambda: 0)
         self._record_from_request = record_from_request
         self._worker_name = worker_name
         self._rank_name = rank_name or worker_name(None)
         self._backend_factory = backend_factory
+        self._allocator = allocator
         self._manifest_header = dict(manifest_header or {})
         self._lock = threading.RLock()
         self._session: Session | None = None
@@ -195,10 +196,9 @@ class ProfilerController:
 
     def _begin_recording(self, s: Session) -> None:
         try:
-            backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
-            plan = ChunkPlan(s.request.chunk_iterations, s.request.max_pause_ms, self._costs, recording_kind(backend))
-            recording = Recording.of_rank(backend, s.directory, step=s.global_step is not None, name=s.worker_name,
-                                          rank=self._rank_name, plan=plan)
+            recording = Recording.of_session(s.request, s.directory, name=s.worker_name, rank=self._rank_name,
+                                             backends=self._backend_factory, costs=self._costs,
+                                             allocator=self._allocator)
             recording.start()
         except Exception as e:
             self._fail(s, e)
@@ -261,8 +261,7 @@ class ProfilerController:
         """Runs on the exporter thread."""
         exported = recording.export(by_stage=s.request.by_stage)
         with self._lock:
-            s.files = exported.files
-            s.export_seconds = exported.seconds
+            s.files, s.export_seconds, s.memory = exported.files, exported.seconds, exported.memory
             if exported.error is not None:
                 self._fail(s, exported.error)
                 return
@@ -280,15 +279,16 @@ class ProfilerController:
             self._annotations = ()
             if recording is not None:
                 recording.abandon()
-                if recording.chunks is not None:  # what earlier chunks recorded stays on disk
+                if recording.keeps_data:  # what earlier chunks and the memory history recorded stays on disk
                     self._exporter.submit(self._keep_chunks, s, recording)
         self._write_manifest(s)
 
     def _keep_chunks(self, s: Session, recording: Recording) -> None:
-        """Exporter thread, after a failure: the chunks stopped before it, kept with the command that joins them."""
+        """Exporter thread, after a failure: the chunks stopped before it, kept with the command that joins
+        them, and the memory snapshot."""
         kept = recording.salvage()
         with self._lock:
-            s.files, s.error = kept.files, f"{s.error}; {kept.error}"
+            s.files, s.memory, s.error = kept.files, kept.memory, "; ".join(str(e) for e in (s.error, kept.error) if e)
             self._write_manifest(s)
 
     def _write_manifest(self, s: Session) -> None:

@@ -34,7 +34,8 @@ def on_step_complete(directory: Path, data: dict[str, Any]) -> threading.Thread 
     without a merge, retention decides here, so no status read after ``done``
     sees more than ``keep_last_steps`` step folders (``retention``)."""
     try:
-        merging = bool(data.get("merge")) and any(f.get("role") == "worker" for f in data.get("files", []))
+        merging = bool(data.get("merge")) and any(f.get("role") == "worker" and f.get("kind", "trace") == "trace"
+                                                  for f in data.get("files", []))
         moved: list[Path] = []
         if merging:
             _record(directory, data["session_id"], "exporting")

@@ -22,11 +22,12 @@ from typing import Any, Callable, ContextManager
 from ..store import manifest
 from . import finalize
 from ..backends import Backend, RecordingKept
+from ..backends.memory_history import MemoryHistory, MemorySettings, TraceOff
 from ..store.layout import Placement
-from .chunk_plan import ChunkPlan
+from .chunk_plan import ChunkPlan, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
 from .._log import logger
-from ..trace.pauses import ROTATION, STOP, Pause
+from ..trace.pauses import MEMORY, ROTATION, STOP, Pause
 from ..trace.stages import IterationInfo, iteration_annotation, profiler_step
 
 
@@ -37,6 +38,7 @@ class Exported:
     files: list[dict[str, Any]] = field(default_factory=list)
     error: BaseException | None = None
     seconds: float = 0.0
+    memory: dict[str, Any] | None = None  # the memory snapshot's costs and size (``memory``)
 
 
 class Recording:
@@ -45,11 +47,12 @@ class Recording:
     ``directory``: the session folder the manifest describes files against;
     ``out``: where the raw trace goes while recording; ``place``: where the
     export writes; ``name``: the trace's worker name; ``rank`` and ``role``:
-    how the manifest lists the files.
+    how the manifest lists the files; ``memory``: the allocator history
+    recorded over the same window, its snapshot written beside the traces.
     """
 
     def __init__(self, backend: Backend, *, directory: Path, out: Path, place: Placement, name: str, rank: str,
-                 role: str, plan: ChunkPlan | None = None) -> None:
+                 role: str, plan: ChunkPlan | None = None, memory: MemoryHistory | None = None) -> None:
         self._backend = backend
         self.directory = directory
         self._out = out
@@ -61,16 +64,33 @@ class Recording:
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
         self._held: tuple[int, int] | None = None  # the first and last iteration of the running chunk
         self._plan = plan  # when a chunk ends (None: never)
+        self._memory = memory
 
     @classmethod
     def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str,
-                plan: ChunkPlan | None = None) -> "Recording":
+                plan: ChunkPlan | None = None, memory: MemoryHistory | None = None) -> "Recording":
         """A worker's recording: raw and whole traces in ``ranks/`` of a step
         folder, stage traces in ``<stage>/``; everything in ``directory`` itself
         without a global step (the engine's own layout)."""
         place = Placement(directory, step)
         return cls(backend, directory=directory, out=place.ranks(), place=place, name=name, rank=rank, role="worker",
-                   plan=plan)
+                   plan=plan, memory=memory)
+
+    @classmethod
+    def of_session(cls, request: Any, directory: Path, *, name: str, rank: str,
+                   backends: Callable[[bool, dict], Backend], costs: StopCosts,
+                   allocator: Callable[[], Any]) -> "Recording":
+        """A worker session's recording as its ``StartRequest`` asks: a fresh backend
+        (``backends(operator_table, torch overrides)``; none for a memory-only
+        session), chunks planned by this rank's measured stop ``costs``, and
+        the memory history of the ``allocator()``'s device where asked."""
+        r = request
+        backend = backends(r.operator_table, dict(r.torch_overrides or {})) if r.trace else TraceOff()
+        plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend))
+        memory = MemoryHistory(allocator(), MemorySettings(r.memory_stacks, r.memory_max_entries)) \
+            if r.memory else None
+        return cls.of_rank(backend, directory, step=r.global_step is not None, name=name, rank=rank, plan=plan,
+                           memory=memory)
 
     @classmethod
     def of_frontend(cls, backend: Backend, directory: Path, *, step: bool, name: str) -> "Recording":
@@ -80,6 +100,16 @@ class Recording:
                    role="frontend")
 
     def start(self) -> None:
+        """Start recording: the allocator's history (once per session), then the backend."""
+        if self._memory is not None and not self._memory.recording:
+            self._memory.start()
+        try:
+            self._start_backend()
+        except BaseException:
+            self._memory_off()
+            raise
+
+    def _start_backend(self) -> None:
         self._backend.prepare(self._out, self._name)
         self._backend.start()
 
@@ -113,7 +143,7 @@ class Recording:
         seconds = self._stop_backend()
         self.chunks.stopped.append(self._backend)  # kept before anything else can fail
         self._backend = backend
-        self.start()
+        self._start_backend()
         self._paused(ROTATION, began)
         return seconds
 
@@ -126,17 +156,32 @@ class Recording:
         """Whether the running chunk ends at this iteration boundary (its plan; a backend that chunks)."""
         return self._plan is not None and chunkable(self._backend) and self._plan.due(self.held)
 
+    @property
+    def keeps_data(self) -> bool:
+        """After ``abandon``: what was recorded before the failure and is still to be written."""
+        return self.chunks is not None or (self._memory is not None and self._memory.taken)
+
     def salvage(self) -> Exported:
         """After a failure (exporter thread): the chunks stopped before it,
-        written and kept as they are, with the command that joins them."""
-        if self.chunks is None:
-            return Exported()
-        kept = self.chunks.keep(self._place, self.pauses)
-        return Exported(self._describe(kept.kept), kept)
+        written and kept as they are, with the command that joins them, and
+        the memory snapshot ``abandon`` took."""
+        kept = Exported()
+        if self.chunks is not None:
+            chunks = self.chunks.keep(self._place, self.pauses)
+            kept = Exported(self._describe(chunks.kept), chunks)
+        return self._with_memory(kept)
 
     def stop(self) -> float:
-        """Stop the profiler (torch post-processes here): the session's last
-        pause. Returns the seconds it took."""
+        """Take the window's memory snapshot (its own pause), then stop the
+        profiler (torch post-processes here): the session's last pause.
+        Returns the seconds the profiler's stop took."""
+        if self._memory is not None and self._memory.recording:
+            began = time.time_ns()
+            try:
+                self._memory.snapshot()
+            except Exception as e:  # the trace still stops and is written; the session says what failed
+                self._memory.report["error"] = f"taking the memory snapshot failed: {type(e).__name__}: {e}"
+            self.pauses.append(Pause.timed(MEMORY, began, *(self._held or (None, None))))
         began = time.time_ns()
         try:
             return self._stop_backend()
@@ -158,11 +203,20 @@ class Recording:
             self._plan.learn(pause.seconds, iterations, rotated=cause == ROTATION)
 
     def abandon(self) -> None:
-        """Stop after a failure, ignoring what the stop itself raises."""
+        """Stop after a failure, ignoring what the stop itself raises; the memory
+        history recorded so far is taken, not dropped (``salvage`` writes it)."""
+        self._memory_off(snapshot=True)
         try:
             self._backend.stop()
         except Exception:
             pass
+
+    def _memory_off(self, snapshot: bool = False) -> None:
+        try:
+            if self._memory is not None and self._memory.recording:
+                self._memory.snapshot() if snapshot else self._memory.stop()
+        except Exception as e:
+            logger.warning("rlprof: stopping the memory history failed: %s: %s", type(e).__name__, e)
 
     def export(self, *, by_stage: bool = False) -> Exported:
         t0 = time.perf_counter()
@@ -176,11 +230,25 @@ class Recording:
                 settings = getattr(self._backend, "settings", None)
                 written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True),
                                            pauses=self.pauses)
-            return Exported(self._describe(written), None, time.perf_counter() - t0)
+            return self._with_memory(Exported(self._describe(written), None, time.perf_counter() - t0))
         except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
-            return Exported(self._describe(e.kept), e, time.perf_counter() - t0)
+            return self._with_memory(Exported(self._describe(e.kept), e, time.perf_counter() - t0))
         except Exception as e:
-            return Exported([], e, time.perf_counter() - t0)
+            return self._with_memory(Exported([], e, time.perf_counter() - t0))
+
+    def _with_memory(self, exported: Exported) -> Exported:
+        """The window's memory snapshot written beside the traces, whatever became of them."""
+        if self._memory is None:
+            return exported
+        try:
+            written = self._memory.export(self._place.memory_file(self._rank, self._name))
+            exported.files += self._describe([written] if written else [])
+        except Exception as e:
+            self._memory.report["error"] = f"writing the memory snapshot failed: {type(e).__name__}: {e}"
+        if "error" in self._memory.report and exported.error is None:
+            exported.error = RuntimeError(self._memory.report["error"])
+        exported.memory = dict(self._memory.report)
+        return exported
 
     def _describe(self, written: list) -> list[dict[str, Any]]:
         return [f.describe(self.directory, self._rank, self._role) for f in written]

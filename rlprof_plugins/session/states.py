@@ -55,6 +55,7 @@ class Session:
     longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
     stops: int = 0
     export_seconds: float | None = None  # on the exporter thread
+    memory: dict[str, Any] | None = None  # the memory snapshot: entries, snapshot and dump seconds, bytes
     node: int = 0  # the node this rank runs on (a server spanning nodes)
     roster: list[dict[str, Any]] | None = None  # every rank's node, host and folder, once all started
     window: StepWindow = field(init=False)
@@ -124,6 +125,7 @@ class Session:
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
             "export_seconds": self.export_seconds,
+            "memory": self.memory,
         }
 
     def manifest_header(self) -> dict[str, Any]:
@@ -173,4 +175,5 @@ class Session:
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
             "export_seconds": self.export_seconds,
+            "memory": self.memory,
         }

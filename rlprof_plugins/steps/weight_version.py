@@ -12,17 +12,11 @@ where it would without one, and the start answer says why.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from . import StepChoice
+
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
-
-
-@dataclass(frozen=True)
-class VersionStep:
-    global_step: int | None
-    source: str
-    warning: str | None = None
 
 
 def as_integer(version: Any) -> int | None:
@@ -36,14 +30,14 @@ def as_integer(version: Any) -> int | None:
     return None
 
 
-def step_of(version: Any, offset: int) -> VersionStep:
+def step_of(version: Any, offset: int) -> StepChoice:
     number = as_integer(version)
     if number is None:
-        return VersionStep(None, f"weight_version {version!r}",
+        return StepChoice(None, f"weight_version {version!r}",
                            f"weight_version {version!r} is not an integer: no global step (the default folder); "
                            "set one with the engine's weight update or POST /update_weight_version")
     source = f"weight_version {number} + offset {offset}"
     if number + offset < 0:
-        return VersionStep(None, source, f"weight_version {number} + trainer_step_offset {offset} = "
+        return StepChoice(None, source, f"weight_version {number} + trainer_step_offset {offset} = "
                                          f"{number + offset}, below 0: no global step (the default folder)")
-    return VersionStep(number + offset, source)
+    return StepChoice(number + offset, source)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ _STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 # loads every *.json/*.gz of a folder as one rank) and slime's analyzer open it
 # as it is; the manifest, the API-server trace and merged outputs live apart.
 RANKS, FRONTEND, MERGED = "ranks", "frontend", "merged"
+MEMORY = "memory"  # each rank's allocator snapshot over the window (``memory``), apart from the traces
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,13 @@ class Placement:
 
     def merged(self) -> Path:
         return self.root / MERGED if self.step else self.root
+
+    def memory_file(self, rank: str, worker_name: str) -> Path:
+        """A rank's memory snapshot: ``memory/<rank>.pickle`` of a step folder, or
+        ``<worker>.<ns>.memory.pickle`` beside its traces (no global step)."""
+        if self.step:
+            return self.root / MEMORY / f"{rank}.pickle"
+        return self.root / f"{worker_name}.{time.time_ns()}.memory.pickle"
 
 
 def step_of(folder: Path) -> int | None:

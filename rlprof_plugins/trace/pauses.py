@@ -34,6 +34,7 @@ PAUSE_NAME = "rlprof::profiler pause"
 PAUSE_CAT = "rlprof"
 ROTATION = "rotation"  # a chunk ended, the next one started
 STOP = "stop"  # the session's last profiler stopped
+MEMORY = "memory snapshot"  # the allocator's history turned into the window's snapshot (``memory``)
 PAUSES_KEY = "rlprof_pauses"  # in a merged trace's metadata: the pauses per rank
 
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[\s*')

@@ -316,6 +316,49 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 7))["TP-0"]))) == [2, 3]
 
 
+def _native_req(start: bool, **fields):
+    """A ``ProfileReq`` as a caller without rlprof's route builds it (gRPC mode's HTTP sidecar, 0.5.15+):
+    the release's own type and kind field, the fields it defines."""
+    import dataclasses
+
+    from sglang.srt.managers.io_struct import ProfileReq, ProfileReqType
+
+    names = getattr(ProfileReq, "__struct_fields__", None) or [f.name for f in dataclasses.fields(ProfileReq)]
+    kind = ProfileReqType.START_PROFILE if start else ProfileReqType.STOP_PROFILE
+    return ProfileReq(**{"req_type" if "req_type" in names else "type": kind},
+                      **{k: v for k, v in fields.items() if k in names})
+
+
+@needs_parallel_context
+@pytest.mark.skipif(V < Version("0.5.6"), reason="this release's ProfileReq has no profile_prefix (SGLang 0.5.6+)")
+def test_a_native_request_on_a_configured_scheduler_is_an_rlprof_session(patched, tmp_path, monkeypatch):
+    """What gRPC mode's sidecar sends (SGLang's fields only; with_stack/record_shapes true and
+    profile_by_stage/merge_profiles false when the body says nothing) runs the session those fields
+    mean, its step named by the prefix (step_source profile_prefix); a stop answers once written."""
+    _configure(monkeypatch, tmp_path, step_source="profile_prefix", by_stage=True)
+    sched, handler = _scheduler()
+    sidecar = dict(with_stack=True, record_shapes=True, profile_by_stage=False, merge_profiles=False,
+                   profile_id=str(time.time()))
+    out = handler(_native_req(True, profile_prefix="global_step_8", num_steps=3, **sidecar))
+    assert out.success and out.message.startswith("rlprof: "), out.message
+    assert json.loads(out.message[len("rlprof: "):])["global_step"] == 8
+    _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 4)
+    assert wait_done(_status_of(handler), 8)["state"] == "done"
+    folder = session_dir(tmp_path, 8)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["step_source"] == "profile_prefix global_step_8" and manifest["by_stage"]  # the configured
+    decode = manifest_traces(folder, "decode")["TP-0"]
+    assert decode.name.startswith("global_step_8-TP-0.") and sorted(iteration_details(load_trace(decode))) == [1, 2]
+    out = handler(_native_req(True, profile_prefix="global_step_9", **sidecar))
+    assert out.success
+    _batches(sched, [("DECODE", 1, 0)] * 2)
+    out = handler(_native_req(False))
+    assert out.success, out.message
+    assert json.loads((session_dir(tmp_path, 9) / "manifest.json").read_text())["state"] == "done"  # when answered
+    out = handler(_native_req(False))
+    assert not out.success and "no profiling session is running" in out.message
+
+
 @needs_parallel_context
 def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monkeypatch):
     """vLLM's per-session ``profiler_kwargs`` mean the same on SGLang: stacks

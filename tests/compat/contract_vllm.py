@@ -328,6 +328,48 @@ def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monk
     assert not session_dir(tmp_path, 10).exists()
 
 
+def _engine_core(llm):
+    return llm.llm_engine.engine_core.engine_core  # InprocClient's EngineCore, the release's class
+
+
+@pytest.mark.skipif("max_iterations" not in inspect.signature(
+    importlib.import_module("vllm.v1.engine.core").EngineCore.profile).parameters,
+    reason="this release's EngineCore.profile takes no window (the Rust frontend's fields: vLLM 0.17+)")
+def test_the_rust_frontends_call_runs_an_rlprof_session(patched, tmp_path, monkeypatch):
+    """What vLLM's Rust frontend forwards to the engine (``profile`` with profile_prefix, delay_iterations,
+    max_iterations; nothing else): a session in the step its prefix names (step_source profile_prefix),
+    the configured by_stage, vLLM's window counted from the start; a stop returns once the files are written."""
+    llm, worker = _stack(tmp_path, monkeypatch, step_source="profile_prefix", by_stage=True)
+    core = _engine_core(llm)
+    assert core.profile(True, "global_step_9", delay_iterations=1, max_iterations=2) is None
+    _iterate(worker, [({"a": 3}, {})] + [({}, {"a": 1})] * 4)
+    status = wait_done(llm.profile_status, 9)
+    assert status["state"] == "done" and status["step_source"] == "profile_prefix global_step_9", status
+    decode = manifest_traces(session_dir(tmp_path, 9), "decode")["rank0"]
+    assert decode.name.startswith("global_step_9_") and sorted(iteration_details(load_trace(decode))) == [1, 2]
+    core.profile(True, "global_step_10")  # until the stop
+    _iterate(worker, [({}, {"a": 1})] * 2)
+    core.profile(False)
+    assert json.loads((session_dir(tmp_path, 10) / "manifest.json").read_text())["state"] == "done"
+    from rlprof_plugins.errors import ConflictError
+
+    with pytest.raises(ConflictError, match="no profiling session is running"):
+        core.profile(False)
+
+
+@pytest.mark.skipif(not hasattr(importlib.import_module("vllm.v1.engine.core").EngineCore, "get_weight_version"),
+                    reason="this release's engine keeps no weight version")
+def test_the_engines_own_profile_call_takes_its_step_from_the_weight_version(patched, tmp_path, monkeypatch):
+    llm, worker = _stack(tmp_path, monkeypatch, step_source="weight_version", trainer_step_offset=-1)
+    core = _engine_core(llm)
+    core.set_weight_version("4")  # what /update_weight_version and /finish_weight_update set
+    core.profile(True)
+    _iterate(worker, [({"a": 3}, {}), ({}, {"a": 1})])
+    core.profile(False)
+    manifest = json.loads((session_dir(tmp_path, 3) / "manifest.json").read_text())
+    assert manifest["state"] == "done" and manifest["step_source"] == "weight_version 4 + offset -1"
+
+
 @pytest.mark.skipif("profiler_kwargs" not in inspect.signature(
     importlib.import_module("vllm.v1.engine.llm_engine").LLMEngine.start_profile).parameters,
     reason="this release's LLMEngine.start_profile has no profiler_kwargs (vLLM < 0.33)")

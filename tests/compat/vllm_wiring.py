@@ -24,7 +24,9 @@ def llm_over(worker, vllm_config):
     executor = object.__new__(executor_module.UniProcExecutor)
     executor.driver_worker = worker
     core = object.__new__(EngineCore)
-    core.model_executor = executor
+    core.model_executor, core.vllm_config = executor, vllm_config  # what EngineCore.__init__ keeps of them
+    if hasattr(EngineCore, "get_weight_version"):
+        core._weight_version = "default"  # EngineCore.__init__'s starting version (vLLM 0.32+)
     client = object.__new__(InprocClient)
     client.engine_core = core
     engine = object.__new__(LLMEngine)

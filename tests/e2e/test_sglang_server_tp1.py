@@ -164,7 +164,8 @@ def test_without_global_step_files_land_in_the_output_dir(sglang_tp1):
     ({"global_step": 1, "activities": ["GPU"]}, "activities"),  # no CUDA on this host
     ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
     ({"global_step": 1, "num_steps": 2, "step_end": 4}, "num_steps"),
-    ({"global_step": 1, "activities": ["MEM"]}, "activities"),
+    ({"global_step": 1, "activities": ["MEM"]}, "activities"),  # SGLang's memory history: no CUDA here
+    ({"global_step": 1, "memory": True}, "memory"),
     ({"global_step": 1, "step_start": 3, "step_end": 3}, "step_end"),
     ({"global_step": 1, "chunk_iterations": -1}, "chunk_iterations"),
     ({"global_step": 1, "chunk_iterations": "x"}, "chunk_iterations"),

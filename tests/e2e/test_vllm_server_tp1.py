@@ -132,6 +132,8 @@ def test_prefix_and_native_window_fields(server_tp1):
         ({"global_stpe": 1}, "global_stpe"),
         ({"profile_prefix": "../up"}, "profile_prefix"),
         ({"global_step": 1, "activities": ["GPU"]}, "activities"),  # SGLang's field; no CUDA on this host
+        ({"global_step": 1, "memory": True}, "memory"),  # no device allocator history on this host
+        ({"global_step": 1, "activities": ["CPU", "MEM"]}, "activities"),  # SGLang's word for it
         ({"global_step": 1, "profile_stages": ["prefill"]}, "profile_stages"),
         ({"global_step": 1, "delay_iterations": 1, "step_start": 2}, "delay_iterations"),
         ({"global_step": 1, "chunk_iterations": -1}, "chunk_iterations"),

@@ -12,6 +12,8 @@ BAD_CONFIGS = [
     (["--profiler-config.profiler", "torch", "--profiler-config.torch_profiler_dir", "/tmp/x",
       "--profiler-config.step_end", "-4"],
      "profiler config key 'step_end': must be >= 0, got -4"),
+    (["--profiler-config", '{"profiler":"torch","torch_profiler_dir":"/tmp/x","memory":true}'],
+     "profiler config key 'memory': needs a device whose allocator keeps a memory history"),
 ]
 
 
@@ -22,7 +24,7 @@ def launches(tmp_path_factory):
         return list(pool.map(lambda config: run_until_exit(tmp_path_factory.mktemp("launch"), config[0]), BAD_CONFIGS))
 
 
-@pytest.mark.parametrize("case", range(len(BAD_CONFIGS)), ids=["json-form", "dotted-form"])
+@pytest.mark.parametrize("case", range(len(BAD_CONFIGS)), ids=["json-form", "dotted-form", "memory-on-cpu"])
 def test_bad_profiler_config_exits_naming_the_key(launches, case):
     result, message = launches[case], BAD_CONFIGS[case][1]
     assert result.returncode == 2, result.stderr[-2000:]

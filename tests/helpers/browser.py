@@ -44,7 +44,7 @@ CELLS_JS = """() => [...document.querySelectorAll('td[data-value]')].map(td => (
   rank: td.closest('tr[data-rank]') ? td.closest('tr[data-rank]').dataset.rank : null,
   field: td.dataset.field, value: JSON.parse(td.dataset.value), text: td.textContent}))"""
 MARKS_JS = """() => Object.fromEntries([...document.querySelectorAll('svg[data-chart]')].reduce((m, svg) =>
-  m.set(svg.dataset.chart, (m.get(svg.dataset.chart) || 0) + svg.querySelectorAll('rect[data-stage],rect[data-part],circle').length),
+  m.set(svg.dataset.chart, (m.get(svg.dataset.chart) || 0) + svg.querySelectorAll('rect[data-stage],rect[data-part],circle,path[data-series]').length),
   new Map()))"""
 
 
@@ -91,14 +91,15 @@ def cells_match_json(opened: Opened, report: dict) -> int:
             continue
         value = step
         for part in _path(cell["field"], cell["rank"]):
-            value = value.get(part) if isinstance(value, dict) else None
+            value = (value.get(part) if isinstance(value, dict)
+                     else value[int(part)] if isinstance(value, list) and part.isdigit() else None)
         assert value == cell["value"], (cell, value)
         checked += 1
     return checked
 
 
 def _path(field_name: str, rank: str | None) -> list[str]:
-    if rank and field_name.startswith(("rank_time.", "slowest_rank_iterations.")):
+    if rank and field_name.startswith(("rank_time.", "slowest_rank_iterations.", "memory.")):
         head, rest = field_name.split(".", 1)
         rest = rest[len(rank) + 1:] if rest.startswith(rank + ".") else ""
         return [head, rank, *(rest.split(".") if rest else [])]

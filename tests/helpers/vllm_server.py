@@ -96,20 +96,21 @@ class VllmServer:
         stop_process(self.process)
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM to a server's process group, SIGKILL after 30 s."""
+def stop_process(process: subprocess.Popen, grace: float = 3) -> None:
+    """SIGTERM to a server's process group, SIGKILL after ``grace`` seconds: no test checks an engine's
+    own shutdown after this (SGLang's took 5-6 s a server, about a minute of the suite)."""
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(30)
+            process.wait(grace)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
 
 
 def launch(server_cls, name: str, tmp: Path, log_path: Path, port: int, command: list[str], env: dict[str, str],
-           profiler_config: dict | None, timeout: float):
-    """Start an engine server process and wait until ``/health`` answers 200."""
+           profiler_config: dict | None, timeout: float, ready: tuple[str, int] = ("/health", 200)):
+    """Start an engine server process and wait until ``ready`` (a GET path and its status) answers."""
     trace_dir = Path(profiler_config["torch_profiler_dir"]) if profiler_config and "torch_profiler_dir" in profiler_config else tmp
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=tmp)
@@ -119,7 +120,7 @@ def launch(server_cls, name: str, tmp: Path, log_path: Path, port: int, command:
         if proc.poll() is not None:
             raise RuntimeError(f"{name} exited with {proc.returncode}:\n{server.log()[-4000:]}")
         try:
-            if requests.get(server.url + "/health", timeout=2).status_code == 200:
+            if requests.get(server.url + ready[0], timeout=2).status_code == ready[1]:
                 return server
         except requests.RequestException:
             pass

@@ -81,6 +81,19 @@ def test_profiler_config_is_validated_and_handed_to_spawned_processes(patched, m
     assert "step_end" in str(e.value)
 
 
+def test_memory_on_a_cpu_server_stops_the_launch_naming_the_key(patched, monkeypatch):
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(["--model-path", "m", "--device", "cpu", "--profiler-config", '{"memory": true}'])
+    with pytest.raises(SystemExit) as e:
+        ServerArgs.from_cli_args(args)
+    assert "key 'memory'" in str(e.value) and "this host's device is cpu" in str(e.value)
+    assert "RLPROF_PROFILER_CONFIG" not in __import__("os").environ  # nothing handed on
+
+
 def test_http_routes_replaced_with_sglang_auth_level_and_restored():
     from fastapi.routing import APIRoute
 

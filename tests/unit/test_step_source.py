@@ -109,3 +109,38 @@ def test_vllm_releases_without_a_weight_version_refuse_the_option_at_start_up():
     with pytest.raises(OptionsError) as e:
         check_release(SLIME, "0.24.0")
     assert e.value.key == "step_source" and "vLLM 0.24.0 keeps none" in e.value.message
+
+
+# ---- step_source profile_prefix (issue 36): frontends that forward a prefix and nothing else ----------
+PREFIXED = ProfileOptions(step_source="profile_prefix")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("prefix, step", [("global_step_37", 37), ("global_step_0", 0),
+                                          ("global_step_12.decode", 12), ("global_step_3-run2", 3),
+                                          ("global_step_4_retry", 4)])
+def test_a_prefix_that_names_a_step_records_into_it_and_keeps_the_name(tmp_path, engine, prefix, step):
+    request = parse_start({"profile_prefix": prefix}, server(tmp_path, engine, defaults=PREFIXED))
+    assert (request.global_step, request.step_source, request.profile_prefix) == (step, f"profile_prefix {prefix}",
+                                                                                  prefix)
+    assert not request.warnings
+
+
+@pytest.mark.parametrize("prefix", ["rollout", "global_step_", "global_stepx", "global_step_3x", "step_3", None])
+def test_a_prefix_that_names_no_step_gives_the_default_folder_and_says_so(tmp_path, prefix):
+    fields = {"profile_prefix": prefix} if prefix is not None else {}
+    request = parse_start(fields, server(tmp_path, "sglang", defaults=PREFIXED))
+    assert request.global_step is None and request.step_source is None
+    assert request.warnings and "names no step (global_step_<N>)" in request.warnings[0]
+
+
+def test_the_request_s_own_step_wins_and_the_source_is_opt_in(tmp_path):
+    request = parse_start({"profile_prefix": "global_step_5", "global_step": 9},
+                          server(tmp_path, "vllm", defaults=PREFIXED))
+    assert (request.global_step, request.step_source) == (9, "request")
+    plain = parse_start({"profile_prefix": "global_step_5"}, server(tmp_path, "vllm"))
+    assert plain.global_step is None and not plain.warnings  # without the option a prefix is only a name
+    assert parse_options({"step_source": "profile_prefix"}).step_source == "profile_prefix"
+    with pytest.raises(OptionsError) as e:
+        parse_options({"step_source": "prefix"})
+    assert e.value.key == "step_source"

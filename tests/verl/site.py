@@ -37,7 +37,9 @@ def installed() -> bool:
 def environment(engine: str, **extra: str) -> dict[str, str]:
     """The environment of a process that imports verl next to ``engine``."""
     # this checkout's tests first (only them: rlprof_plugins is the installed wheel); verl's wheel ships a top-level ``tests`` package of its own
-    paths = [str(TEST_PATH), str(SITE), *([str(ALIAS)] if engine == "vllm" else [])]
+    # RLPROF_VERL_SITE (make compat-latest): a newer verl alone, in front of 0.9.1's folder for what it imports
+    newer = [p for p in [extra.get("RLPROF_VERL_SITE") or os.environ.get("RLPROF_VERL_SITE")] if p]
+    paths = [str(TEST_PATH), *newer, str(SITE), *([str(ALIAS)] if engine == "vllm" else [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                **ENGINE_ENV[engine])
     for name in ("RLPROF_PROFILER_CONFIG", "RLPROF_DISABLE"):

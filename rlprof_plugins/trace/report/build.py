@@ -32,8 +32,9 @@ class Built:
 
     @property
     def nothing(self) -> bool:
-        """No step below the root had a trace that could be read."""
-        return not any(row["ranks"] for row in self.report["steps"])
+        """No step below the root had a trace or a memory snapshot that could be read."""
+        return not any(row["ranks"] or any("error" not in m for m in row["memory"].values())
+                       for row in self.report["steps"])
 
     @property
     def unread(self) -> list[dict[str, Any]]:
@@ -66,7 +67,11 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
         elif row["state"] in ("recording", "exporting"):
             built.notes.append(f"{name} is still {row['state']}: its numbers are of what is on disk now")
         elif not row["ranks"]:
-            built.notes.append(f"{name}: no rank trace in {row['directory']}")
+            built.notes.append(f"{name}: no rank trace in {row['directory']}"
+                               + (" (memory snapshots only)" if row["memory"] else ""))
+        for m in row["memory"].values():
+            if "error" in m:
+                built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
         if row["missing_ranks"]:
             built.notes.append(f"{name} lacks rank(s) {', '.join(row['missing_ranks'])} "
                                "(`rlprof collect` gathers a step spanning nodes)")

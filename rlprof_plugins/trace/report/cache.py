@@ -2,7 +2,7 @@
 
 One file per step folder in ``ROOT/.rlprof-report-cache/`` holds the step's
 computed row and the fingerprint it was computed from: the size and
-modification time (ns) of the step's manifest and of every trace file. Any
+modification time (ns) of the step's manifest, trace files and memory snapshots. Any
 change (a rank finished writing, a merge landed, a file was rewritten)
 changes the fingerprint and the step is read again. The files are written
 atomically and named ``*.rlprof-cache`` (no trace suffix: no trace tool
@@ -24,7 +24,7 @@ from ...store.manifest import MANIFEST
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"
 # a row's shape: entries of another rlprof release (or an older shape) are recomputed
-VERSION = [1, __version__]
+VERSION = [2, __version__]  # 2: rows hold each rank's memory
 
 
 def fingerprint(directory: Path, traces: list[Path]) -> list[list]:

@@ -15,7 +15,8 @@ from typing import Any
 
 COLOURS = {"prefill": "#d95f02", "decode": "#1b9e77", "all": "#7570b3", "pause": "#e7298a",
            "between": "#cfcfcf", "iterations": "#1b9e77", "cpu_ops": "#66a61e", "cpu_comm": "#e6ab02",
-           "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf"}
+           "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf",
+           "allocated": "#1f78b4", "reserved": "#a6cee3"}
 MAX_BARS = 600  # an iteration timeline draws at most this many bars (the slowest iteration of each bucket)
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
 
@@ -136,3 +137,29 @@ def stacked(rows: dict[str, dict[str, float]], parts: list[str], label: str, wid
                             f"{ms:g} ms</title></rect>")
             x += w
     return _frame(width, height, body, label, "stacked")
+
+
+def memory(ranks: dict[str, list[list]], label: str, width: int = 760, height: int = 200) -> str:
+    """Allocated (solid) and reserved (dashed) MB over the window's milliseconds, a pair of lines per rank."""
+    left, top, bottom = 56, 22, 24
+    plot_h, plot_w = height - top - bottom, width - left - 20
+    span = max((p[0] for pts in ranks.values() for p in pts), default=0.0) or 1.0
+    y_top = _nice_top(max((max(p[1], p[2]) for pts in ranks.values() for p in pts), default=0.0))
+    body = _y_axis(left, top, plot_h, width, y_top, "MB")
+    for k, (rank, points) in enumerate(ranks.items()):
+        for column, series, dash in ((2, "reserved", ' stroke-dasharray="5 3"'), (1, "allocated", "")):
+            # a step line: the bytes hold from one allocator event to the next
+            path = " ".join(f"M{left + plot_w * p[0] / span:.1f} {top + plot_h - plot_h * p[column] / y_top:.1f}"
+                            if i == 0 else f"H{left + plot_w * p[0] / span:.1f} V"
+                            f"{top + plot_h - plot_h * p[column] / y_top:.1f}" for i, p in enumerate(points))
+            if path:
+                peak = max(p[column] for p in points)
+                body.append(f'<path d="{path}" fill="none" stroke="{colour(series)}" stroke-width="2"{dash} '
+                            f'data-rank="{escape(rank)}" data-series="{series}"><title>{escape(rank)} {series}: '
+                            f"peak {peak:g} MB</title></path>")
+    for k, series in enumerate(("allocated", "reserved")):
+        body.append(f'<rect x="{left + 110 * k}" y="4" width="10" height="10" fill="{colour(series)}"/>'
+                    f'<text x="{left + 14 + 110 * k}" y="13">{series}</text>')
+    body.append(f'<text x="{left}" y="{height - 8}">0 ms</text><text x="{width - 20}" y="{height - 8}" '
+                f'text-anchor="end">{span:g} ms ({", ".join(escape(r) for r in ranks)})</text>')
+    return _frame(width, height, body, label, "memory")

@@ -112,6 +112,8 @@ def _step(row: dict[str, Any], open_: bool) -> str:
     for kind, heading in (("device", "Top device kernels"), ("cpu", "Top CPU operators (self time)")):
         if row["operators"].get(kind):
             parts.append(_operators(row["operators"][kind], f"{heading}, all ranks", kind))
+    if row.get("memory"):
+        parts.append(_memory(row["memory"], title))
     parts.append(_files(row))
     return "".join(parts) + "</details>"
 
@@ -142,6 +144,32 @@ def _ranks(row: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
+    """Each rank's device memory over the window, and what was alive at its peak."""
+    read = {rank: m for rank, m in ranks.items() if "error" not in m}
+    out = ["<h3>Device memory over the window</h3>"]
+    out += [f"<div class='note bad'>{escape(rank)}: {escape(m['path'])}: {escape(m['error'])}</div>"
+            for rank, m in ranks.items() if "error" in m]
+    if not read:
+        return "".join(out)
+    out.append(charts.memory({rank: m["timeline"] for rank, m in read.items()}, f"{title}: device memory"))
+    keys = ("start_allocated_mb", "peak_allocated_mb", "peak_reserved_mb", "end_allocated_mb", "peak_at_ms",
+            "entries")
+    head = ["rank", "allocated at start MB", "peak allocated MB", "peak reserved MB", "allocated at end MB",
+            "peak at ms", "history entries"]
+    rows = "".join(f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
+                   + "".join(_num(m[k], f"memory.{rank}.{k}") for k in keys) + "</tr>" for rank, m in read.items())
+    out.append("<table class=memory><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + f"</tr>{rows}</table>")
+    for rank, m in read.items():
+        lines = "".join(f"<tr>{_num(a['mb'], f'memory.{rank}.top_at_peak.{k}.mb')}<td class=name>"
+                        f"{escape(' < '.join(a['frames']) or '(no frames recorded)')}</td></tr>"
+                        for k, a in enumerate(m["top_at_peak"]))
+        if lines:
+            out.append(f"<table class=peak data-rank='{escape(rank)}'><tr><th>{escape(rank)}: MB alive at the "
+                       f"peak</th><th class=name>allocated by (innermost first)</th></tr>{lines}</table>")
+    return "".join(out)
+
+
 def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
     rows = "".join(f"<tr>{_name(o['name'])}{_num(o['ms'], f'operators.{kind}.ms')}"
                    f"{_num(o['change_pct'], f'operators.{kind}.change_pct', pct=True)}</tr>" for o in ops)
@@ -160,7 +188,11 @@ def _files(row: dict[str, Any]) -> str:
                    f"{' ' + escape(f['rank']) if f['rank'] and f['rank'] != f['role'] else ''}"
                    f"{' ' + escape(f['stage']) if f['stage'] else ''}</td>{_num(f['bytes'], 'bytes')}</tr>"
                    for f in row["files"])
-    return (f"<h3>Files</h3><p class=muted>In {escape(row['directory'])}. Open one in {escape(PERFETTO)}.</p>"
+    viewer = (" Memory snapshots (.pickle) open in PyTorch's memory viewer, https://pytorch.org/memory_viz "
+              "(drag the file onto it; the page loads its script from the network)."
+              if any(f["role"] == "memory" for f in row["files"]) else "")
+    return (f"<h3>Files</h3><p class=muted>In {escape(row['directory'])}. Open a trace in {escape(PERFETTO)}."
+            f"{escape(viewer)}</p>"
             f"<table class=files><tr><th class=name>file</th><th class=name>whose</th><th>bytes</th></tr>{rows}</table>")
 
 

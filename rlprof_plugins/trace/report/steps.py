@@ -24,6 +24,7 @@ from ..gz import file_size
 from ..sources import plan
 from ..summary import TraceStats, stats_of, step_dirs
 from .cache import StepCache, fingerprint
+from .memory import memory_files, step_memory
 from .ranks import files_of, operator_totals, rank_time, top_operators, trace_files
 
 
@@ -61,7 +62,8 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
 
 def _cached_row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
                 cache: StepCache | None) -> dict[str, Any]:
-    key = fingerprint(directory, trace_files(directory)) if cache is not None else []
+    key = fingerprint(directory, trace_files(directory) + [p for _, p in memory_files(directory)]) \
+        if cache is not None else []
     row = cache.get(directory, key) if cache is not None else None
     if row is None:
         row = _row(global_step, directory, progress)
@@ -77,10 +79,14 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
         "global_step": global_step, "directory": str(directory),
         "state": data.get("state", "no manifest"), "engine": data.get("engine"),
         "engine_version": data.get("engine_version"), "by_stage": data.get("by_stage"),
-        "trace_bytes": sum(file_size(p) for p in traces), "files": files_of(directory, traces),
+        "trace_bytes": sum(file_size(p) for p in traces),
+        "files": files_of(directory, traces) + [{"path": str(p.relative_to(directory)), "bytes": file_size(p),
+                                                 "role": "memory", "rank": rank, "stage": None}
+                                                for rank, p in memory_files(directory) if p.is_file()],
         "ranks": [], "missing_ranks": [], "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {},
         "iterations": 0, "iteration_ms_total": 0.0, "span_ms": 0.0, "profiler_pauses": 0, "profiler_pause_ms": 0.0,
         "rank_time": {}, "timeline": [], "operator_ms": {"device": {}, "cpu": {}}, "error": None,
+        "memory": step_memory(directory),
     }
     if data.get("state") == "failed":
         errors = [w.get("error") for w in (data.get("writers") or {}).values() if w.get("error")]

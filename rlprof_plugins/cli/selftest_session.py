@@ -1,0 +1,197 @@
+"""The recorded half of ``rlprof selftest``: one session through rlprof's real path, then what landed.
+
+The controller, backend choice, request parsing, chunks, stage split,
+stitch, export and memory snapshot are the ones engine processes run; only
+the engine is the self-test's own model. What the files hold is read back
+the way users read them: ``rlprof check`` on each trace, the summary, the
+step report, the memory snapshot as the report reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..backends import choice
+from ..backends.kind import BuildContext
+from ..backends.torch_profiler import TorchSettings
+from ..config.options import ProfileOptions
+from ..config.requests import Server, parse_start
+from ..session.controller import ProfilerController
+from ..store.manifest import engine_header, read as read_manifest
+from ..trace.check import check
+from ..trace.pauses import PAUSE_NAME, ROTATION
+from ..trace.reader import TraceReader
+from ..trace.stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
+
+CHUNKS = 4  # the window is recorded in about this many chunks, so the stitch runs
+WAIT_SECONDS = 300
+
+
+def record_session(test: Any, engine: Any, schedule: list[str], out: Path, *, memory: bool,
+                   allocator: Callable[[], Any], plain: dict[str, list[float]], memory_why: str | None) -> None:
+    device, shape = engine.device, engine.shape
+    ctl, kind = _controller(device, out, allocator)
+    test.costs["recorded with"] = f"{kind} backend" + (", memory history" if memory else "")
+    request = parse_start({"global_step": 0, "by_stage": True, "chunk_iterations": max(2, len(schedule) // CHUNKS)},
+                          Server(engine="selftest", defaults=ProfileOptions(), output_root=str(out), device=device))
+    request = dataclasses.replace(request, memory=memory)  # the device's history was checked by the caller
+    t0 = time.perf_counter()
+    reply = ctl.handle(request.to_command())
+    start_s = time.perf_counter() - t0
+    test.add("session start", bool(reply.get("ok")), reply.get("error") or f"{start_s * 1e3:.1f} ms")
+    if not reply.get("ok"):
+        return
+    infos = {PREFILL: IterationInfo(shape.batch * shape.prompt, 0, shape.batch),
+             DECODE: IterationInfo(0, shape.batch, shape.batch)}
+    recorded = engine.serve(schedule, around=lambda stage: _Iteration(ctl, infos[stage]))
+    t0 = time.perf_counter()
+    ctl.handle({"op": "stop"})
+    stop_s = time.perf_counter() - t0
+    status = _settle(ctl)
+    test.add("recording and export", status["state"] == "done" and status["iterations_recorded"] == len(schedule),
+             status["error"] or f"{status['iterations_recorded']} iterations, {status['stops']} profiler stops")
+    _costs(test, plain, recorded, start_s, stop_s, status)
+    _read_back(test, status, schedule, memory, memory_why, chunked=kind == "torch")
+
+
+class _Iteration:
+    def __init__(self, ctl: ProfilerController, info: IterationInfo) -> None:
+        self._ctl, self._info = ctl, info
+
+    def __enter__(self) -> None:
+        if self._ctl.active:
+            self._ctl.begin_iteration(self._info)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ctl.end_iteration()
+
+
+def _controller(device: str, out: Path, allocator: Callable[[], Any]) -> tuple[ProfilerController, str]:
+    import torch
+
+    options = ProfileOptions()
+    kind = choice.resolve(options.backend, device)
+    settings = TorchSettings(activities=("CPU", "CUDA") if device == "cuda" else ("CPU",))
+    factory = choice.factory(kind, BuildContext(
+        lambda table, overrides: dataclasses.replace(settings, write_table=table, **overrides), options))
+    header = engine_header(engine="selftest", engine_version=f"torch {torch.__version__}", expected_ranks=1,
+                           parallel={"tp": 1}, trace_dir=str(out), plugin_version=__version__)
+    return ProfilerController(root_dir=str(out), worker_name=lambda prefix: "rank0", backend_factory=factory,
+                              manifest_header=header, allocator=allocator), kind
+
+
+def _settle(ctl: ProfilerController) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        status = ctl.handle({"op": "status", "global_step": 0})["session"]
+        if status["state"] in ("done", "failed") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.05)
+
+
+def _median_ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1e3 if seconds else 0.0
+
+
+def _costs(test: Any, plain: dict, recorded: dict, start_s: float, stop_s: float, status: dict) -> None:
+    c = test.costs
+    c["iteration, not profiled"] = ", ".join(f"{s} {_median_ms(plain[s]):.2f} ms" for s in (PREFILL, DECODE))
+    c["iteration, recording"] = ", ".join(
+        f"{s} {_median_ms(recorded[s]):.2f} ms ({_median_ms(recorded[s]) / max(_median_ms(plain[s]), 1e-9):.2f}x)"
+        for s in (PREFILL, DECODE))
+    c["start (engine thread; the process's first)"] = f"{start_s * 1e3:.1f} ms"
+    c["stop request (engine thread)"] = f"{stop_s * 1e3:.1f} ms"
+    c["export (exporter thread)"] = f"{(status['export_seconds'] or 0) * 1e3:.0f} ms"
+
+
+def _read_back(test: Any, status: dict, schedule: list[str], memory: bool, memory_why: str | None,
+               chunked: bool) -> None:
+    """``chunked``: the torch backend (chunks, and a pause event per stop); torch_npu's stop does not
+    post-process on the serving thread, so it records one session and marks no stop."""
+    folder = Path(status["directory"])
+    data = read_manifest(folder) or {}
+    traces = [folder / f["path"] for f in data.get("files", []) if f.get("kind") == "trace"]
+    counts = _count(traces)
+    want = {s: schedule.count(s) for s in (PREFILL, DECODE)}
+    got = {s: counts["iterations"].get(s, 0) for s in (PREFILL, DECODE)}
+    stages = sorted({f.get("stage") for f in data.get("files", []) if f.get("kind") == "trace"})
+    test.add("stage traces", got == want and stages == [DECODE, PREFILL],
+             f"iterations prefill {got[PREFILL]}/{want[PREFILL]}, decode {got[DECODE]}/{want[DECODE]}")
+    rotations = counts["causes"].count(ROTATION)
+    test.add("chunks, stitched", (rotations >= 1 and rotations == status["stops"] - 1) if chunked else None,
+             f"{status['stops']} chunks joined into one trace per stage" if chunked
+             else "torch_npu records one session")
+    expected = status["stops"] + (1 if memory else 0) if chunked else 0
+    test.add("pauses marked in the trace", len(counts["pauses_ms"]) == expected,
+             f"{len(counts['pauses_ms'])} `{PAUSE_NAME}` events, {expected} expected")
+    reports = [check(t) for t in traces]
+    test.add("rlprof check", bool(reports) and all(r.ok for r in reports),
+             "; ".join(f"{r.path.name}: {r.events:,} events, {r.error_count} errors" for r in reports))
+    pauses = counts["pauses_ms"]
+    test.costs["pauses on the engine thread"] = (f"{len(pauses)} ({', '.join(counts['causes'])}): longest "
+                                                f"{max(pauses, default=0):.1f} ms, total {sum(pauses):.1f} ms")
+    size = sum(t.stat().st_size for t in traces)
+    test.costs["trace size"] = f"{size / 1e6:.2f} MB gzip, {size / max(1, len(schedule)) / 1e3:.1f} KB per iteration"
+    test.costs["device events"] = f"{counts['kernels']:,} kernels, {counts['flows']:,} flow events"
+    cuda = test.device == "cuda"
+    test.add("kernels and flow events", (counts["kernels"] > 0 and counts["flows"] > 0) if cuda else None,
+             f"{counts['kernels']:,} kernels, {counts['flows']:,} flow events" if cuda
+             else f"{test.device}: no CUDA kernels or CUPTI flows to count")
+    _memory(test, folder, data, status, memory, memory_why)
+    _summary_and_report(test, folder)
+
+
+def _count(traces: list[Path]) -> dict[str, Any]:
+    out: dict[str, Any] = {"iterations": {}, "pauses_ms": [], "causes": [], "kernels": 0, "flows": 0}
+    for path in traces:
+        with TraceReader(path) as reader:
+            for e in reader.events():
+                name, cat = e.get("name", ""), e.get("cat", "")
+                if cat == "kernel":
+                    out["kernels"] += 1
+                elif e.get("ph") in ("s", "f"):
+                    out["flows"] += 1
+                elif name == PAUSE_NAME:
+                    out["pauses_ms"].append(e.get("dur", 0) / 1e3)
+                    out["causes"].append((e.get("args") or {}).get("cause", "?"))
+                elif (m := ITERATION_RE.match(name)) and m["stage"]:
+                    out["iterations"][m["stage"]] = out["iterations"].get(m["stage"], 0) + 1
+    return out
+
+
+def _memory(test: Any, folder: Path, data: dict, status: dict, memory: bool, memory_why: str | None) -> None:
+    from ..trace.report.memory import step_memory
+
+    if not memory:
+        test.add("memory snapshot", None, memory_why or "not asked")
+        return
+    ranks = step_memory(folder)
+    m = ranks.get("rank0", {})
+    report = status.get("memory") or {}
+    ok = "error" not in m and m.get("entries", 0) > 0 and "error" not in report
+    test.add("memory snapshot", ok, m.get("error") or report.get("error")
+             or f"{m.get('entries', 0):,} history entries, peak {m.get('peak_allocated_mb', 0):.1f} MB allocated")
+    if report:
+        test.costs["memory snapshot"] = (f"{report.get('snapshot_seconds', 0) * 1e3:.1f} ms on the engine thread, "
+                                         f"dump {report.get('dump_seconds', 0) * 1e3:.1f} ms, "
+                                         f"{report.get('bytes', 0) / 1e6:.2f} MB ({report.get('stacks')} stacks)")
+
+
+def _summary_and_report(test: Any, folder: Path) -> None:
+    from ..trace.report.build import build, write_page
+    from ..trace.summary import summarise
+
+    try:
+        summary = summarise(folder)
+        stages = [st["stage"] for step in summary["steps"] for st in step["stages"]]
+        test.add("rlprof summary", sorted(stages) == [DECODE, PREFILL], f"stages {', '.join(stages) or 'none'}")
+        built = build(folder.parent, use_cache=False)
+        write_page(built, folder.parent / "report.html")
+        test.add("rlprof report", not built.nothing and not built.unread, str(folder.parent / "report.html"))
+    except Exception as e:
+        test.add("rlprof summary and report", False, f"{type(e).__name__}: {e}")

@@ -1,0 +1,82 @@
+"""What a start request asks a session to record: torch.profiler's settings and the memory history.
+
+Three engines' words for it, one meaning: vLLM 0.33's ``profiler_kwargs``,
+SGLang's ``activities``/``with_stack``/``record_shapes`` (its ``MEM``
+activity is the allocator's memory history) and rlprof's ``memory``. Each is
+checked here, naming the field, before anything is sent to a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..backends import memory_history
+from ..errors import RequestError
+from .launch_config import check_activities_on_host, parse_activities
+from .options import check_flag
+
+# vLLM 0.33's per-session torch.profiler keywords (``profiler_kwargs``), as the
+# TorchSettings field each one sets. Any other key is refused (vLLM would hand
+# it to torch.profiler unchecked).
+PROFILER_KWARGS = {"record_shapes": "record_shapes", "profile_memory": "with_memory", "with_stack": "with_stack",
+                   "with_flops": "with_flops", "with_modules": "with_modules"}
+MEM = "MEM"  # SGLang's activity for the allocator's memory history
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One session's recording: torch settings over the server's, whether a trace is
+    recorded at all (SGLang's ``activities: ["MEM"]`` asks for memory alone), the memory history."""
+
+    torch_overrides: dict[str, Any]
+    trace: bool = True
+    memory: bool = False
+
+
+def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
+    """``profiler_kwargs`` as TorchSettings overrides; a bad key or value names it."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RequestError("profiler_kwargs", f"must be an object of torch.profiler settings, got {value!r}")
+    out = {}
+    for key, flag in value.items():
+        if key not in PROFILER_KWARGS:
+            raise RequestError(f"profiler_kwargs.{key}", "not a per-session setting rlprof records; accepted: "
+                                                         + ", ".join(PROFILER_KWARGS))
+        out[PROFILER_KWARGS[key]] = check_flag(f"profiler_kwargs.{key}", flag, error=RequestError)
+    return out
+
+
+def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: bool) -> Recorded:
+    """vLLM's ``profiler_kwargs``, SGLang's ``activities``/``with_stack``/
+    ``record_shapes`` and rlprof's ``memory``, as one session's recording on a
+    host of ``device``."""
+    overrides: dict[str, Any] = parse_profiler_kwargs(given.get("profiler_kwargs"))
+    activities = given.get("activities")
+    mem = isinstance(activities, (list, tuple)) and any(isinstance(a, str) and a.upper() == MEM for a in activities)
+    trace = True
+    if "activities" in given:
+        traced = [a for a in activities if not (isinstance(a, str) and a.upper() == MEM)] if mem else activities
+        trace = bool(traced) or not mem
+        if trace:
+            overrides["activities"] = parse_activities("activities", traced, error=RequestError)
+            check_activities_on_host("activities", overrides["activities"], device, error=RequestError)
+    for name in ("with_stack", "record_shapes"):
+        if name in given:
+            value = check_flag(name, given[name], error=RequestError)
+            if overrides.get(name, value) != value:
+                raise RequestError(name, f"contradicts profiler_kwargs.{name}")
+            overrides[name] = value
+    memory = memory_default
+    if "memory" in given:
+        memory = check_flag("memory", given["memory"], error=RequestError)
+        if mem and not memory:
+            raise RequestError("memory", "false contradicts activities, which asks for MEM")
+    memory = memory or mem
+    if memory:
+        why = memory_history.unavailable(device)
+        if why:
+            raise RequestError("activities" if mem else "memory", why)
+    return Recorded(overrides, trace, memory)
