@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rlprof_plugins._log import logger, session_event
+from rlprof_plugins._log import logger, session_event, warn_once
+from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.session.protocol import combine, stop_wait_seconds, wait_until_written_sync, with_step_manifest
 
@@ -55,7 +56,14 @@ def _profile(wrapped, instance, args, kwargs):
     cfg = profiler_config_of(instance.vllm_config)
     if not plugin_handles(cfg):
         return wrapped(*args, **kwargs)
-    is_start, fields = _bind(*args, **kwargs)
+    try:
+        return _session(instance, cfg, *_bind(*args, **kwargs))
+    except UnavailableError as e:  # the workers' hooks did not apply here: vLLM's own profiler, as without rlprof
+        warn_once("engine_profile:unavailable", "rlprof: %s; EngineCore.profile runs vLLM's own profiler", e)
+        return wrapped(*args, **kwargs)
+
+
+def _session(instance: Any, cfg: Any, is_start: bool, fields: dict) -> None:
     if not is_start:
         result = _workers(instance, {"op": "stop"})  # the profiler stops here, on the engine loop
         timeout = stop_wait_seconds(options_of(cfg), None)

@@ -135,5 +135,6 @@ def render(test: SelfTest) -> str:
     lines += ["", "what it costs:"]
     width = max((len(k) for k in test.costs), default=0)
     lines += [f"  {k:<{width}}  {v}" for k, v in test.costs.items()]
-    lines += ["", f"step folder: {test.folder}", f"verdict: {'everything that applies here works' if test.ok else 'FAILED'}"]
+    verdict = "everything that applies here works" if test.ok else "FAILED"
+    lines += ["", f"step folder: {test.folder}", f"verdict: {verdict}"]
     return "\n".join(lines)

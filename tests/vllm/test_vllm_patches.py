@@ -98,3 +98,24 @@ def test_worker_without_hooks_answers_unavailable():
         WORKER_PATCH.revert()
         if was_applied:
             apply_guarded(WORKER_PATCH, gpu_worker, vllm_version())
+
+
+def test_engine_profile_falls_back_to_vllms_own_where_the_worker_hooks_are_missing(caplog):
+    """EngineCore.profile (the Rust frontend's way in) runs rlprof sessions through the workers'
+    hooks; a worker whose hooks did not apply answers `unavailable`, and the call then runs vLLM's
+    own profiler, as without rlprof, with one warning."""
+    import types
+
+    from rlprof_plugins.patches.vllm import engine_profile
+    from rlprof_plugins.patches.vllm.profiler_config import build_profiler_config
+    from rlprof_plugins.session.protocol import unavailable_reply
+
+    cfg = build_profiler_config({"profiler": "torch", "torch_profiler_dir": "/tmp/rlprof-unused"})
+    executor = types.SimpleNamespace(collective_rpc=lambda fn, args=(): [unavailable_reply("no hooks here")])
+    engine = types.SimpleNamespace(vllm_config=types.SimpleNamespace(profiler_config=cfg), model_executor=executor)
+    native = []
+    with caplog.at_level(logging.WARNING):
+        for call in ((True, "p"), (False,)):
+            engine_profile._profile(lambda *a, **k: native.append(a), engine, call, {})
+    assert native == [(True, "p"), (False,)]
+    assert sum("runs vLLM's own profiler" in r.getMessage() for r in caplog.records) == 1
