@@ -26,7 +26,7 @@ from typing import Any
 from rlprof_plugins._log import logger, session_event, warn_once
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.config.requests import parse_start
-from rlprof_plugins.session.protocol import combine, stop_wait_seconds, wait_until_written_sync, with_step_manifest
+from rlprof_plugins.session.protocol import combine, stop_when_written_sync
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
@@ -41,10 +41,10 @@ def _bind(is_start: bool = True, profile_prefix: str | None = None, delay_iterat
                       "max_iterations": max_iterations, "profiler_kwargs": profiler_kwargs}
 
 
-def _workers(engine: Any, command: dict) -> dict:
+def _workers(engine: Any, command: dict) -> list:
     from .worker import worker_control
 
-    return combine(list(engine.model_executor.collective_rpc(worker_control, args=(command,))))
+    return list(engine.model_executor.collective_rpc(worker_control, args=(command,)))
 
 
 def _weight_version(engine: Any):
@@ -64,19 +64,14 @@ def _profile(wrapped, instance, args, kwargs):
 
 
 def _session(instance: Any, cfg: Any, is_start: bool, fields: dict) -> None:
-    if not is_start:
-        result = _workers(instance, {"op": "stop"})  # the profiler stops here, on the engine loop
-        timeout = stop_wait_seconds(options_of(cfg), None)
-        if timeout:
-            result = wait_until_written_sync(with_step_manifest(result), lambda step: with_step_manifest(
-                _workers(instance, {"op": "status", "global_step": step})), timeout)
-        session_event("stopped", result)
+    if not is_start:  # the profiler stops here, on the engine loop
+        session_event("stopped", stop_when_written_sync(lambda command: _workers(instance, command), options_of(cfg)))
         return None
     server = dataclasses.replace(request_server(cfg), weight_version=_weight_version(instance))
     request = parse_start({k: v for k, v in fields.items() if v is not None}, server)
     for warning in request.warnings:  # this caller has no answer body to carry them
         logger.warning("rlprof: %s", warning)
-    session_event("started", _workers(instance, request.to_command()))
+    session_event("started", combine(_workers(instance, request.to_command())))
     return None
 
 

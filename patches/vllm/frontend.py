@@ -23,7 +23,7 @@ from rlprof_plugins.store import reaping as writers
 
 from rlprof_plugins._log import session_event
 from rlprof_plugins.session.protocol import (combine, file_piece, local_piece, roster_command, stop_wait_seconds,
-                                    wait_until_written, wait_until_written_sync, with_step_manifest)
+                                    stop_when_written_sync, wait_until_written, with_step_manifest)
 from rlprof_plugins.errors import UnavailableError
 from rlprof_plugins.session.api_server_recorder import FrontendRecorder
 from rlprof_plugins.store.layout import session_dir
@@ -238,11 +238,7 @@ def _wrap_llm_stop(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
 
     def stop(wait=None):
-        timeout = stop_wait_seconds(options_of(cfg), wait)
-        result = combine(_call_sync(instance, {"op": "stop"}))
-        if timeout:
-            result = wait_until_written_sync(with_step_manifest(result),
-                                             lambda step: llm_profile_status(instance, step), timeout)
+        result = stop_when_written_sync(lambda command: _call_sync(instance, command), options_of(cfg), wait)
         session_event("stopped", result)
         return result
 

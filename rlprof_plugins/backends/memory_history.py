@@ -33,13 +33,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import OptionsError
 from ..store.layout import atomic_target, publish
 from . import ExportedFile
 
 STACKS = ("python", "all")  # the allocator's traceback choices; "all" adds C++ frames (slow to dump)
+# the configuration keys and their defaults (checked by ``config.options`` with its own checks)
 DEFAULTS = {"memory": False, "memory_stacks": "python", "memory_max_entries": 100_000}
 PICKLE_PROTOCOL = 4
 MEMORY_DEVICES = ("cuda", "npu")
@@ -49,20 +50,6 @@ MEMORY_DEVICES = ("cuda", "npu")
 class MemorySettings:
     stacks: str = DEFAULTS["memory_stacks"]
     max_entries: int = DEFAULTS["memory_max_entries"]
-
-
-def check_key(key: str, value: Any, error: Callable = OptionsError) -> Any:
-    """One memory key's value, normalised; ``error(key, why)`` otherwise."""
-    if key == "memory":
-        if not isinstance(value, bool):
-            raise error(key, f"must be true or false, got {value!r}")
-    elif key == "memory_stacks":
-        if value not in STACKS:
-            raise error(key, f"must be one of {', '.join(STACKS)}, got {value!r}")
-    elif key == "memory_max_entries":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise error(key, f"must be an integer >= 1, got {value!r}")
-    return value
 
 
 def allocator_module(device: str) -> Any | None:
@@ -78,12 +65,12 @@ def allocator_module(device: str) -> Any | None:
     return None
 
 
-def unavailable(device: str, module: Any = None) -> str | None:
+def unavailable(device: str) -> str | None:
     """Why ``memory`` cannot be recorded on a host of ``device`` (``backends.choice.device_type``), or None."""
     if device not in MEMORY_DEVICES:
         return (f"needs a device whose allocator keeps a memory history (CUDA, or Ascend with torch_npu); "
                 f"this host's device is {device}")
-    module = module if module is not None else allocator_module(device)
+    module = allocator_module(device)
     missing = [f for f in ("_record_memory_history", "_snapshot") if not hasattr(module, f)]
     if module is None or missing:
         return f"needs {device}'s allocator history API, which this torch lacks ({', '.join(missing) or 'no module'})"

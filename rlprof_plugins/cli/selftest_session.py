@@ -142,7 +142,7 @@ def _read_back(test: Any, status: dict, schedule: list[str], memory: bool, memor
     test.add("kernels and flow events", (counts["kernels"] > 0 and counts["flows"] > 0) if cuda else None,
              f"{counts['kernels']:,} kernels, {counts['flows']:,} flow events" if cuda
              else f"{test.device}: no CUDA kernels or CUPTI flows to count")
-    _memory(test, folder, data, status, memory, memory_why)
+    _memory(test, folder, status, memory, memory_why)
     _summary_and_report(test, folder)
 
 
@@ -164,7 +164,7 @@ def _count(traces: list[Path]) -> dict[str, Any]:
     return out
 
 
-def _memory(test: Any, folder: Path, data: dict, status: dict, memory: bool, memory_why: str | None) -> None:
+def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
     from ..trace.report.memory import step_memory
 
     if not memory:

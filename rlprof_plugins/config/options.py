@@ -224,8 +224,11 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_integer("trainer_step_offset", data.get("trainer_step_offset", 1)),
         step_source=check_choice("step_source", data.get("step_source", "request"), STEP_SOURCES),
-        **{key: memory_history.check_key(key, data.get(key, default))
-           for key, default in memory_history.DEFAULTS.items()},
+        memory=check_flag("memory", data.get("memory", memory_history.DEFAULTS["memory"])),
+        memory_stacks=check_choice("memory_stacks", data.get("memory_stacks", memory_history.DEFAULTS["memory_stacks"]),
+                                   memory_history.STACKS),
+        memory_max_entries=check_positive("memory_max_entries",
+                                          data.get("memory_max_entries", memory_history.DEFAULTS["memory_max_entries"])),
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},
     )

@@ -11,7 +11,7 @@ plugin. No engine imports; reads only a step folder's manifest.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..store import manifest
 from ..errors import ConflictError, NotFoundError, RequestError, UnavailableError
@@ -162,6 +162,20 @@ def wait_until_written_sync(result: dict[str, Any], status_of, timeout: float) -
         time.sleep(wait.pause())
         status = status_of(result.get("global_step"))
     return wait.answer(status)
+
+
+def stop_when_written_sync(send: Callable[[dict[str, Any]], Sequence[dict[str, Any]]], options: Any,
+                           wait: Any = None) -> dict[str, Any]:
+    """A synchronous caller's stop that keeps the engines' promise: every rank stops (``send`` sends one
+    command and returns the ranks' replies), then the answer waits until the session's files are
+    written, at most ``stop_wait_seconds`` (``wait`` false: at once). ``LLM.stop_profile``, vLLM's own
+    ``EngineCore.profile``."""
+    timeout = stop_wait_seconds(options, wait)
+    result = combine(send({"op": "stop"}))
+    if timeout:
+        result = wait_until_written_sync(with_step_manifest(result), lambda step: with_step_manifest(
+            combine(send({"op": "status", "global_step": step}))), timeout)
+    return result
 
 
 def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:

@@ -55,10 +55,11 @@ def memory_files(directory: Path) -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((directory / MEMORY).glob("*.pickle"))]
 
 
-def step_memory(directory: Path) -> dict[str, dict[str, Any]]:
-    """Each rank's memory over the window, by rank; an unreadable snapshot keeps its entry with ``error``."""
+def step_memory(directory: Path, files: list[tuple[str, Path]] | None = None) -> dict[str, dict[str, Any]]:
+    """Each rank's memory over the window, by rank (``files``: ``memory_files(directory)`` where the
+    caller has it); an unreadable snapshot keeps its entry with ``error``."""
     out = {}
-    for rank, path in memory_files(directory):
+    for rank, path in memory_files(directory) if files is None else files:
         entry: dict[str, Any] = {"path": str(path.relative_to(directory))}
         try:
             entry.update(rank_memory(read_snapshot(path)))

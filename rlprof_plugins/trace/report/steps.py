@@ -75,6 +75,7 @@ def _cached_row(global_step: int | None, directory: Path, progress: Callable[[st
 def _row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
     data = manifest.read(directory) or {}
     traces = trace_files(directory)
+    memory = memory_files(directory)
     row: dict[str, Any] = {
         "global_step": global_step, "directory": str(directory),
         "state": data.get("state", "no manifest"), "engine": data.get("engine"),
@@ -82,11 +83,11 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
         "trace_bytes": sum(file_size(p) for p in traces),
         "files": files_of(directory, traces) + [{"path": str(p.relative_to(directory)), "bytes": file_size(p),
                                                  "role": "memory", "rank": rank, "stage": None}
-                                                for rank, p in memory_files(directory) if p.is_file()],
+                                                for rank, p in memory if p.is_file()],
         "ranks": [], "missing_ranks": [], "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {},
         "iterations": 0, "iteration_ms_total": 0.0, "span_ms": 0.0, "profiler_pauses": 0, "profiler_pause_ms": 0.0,
         "rank_time": {}, "timeline": [], "operator_ms": {"device": {}, "cpu": {}}, "error": None,
-        "memory": step_memory(directory),
+        "memory": step_memory(directory, memory),
     }
     if data.get("state") == "failed":
         errors = [w.get("error") for w in (data.get("writers") or {}).values() if w.get("error")]
