@@ -14,7 +14,9 @@ workers:
 - one iteration is one ``Scheduler.run_batch`` of a batch that runs the
   model (IDLE and PREBUILT placeholders are not iterations);
 - a stop is answered first; the profiler stops at the next batch or from
-  ``Scheduler.on_idle``, on the scheduler thread that recorded.
+  ``Scheduler.on_idle``, on the scheduler thread that recorded;
+- from the idle hook a chunked recording's running chunk ends, so no profiler
+  records the idle loop's busy polling (``ProfilerController.idle``).
 
 Requests without the ``rlprof:`` marker reach SGLang's native profiler
 unchanged (refused only while an rlprof session records: one profiler at a
@@ -242,8 +244,10 @@ def _run_batch(wrapped, instance, args, kwargs):
 
 def _on_idle(wrapped, instance, args, kwargs):
     ctl = _controller_of(instance)
-    if ctl is not None and ctl.stop_pending:
-        ctl.complete_stop()  # the stop was answered; the profiler stops here, on this thread
+    if ctl is not None and ctl.active:
+        # A stop answered earlier completes here, on this thread; a recording's running chunk
+        # ends here rather than record the idle loop's busy polling.
+        ctl.idle()
     return wrapped(*args, **kwargs)
 
 
@@ -282,7 +286,8 @@ SCHEDULER_PATCH = Patch(
     versions=VERSIONS,
     module="sglang.srt.managers.scheduler",
     feature=STEP_WINDOWS,
-    why="count model iterations (run_batch) with rlprof's stage rule; finish a stop that was answered when idle",
+    why=("count model iterations (run_batch) with rlprof's stage rule; when idle, finish a stop that was "
+         "answered and end a recording's running chunk"),
     upstream="an iteration hook in the scheduler loop",
     wrap={"Scheduler.run_batch": _run_batch, "Scheduler.on_idle": _on_idle,
           "Scheduler.self_check_during_idle": _on_idle},

@@ -54,9 +54,28 @@ def _complete_stop(engine: Any) -> None:
         logger.warning("rlprof: completing a deferred profiler stop failed: %s", e)
 
 
+def engine_is_idle(engine: Any) -> bool | None:
+    """Whether the engine has no request to step (None: this release does not say). A start
+    sent while it is idle tells the workers (``engine_idle``), so a chunked recording's first
+    chunk ends at once instead of recording the worker's wait loop until traffic comes."""
+    try:
+        has_work = getattr(engine, "has_work", None)
+        return not has_work() if callable(has_work) else not engine.scheduler.has_requests()
+    except Exception:
+        return None
+
+
+def with_engine_state(engine: Any, command: dict) -> dict:
+    """A start command with ``engine_idle`` where the engine says so."""
+    if command.get("op") == "start" and engine_is_idle(engine):
+        return {**command, "engine_idle": True}
+    return command
+
+
 def rlprof_control(self: Any, command: dict) -> list[dict]:
     from .worker import worker_control
 
+    command = with_engine_state(self, command)
     defer = command.get("op") == "stop" and _has_idle_callbacks(self)
     if defer:
         command = {**command, "defer": True}

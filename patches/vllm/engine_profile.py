@@ -42,9 +42,10 @@ def _bind(is_start: bool = True, profile_prefix: str | None = None, delay_iterat
 
 
 def _workers(engine: Any, command: dict) -> list:
+    from .engine_core import with_engine_state
     from .worker import worker_control
 
-    return list(engine.model_executor.collective_rpc(worker_control, args=(command,)))
+    return list(engine.model_executor.collective_rpc(worker_control, args=(with_engine_state(engine, command),)))
 
 
 def _weight_version(engine: Any):

@@ -8,7 +8,8 @@ iteration begins and ends. An iteration is one ``execute_model`` call that
 runs a forward pass (it schedules at least one token; vLLM also calls it
 with an empty batch, e.g. to flush finished requests, and those are not
 counted) plus the ``sample_tokens`` call that completes it when sampling is
-deferred.
+deferred. An empty call says the engine is about to wait for work: the
+controller's ``idle`` ends a recording's running chunk there.
 """
 
 from __future__ import annotations
@@ -157,7 +158,14 @@ def _scheduler_output(args, kwargs) -> Any:
 def _execute_model(wrapped, instance, args, kwargs):
     scheduler_output = _scheduler_output(args, kwargs)
     if getattr(scheduler_output, "total_num_scheduled_tokens", 1) <= 0:
-        return wrapped(*args, **kwargs)
+        output = wrapped(*args, **kwargs)
+        # An empty step: the engine had nothing to run (it sends one to clear the requests that
+        # finished) and is about to wait for work. A recording's chunk ends here, before the
+        # worker's wait loop (a second of sched_yield spins after each message) is recorded.
+        ctl = instance.__dict__.get(CONTROLLER_ATTR)
+        if ctl is not None and ctl.active:
+            ctl.idle()
+        return output
     state = instance.__dict__
     state[FORWARDS_ATTR] = state.get(FORWARDS_ATTR, 0) + 1
     ctl = state.get(CONTROLLER_ATTR)

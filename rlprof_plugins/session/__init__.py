@@ -2,5 +2,5 @@
 
 The workers' ``ProfilerController`` and the API server's ``FrontendRecorder``
 decide when; both record through ``Recording`` and report to the step
-manifest through ``recording.report``. Nothing here imports torch or an engine.
+manifest through ``exporter.report``. Nothing here imports torch or an engine.
 """

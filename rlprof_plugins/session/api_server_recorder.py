@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from ..backends import Backend
-from .recording import Exported, Recording, report
+from .exporter import report
+from .recording import Exported, Recording
 from .._log import logger
 
 

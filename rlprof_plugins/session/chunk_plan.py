@@ -1,28 +1,40 @@
 """When a chunked recording's running chunk ends (``chunk_iterations``).
 
-torch's stop post-processes what the chunk recorded on the engine thread, in
-proportion to it (docs/performance.md: ~12 ms per recorded vLLM iteration with
-Python stacks, ~2 ms without, on the 2-core bench machine), and the engine
-waits for it. A fixed count N ends a chunk after every N iterations. ``auto``
-(the default) sizes chunks by that cost instead: each rank remembers what its
-stops cost per recorded iteration (``StopCosts``: every pause teaches it,
-rotations and final stops, across sessions, per kind of recording) and ends
-the chunk once the pause it would cost reaches ``max_pause_ms``. A session
-whose final stop stays under the target never rotates. Before a rank has
-measured anything, ``PRIOR_SECONDS`` stands in (the bench machine's cost).
+torch's stop post-processes every event the chunk recorded, on the engine
+thread, and the engine waits for it. Events come from iterations and from
+the time between them: with Python stacks on, an engine waiting for work
+records its own wait loop (vLLM's worker spins on ``sched_yield`` for a
+second after each message, SGLang's scheduler busy-polls), about two
+million events a second (docs/performance.md). So a chunk is priced by both:
+
+    pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
+
+A fixed count N ends a chunk after every N iterations. ``auto`` (the
+default) ends it once the predicted pause reaches ``HEADROOM`` of ``max_pause_ms``. Each rank
+learns both rates from its own pauses (``StopCosts``: every stop teaches
+it, rotations and final stops, across sessions, per kind of recording),
+with ``PRIOR_SECONDS`` before it has measured anything. The engine's idle
+hooks end a chunk when the engine is about to wait (``Recording.park``), so
+an idle wait never grows one: this plan prices what is left.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import time
 from typing import Any, Hashable
 
 from ..config.options import CHUNK_AUTO as AUTO
 
 # torch's stop per recorded iteration before a rank has measured one, stacks on/off (seconds).
 PRIOR_SECONDS = {True: 0.012, False: 0.002}
+# ... and per second of recording between iterations (stacks on: the wait loop's ~2 M events a second).
+PRIOR_IDLE_SECONDS = {True: 10.0, False: 0.05}
 REMEMBERED = 8  # pauses per kind of recording the estimate is drawn from
+# Chunks are planned to this share of ``max_pause_ms``: one stop's cost per iteration varies about
+# twofold on a busy host (SGLang TP=1, stacks on, 2 cores: 10-24 ms an iteration in one session).
+HEADROOM = 0.7
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
 
 
@@ -33,23 +45,50 @@ def recording_kind(backend: Any) -> tuple:
             bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())))
 
 
+def _stacks(kind: tuple) -> bool:
+    return bool(kind[0]) if kind else False
+
+
 class StopCosts:
-    """One rank's measured pauses: seconds per recorded iteration, by kind of recording."""
+    """One rank's measured pauses, by kind of recording: what a recorded
+    iteration and a recorded idle second each add to a stop."""
 
     def __init__(self) -> None:
-        self._seen: dict[Hashable, collections.deque[tuple[float, int]]] = {}
+        self._seen: dict[Hashable, collections.deque[tuple[float, int, float]]] = {}
 
-    def learn(self, kind: tuple, seconds: float, iterations: int) -> None:
-        if iterations > 0:
-            self._seen.setdefault(kind, collections.deque(maxlen=REMEMBERED)).append((seconds, iterations))
+    def learn(self, kind: tuple, seconds: float, iterations: int, idle_seconds: float = 0.0) -> None:
+        if iterations > 0 or idle_seconds > 0:
+            self._seen.setdefault(kind, collections.deque(maxlen=REMEMBERED)).append(
+                (seconds, iterations, max(idle_seconds, 0.0)))
+
+    def rates(self, kind: tuple) -> tuple[float, float]:
+        """(seconds per iteration, seconds per idle second): non-negative least
+        squares over the remembered pauses; a rate they cannot tell apart keeps its prior."""
+        prior = (PRIOR_SECONDS[_stacks(kind)], PRIOR_IDLE_SECONDS[_stacks(kind)])
+        seen = [p for p in self._seen.get(kind, ()) if p[1] > 0] or list(self._seen.get(kind, ()))
+        if not seen:
+            return prior
+        counted = sum(n for _, n, _ in seen)
+        # iteration-weighted: a stop that held one iteration and much idle recording does not outweigh chunks
+        a = sum(s for s, _, _ in seen) / counted if counted else prior[0]
+        if not any(i > 0 for _, _, i in seen):
+            return a, prior[1]
+        s_n = sum(n * n for _, n, _ in seen)
+        s_i = sum(i * i for _, _, i in seen)
+        s_ni = sum(n * i for _, n, i in seen)
+        y_n = sum(s * n for s, n, _ in seen)
+        y_i = sum(s * i for s, _, i in seen)
+        det = s_n * s_i - s_ni * s_ni
+        if det > 1e-9 * s_n * s_i:
+            fit_a, fit_c = (y_n * s_i - y_i * s_ni) / det, (y_i * s_n - y_n * s_ni) / det
+            if fit_a >= 0 and fit_c >= 0:
+                return fit_a, fit_c
+        # the two cannot be told apart: iterations explain what they can, idle time the rest
+        rest = [(max(s - a * n, 0.0), i) for s, n, i in seen if i > 0]
+        return a, sum(r * i for r, i in rest) / sum(i * i for _, i in rest)
 
     def per_iteration(self, kind: tuple) -> float:
-        """Iteration-weighted: a stop that held one iteration and much idle
-        recording between (a stop request's) does not outweigh whole chunks."""
-        seen = self._seen.get(kind)
-        if not seen:
-            return PRIOR_SECONDS[kind[0] if kind else False]
-        return sum(s for s, _ in seen) / sum(n for _, n in seen)
+        return self.rates(kind)[0]
 
 
 class ChunkPlan:
@@ -57,28 +96,77 @@ class ChunkPlan:
 
     def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple) -> None:
         self._fixed = None if iterations == AUTO else int(iterations)
-        self._target = max_pause_ms / 1000
+        self._target = max_pause_ms / 1000 * HEADROOM
         self._costs, self._kind = costs, kind
         self._last: int | None = None  # the last chunk's length (auto)
         # asked at every iteration's end: worked out only when a pause teaches something
-        self._length = self._measure()
+        self._length, self._rates = self._measure()
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the recording is cut into chunks at all (``chunk_iterations`` 0: one torch session)."""
+        return self._fixed != 0
 
     def length(self) -> int | None:
-        """Iterations the running chunk may hold; None: no end (one torch session)."""
+        """Iterations a chunk with no idle time may hold; None: no end (one torch session)."""
         return self._length
 
-    def due(self, held: int) -> bool:
-        return self._length is not None and held >= self._length
+    def due(self, held: int, idle_seconds: float = 0.0) -> bool:
+        """Whether a chunk holding ``held`` iterations and ``idle_seconds`` between them ends now."""
+        if self._length is None:
+            return False
+        if held >= self._length:
+            return True
+        return self._fixed is None and self.predicted(held, idle_seconds) >= self._target
 
-    def learn(self, seconds: float, iterations: int, *, rotated: bool) -> None:
-        """A pause of ``seconds`` for a chunk of ``iterations`` (``rotated``: mid-session)."""
-        self._costs.learn(self._kind, seconds, iterations)
-        if rotated:
+    def predicted(self, held: int, idle_seconds: float) -> float:
+        """The stop this chunk would cost now (seconds)."""
+        a, c = self._rates
+        return a * held + c * idle_seconds
+
+    def learn(self, seconds: float, iterations: int, *, rotated: bool, idle_seconds: float = 0.0) -> None:
+        """A pause of ``seconds`` for a chunk of ``iterations`` and ``idle_seconds`` (``rotated``: mid-session)."""
+        self._costs.learn(self._kind, seconds, iterations, idle_seconds)
+        if rotated and iterations > 0:
             self._last = iterations
-        self._length = self._measure()
+        self._length, self._rates = self._measure()
 
-    def _measure(self) -> int | None:
+    def _measure(self) -> tuple[int | None, tuple[float, float]]:
+        rates = self._costs.rates(self._kind)
         if self._fixed is not None:
-            return self._fixed or None
-        n = max(1, math.floor(self._target / max(self._costs.per_iteration(self._kind), 1e-6)))
-        return n if self._last is None else min(n, self._last * MAX_GROWTH)
+            return self._fixed or None, rates
+        n = max(1, math.floor(self._target / max(rates[0], 1e-6)))
+        return (n if self._last is None else min(n, self._last * MAX_GROWTH)), rates
+
+
+class RunningChunk:
+    """What the running chunk holds so far: its iterations (first and last
+    index) and its recorded seconds, inside iterations and between them."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """A profiler started: nothing held yet."""
+        self.span: tuple[int, int] | None = None
+        self._began = time.perf_counter()
+        self._busy = 0.0
+        self._entered: float | None = None
+
+    def enter(self, index: int) -> None:
+        self.span = (index, index) if self.span is None else (self.span[0], index)
+        self._entered = time.perf_counter()
+
+    def leave(self) -> None:
+        if self._entered is not None:
+            self._busy += time.perf_counter() - self._entered
+            self._entered = None
+
+    @property
+    def held(self) -> int:
+        return 0 if self.span is None else self.span[1] - self.span[0] + 1
+
+    def idle_seconds(self) -> float:
+        """Recorded seconds outside iterations (the engine waiting, recorded all the same)."""
+        inside = self._busy + (time.perf_counter() - self._entered if self._entered is not None else 0.0)
+        return max(time.perf_counter() - self._began - inside, 0.0)

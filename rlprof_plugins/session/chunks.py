@@ -4,13 +4,15 @@ torch's own ``stop()`` post-processes every recorded event on the thread
 that recorded (the engine's), seconds with Python stacks on. With
 ``chunk_iterations`` a session's window is recorded as chunks: at an
 iteration boundary the running profiler stops (a pause as long as one
-chunk's post-processing) and a fresh one starts; the stopped one is written
-at the export, with the others, into a hidden folder of the session's
-directory (``.rlprof-chunks/``): the stopped profilers hold their records
-until then, as one unchunked profiler holds all of them, and no chunk's
-writing competes with the engine while it records (measured: writing each
-chunk as soon as it stopped halved tokens/s while recording on 2 cores).
-The exporter then stitches them (``trace.stitch``, in a child process) into
+chunk's post-processing) and a fresh one starts. A chunk also ends when the
+engine is about to wait for work, and none runs until its next iteration
+(``Recording.park``). Each stopped chunk is written by the exporter thread
+as soon as it stopped, into a hidden folder of the session's directory
+(``.rlprof-chunks/``), and its profiler released: a stopped profiler holds
+its post-processed events (~1.5 KB each), so memory stays bounded by one
+chunk, not the session (docs/performance.md). Kineto's writer runs in a
+forked child (``backends.forked_export``), so the write does not hold the
+engine's GIL. At the session's end the exporter stitches them (``trace.stitch``, in a child process) into
 the file an unchunked session writes, split by stage when asked, and removes
 them.
 
@@ -48,20 +50,21 @@ class Chunks:
         self.stopped: list[Backend] = []  # in recording order, until written
         self.paths: list[Path] = []
         self.error: BaseException | None = None
+        self._index = 0  # the next chunk's number, in recording order
 
     def write_all(self) -> None:
         """Export every stopped chunk (exporter thread), releasing each
         profiler's records once written. A chunk that cannot be written is
         remembered: the session fails at the end, the others kept."""
-        index = 0
         while self.stopped:
             backend = self.stopped.pop(0)  # its records go with it once written
             try:
-                written = backend.export(Placement(self.folder, False), f"{self._name}.chunk{index:04d}")
+                written = backend.export(Placement(self.folder, False), f"{self._name}.chunk{self._index:04d}")
                 self.paths += [f.path for f in written if f.kind == "trace"]
             except Exception as e:
                 self.error = self.error or e
-            index += 1
+            self._index += 1
+            del backend
 
     def join(self, place: Placement, *, by_stage: bool, gzip: bool = True,
              pauses: list[Pause] | None = None) -> list[ExportedFile]:

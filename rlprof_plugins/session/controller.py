@@ -2,7 +2,7 @@
 
 Commands arrive as plain dicts (they cross process boundaries unchanged; a
 start is read back into its ``StartRequest`` once, here); the engine says when
-each iteration begins and ends. With the session's ``StepWindow`` the
+each iteration begins and ends and when it is about to wait (``engine_hooks``). With the session's ``StepWindow`` the
 controller decides when recording starts and stops, annotates every recorded
 iteration and finishes when the window closes, without a stop request. How
 to record is the ``Recording``'s; what a session is and says, ``states``.
@@ -10,8 +10,11 @@ to record is the ``Recording``'s; what a session is and says, ``states``.
 The engine never waits for an export: the profiler stops on the engine thread (where it
 recorded), a background exporter writes the files. A stop *request* may be answered before
 the profiler stops (``defer``; torch's stop takes seconds with stacks on): the engine completes
-it at its next iteration or when idle (``complete_stop``). Nothing raises into the engine: a
-failure marks the session ``failed`` with the reason.
+it at its next iteration or when idle (``complete_stop``). A chunked recording's chunk ends
+when the engine is about to wait and the next starts with the next iteration (``_park``):
+no profiler records an idle engine. Each stopped chunk is written as soon as it stopped, so
+its events leave the engine process. Nothing raises into the engine: a failure marks the
+session ``failed`` with the reason.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from .._log import logger
 from ..backends import Backend
 from ..backends.memory_history import host_allocator
 from ..errors import RequestError
-from ..trace.stages import IterationInfo
 from .chunk_plan import StopCosts
-from .recording import Exporter, Recording, report
-from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
+from .engine_hooks import EngineHooks
+from .exporter import Exporter, report
+from .recording import Recording
+from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, Session
 
 
-class ProfilerController:
+class ProfilerController(EngineHooks):
     """Runs sessions for one worker.
 
     ``backend_factory(operator_table, overrides)``: a fresh backend per session (native vLLM
@@ -124,7 +128,11 @@ class ProfilerController:
         if session.window.start == 0 and self._record_from_request:
             # Like native vLLM: recording starts with the request, so a stop
             # with no traffic in between still yields a (near empty) trace.
+            # Chunked, on an engine that says it is idle, that first chunk ends
+            # at once: the engine waits for work, and its wait loop is no part of the window.
             self._begin_recording(session)
+            if command.get("engine_idle"):
+                self._park(session)
         self._write_manifest(session)
         return self._reply(True)
 
@@ -153,47 +161,7 @@ class ProfilerController:
         """A stop was answered and the profiler still runs (see ``complete_stop``)."""
         return self._stopping is not None
 
-    # ---- engine iterations (hot path) -----------------------------------
-    def begin_iteration(self, info: IterationInfo | None = None) -> None:
-        if self._stopping is not None:
-            self.complete_stop()
-        s = self._session
-        if s is None or not s.active:
-            return
-        try:
-            if s.state == WAITING and s.window.starts_at(s.iteration):
-                self._begin_recording(s)
-            if s.state == RECORDING and self._recording is not None:
-                if info is not None:
-                    s.count_stage(info.stage)
-                self._annotations = self._recording.enter_iteration(s.iteration, info)
-        except Exception as e:
-            self._fail(s, e)
-
-    def end_iteration(self) -> None:
-        s = self._session
-        if s is None or not s.active:
-            return
-        try:
-            self._close_annotation()
-            if s.state == RECORDING:
-                s.recorded += 1
-                if s.window.over_after(s.iteration):
-                    with self._lock:
-                        self._finish(s, ended_by="window")
-                elif self._recording is not None and self._recording.chunk_due():
-                    self._next_chunk(s, self._recording)
-            s.iteration += 1
-        except Exception as e:
-            self._fail(s, e)
-
     # ---- transitions ----------------------------------------------------
-    def _close_annotation(self) -> None:
-        if self._annotations:
-            annotations, self._annotations = self._annotations, ()
-            for annotation in reversed(annotations):
-                annotation.__exit__(None, None, None)
-
     def _begin_recording(self, s: Session) -> None:
         try:
             recording = Recording.of_session(s.request, s.directory, name=s.worker_name, rank=self._rank_name,
@@ -207,10 +175,25 @@ class ProfilerController:
         s.state = RECORDING
         s.recording_started_at = time.time()
 
+    def _new_backend(self, s: Session) -> Backend:
+        return self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
+
     def _next_chunk(self, s: Session, recording: Recording) -> None:
         """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
-        backend = self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
-        s.count_stop(recording.rotate(backend))
+        s.count_stop(recording.rotate(self._new_backend(s)))
+        self._exporter.submit(recording.write_chunks)  # its events leave the process as soon as written
+
+    def _park(self, s: Session) -> None:
+        """End the running chunk while the engine waits (``idle``); never raises."""
+        recording = self._recording
+        if recording is None or not recording.can_park:
+            return
+        try:
+            s.count_stop(recording.park())
+        except Exception as e:
+            self._fail(s, e)
+            return
+        self._exporter.submit(recording.write_chunks)
 
     def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
         """End recording: stop the profiler on this (the engine) thread now,
@@ -249,7 +232,9 @@ class ProfilerController:
     def _stop_and_export(self, s: Session, recording: Recording) -> None:
         t0 = time.perf_counter()
         try:
-            s.count_stop(recording.stop())
+            seconds = recording.stop()
+            if seconds is not None:  # None: parked, no profiler was running
+                s.count_stop(seconds)
         except Exception as e:
             s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)

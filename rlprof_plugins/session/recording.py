@@ -14,20 +14,17 @@ the step's completion work (``finalize``).
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from ..store import manifest
-from . import finalize
 from ..backends import Backend, RecordingKept
 from ..backends.memory_history import MemoryHistory, MemorySettings, TraceOff
 from ..store.layout import Placement
-from .chunk_plan import ChunkPlan, StopCosts, recording_kind
+from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
 from .._log import logger
-from ..trace.pauses import MEMORY, ROTATION, STOP, Pause
+from ..trace.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
 from ..trace.stages import IterationInfo, iteration_annotation, profiler_step
 
 
@@ -62,7 +59,8 @@ class Recording:
         self._role = role
         self.chunks: Chunks | None = None  # set by the first rotate()
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
-        self._held: tuple[int, int] | None = None  # the first and last iteration of the running chunk
+        self._chunk = RunningChunk()  # what the running chunk holds
+        self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
         self._plan = plan  # when a chunk ends (None: never)
         self._memory = memory
 
@@ -112,6 +110,7 @@ class Recording:
     def _start_backend(self) -> None:
         self._backend.prepare(self._out, self._name)
         self._backend.start()
+        self._chunk.restart()
 
     def annotation(self, label: str) -> ContextManager[object]:
         return self._backend.annotation(label)
@@ -121,7 +120,7 @@ class Recording:
         (``rlprof::iteration N``) and inside it torch's own name for a step
         (``ProfilerStep#N``, what HolisticTraceAnalysis finds iterations by).
         The running chunk holds the iteration (its pause's ``args`` say so)."""
-        self._held = (index, index) if self._held is None else (self._held[0], index)
+        self._chunk.enter(index)
         ranges = (self.annotation(iteration_annotation(index, info)), self.annotation(profiler_step(index)))
         for entered, annotation in enumerate(ranges):
             try:
@@ -132,6 +131,10 @@ class Recording:
                 raise
         return ranges
 
+    def leave_iteration(self) -> None:
+        """The iteration's ranges closed: its time counts as busy, not idle."""
+        self._chunk.leave()
+
     def rotate(self, backend: Backend) -> float:
         """End the current chunk at an iteration boundary (engine thread): stop
         the running profiler, start ``backend`` in its place; the stopped one
@@ -139,22 +142,56 @@ class Recording:
         the whole pause (stop and start) is kept for the trace."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self._name)
-        began = time.time_ns()
+        began, ended = time.time_ns(), self._end_chunk()
         seconds = self._stop_backend()
         self.chunks.stopped.append(self._backend)  # kept before anything else can fail
         self._backend = backend
         self._start_backend()
-        self._paused(ROTATION, began)
+        self._paused(ROTATION, began, ended)
         return seconds
+
+    @property
+    def can_park(self) -> bool:
+        """Whether a chunk runs that ``park`` may end (a chunked recording, a backend that chunks)."""
+        return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self._backend)
+
+    def park(self) -> float:
+        """The engine is about to wait for work (engine thread): end the running
+        chunk here and start none until the next iteration (``resume``). With
+        Python stacks on, a profiler running through the wait records the
+        engine's wait loop (~2 M events a second), and its stop costs seconds.
+        Returns the stop's seconds."""
+        if self.chunks is None:
+            self.chunks = Chunks(self.directory, self._name)
+        began, ended = time.time_ns(), self._end_chunk()
+        seconds = self._stop_backend()
+        self.chunks.stopped.append(self._backend)
+        self.parked = True
+        self._paused(IDLE, began, ended)
+        return seconds
+
+    def resume(self, backend: Backend) -> None:
+        """The first iteration after ``park``: ``backend`` records from here (its start is a pause too)."""
+        began = time.time_ns()
+        self._backend = backend
+        self._start_backend()
+        self.parked = False
+        self.pauses.append(Pause.timed(RESUME, began, None, None))
+
+    def write_chunks(self) -> None:
+        """Exporter thread: write the chunks stopped so far, so their events leave this process."""
+        if self.chunks is not None:
+            self.chunks.write_all()
 
     @property
     def held(self) -> int:
         """Iterations the running chunk holds."""
-        return 0 if self._held is None else self._held[1] - self._held[0] + 1
+        return 0 if self.parked else self._chunk.held
 
     def chunk_due(self) -> bool:
         """Whether the running chunk ends at this iteration boundary (its plan; a backend that chunks)."""
-        return self._plan is not None and chunkable(self._backend) and self._plan.due(self.held)
+        return (self._plan is not None and not self.parked and chunkable(self._backend)
+                and self._plan.due(self._chunk.held, self._chunk.idle_seconds()))
 
     @property
     def keeps_data(self) -> bool:
@@ -171,41 +208,49 @@ class Recording:
             kept = Exported(self._describe(chunks.kept), chunks)
         return self._with_memory(kept)
 
-    def stop(self) -> float:
+    def stop(self) -> float | None:
         """Take the window's memory snapshot (its own pause), then stop the
         profiler (torch post-processes here): the session's last pause.
-        Returns the seconds the profiler's stop took."""
+        Returns the seconds the profiler's stop took (None: parked, no profiler ran)."""
         if self._memory is not None and self._memory.recording:
             began = time.time_ns()
             try:
                 self._memory.snapshot()
             except Exception as e:  # the trace still stops and is written; the session says what failed
                 self._memory.report["error"] = f"taking the memory snapshot failed: {type(e).__name__}: {e}"
-            self.pauses.append(Pause.timed(MEMORY, began, *(self._held or (None, None))))
-        began = time.time_ns()
+            self.pauses.append(Pause.timed(MEMORY, began, *(self._chunk.span or (None, None))))
+        if self.parked:
+            return None
+        began, ended = time.time_ns(), self._end_chunk()
         try:
             return self._stop_backend()
         finally:
-            self._paused(STOP, began)
+            self._paused(STOP, began, ended)
 
     def _stop_backend(self) -> float:
         t0 = time.perf_counter()
         self._backend.stop()
         return time.perf_counter() - t0
 
-    def _paused(self, cause: str, began: int) -> None:
+    def _end_chunk(self) -> tuple[RunningChunk, float]:
+        """The running chunk as its stop begins, with its idle seconds up to then."""
+        chunk, self._chunk = self._chunk, RunningChunk()
+        return chunk, chunk.idle_seconds()
+
+    def _paused(self, cause: str, began: int, ended: tuple[RunningChunk, float]) -> None:
         """Keep the pause for the trace; the plan learns what it cost for what the chunk held."""
-        iterations = self.held
-        held, self._held = self._held, None
-        pause = Pause.timed(cause, began, *(held or (None, None)))
+        chunk, idle = ended
+        pause = Pause.timed(cause, began, *(chunk.span or (None, None)))
         self.pauses.append(pause)
         if self._plan is not None:
-            self._plan.learn(pause.seconds, iterations, rotated=cause == ROTATION)
+            self._plan.learn(pause.seconds, chunk.held, rotated=cause == ROTATION, idle_seconds=idle)
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises; the memory
         history recorded so far is taken, not dropped (``salvage`` writes it)."""
         self._memory_off(snapshot=True)
+        if self.parked:
+            return
         try:
             self._backend.stop()
         except Exception:
@@ -225,7 +270,8 @@ class Recording:
             if self.chunks is None:
                 written = self._backend.export(self._place, self._name, by_stage=by_stage, pauses=self.pauses)
             else:  # every chunk written, then joined
-                self.chunks.stopped.append(self._backend)
+                if not self.parked:
+                    self.chunks.stopped.append(self._backend)
                 self.chunks.write_all()
                 settings = getattr(self._backend, "settings", None)
                 written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True),
@@ -252,34 +298,3 @@ class Recording:
 
     def _describe(self, written: list) -> list[dict[str, Any]]:
         return [f.describe(self.directory, self._rank, self._role) for f in written]
-
-
-class Exporter:
-    """The one background thread of a worker that writes what its engine
-    thread stopped (chunks, whole sessions), in the order they were stopped."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
-        self._pool.submit(fn, *args)
-
-    def shutdown(self) -> None:
-        """Wait for what was submitted (a worker going away)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-
-def report(directory: Path, *, session_id: str, writer: str, section: dict[str, Any],
-           header: dict[str, Any]) -> None:
-    """Write ``writer``'s section of the step folder's manifest; the update that
-    makes every expected writer terminal starts the step's completion work.
-    Never raises: a manifest problem must not fail the session."""
-    try:
-        manifest.update(directory, session_id=session_id, writer=writer, section=section, header=header,
-                        on_complete=lambda data: finalize.on_step_complete(directory, data))
-    except Exception as e:
-        logger.warning("rlprof: could not update %s/manifest.json: %s", directory, e)

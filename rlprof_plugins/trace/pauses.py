@@ -35,6 +35,8 @@ PAUSE_CAT = "rlprof"
 ROTATION = "rotation"  # a chunk ended, the next one started
 STOP = "stop"  # the session's last profiler stopped
 MEMORY = "memory snapshot"  # the allocator's history turned into the window's snapshot (``memory``)
+IDLE = "idle"  # the engine was about to wait for work: its chunk ended there, none runs until the next iteration
+RESUME = "resume"  # the first iteration after an idle end: a fresh profiler starts
 PAUSES_KEY = "rlprof_pauses"  # in a merged trace's metadata: the pauses per rank
 
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[\s*')

@@ -11,7 +11,7 @@ import pytest
 from rlprof_plugins.config.options import CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS, ProfileOptions, parse_options
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
-from rlprof_plugins.session.chunk_plan import MAX_GROWTH, PRIOR_SECONDS, ChunkPlan, StopCosts
+from rlprof_plugins.session.chunk_plan import HEADROOM, MAX_GROWTH, PRIOR_SECONDS, ChunkPlan, StopCosts
 from tests.helpers.traces import load_trace, pause_events, profiler_steps
 from tests.unit.test_chunks import stacks_backend, workload
 from tests.unit.test_requests import server
@@ -23,21 +23,21 @@ PLAIN = (False, False, False, ("CPU",))
 
 def test_before_any_stop_the_prior_sizes_the_first_chunk():
     plan = ChunkPlan(CHUNK_AUTO, 200, StopCosts(), STACKS)
-    assert plan.length() == int(0.2 / PRIOR_SECONDS[True])
-    assert ChunkPlan(CHUNK_AUTO, 200, StopCosts(), PLAIN).length() == int(0.2 / PRIOR_SECONDS[False])
+    assert plan.length() == int(0.2 * HEADROOM / PRIOR_SECONDS[True])  # planned with headroom under the target
+    assert ChunkPlan(CHUNK_AUTO, 200, StopCosts(), PLAIN).length() == int(0.2 * HEADROOM / PRIOR_SECONDS[False])
     assert not plan.due(plan.length() - 1) and plan.due(plan.length())
 
 
 def test_measured_costs_size_the_next_chunk_and_growth_is_bounded():
     costs = StopCosts()
     plan = ChunkPlan(CHUNK_AUTO, 100, costs, STACKS)
-    plan.learn(0.040, 10, rotated=True)  # 4 ms an iteration: 25 would fit, but at most twice the last chunk
+    plan.learn(0.010, 10, rotated=True)  # 1 ms an iteration: 70 would fit, but at most twice the last chunk
     assert plan.length() == 10 * MAX_GROWTH
-    plan.learn(0.080, 20, rotated=True)  # still 4 ms
-    assert plan.length() == 25
-    plan.learn(0.500, 25, rotated=True)  # 20 ms: the estimate (iteration-weighted) rises, chunks shorten
-    assert plan.length() == int(0.1 / (0.62 / 55))
-    assert ChunkPlan(CHUNK_AUTO, 100, costs, PLAIN).length() == int(0.1 / PRIOR_SECONDS[False])  # per kind
+    plan.learn(0.100, 20, rotated=True)  # 3.7 ms an iteration (iteration-weighted): 19 fit under twice 20
+    assert plan.length() == int(0.1 * HEADROOM / ((0.010 + 0.100) / 30)) == 19
+    plan.learn(0.500, 25, rotated=True)  # the estimate rises, chunks shorten
+    assert plan.length() == int(0.1 * HEADROOM / ((0.010 + 0.100 + 0.500) / 55))
+    assert ChunkPlan(CHUNK_AUTO, 100, costs, PLAIN).length() == int(0.1 * HEADROOM / PRIOR_SECONDS[False])
 
 
 def test_a_stop_holding_no_iteration_teaches_nothing_and_never_less_than_one():
