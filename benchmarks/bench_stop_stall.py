@@ -20,7 +20,9 @@ time, 128 tokens each); the stop is sent half a second into the next stream,
 so the final stop holds iterations as a rotation does. The engine is vLLM's
 (``make bench`` runs it; ``--engine sglang`` the SGLang server, ``make
 bench-sglang``).
-Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 32]``.
+``--scenario bursty`` measures agent-loop bursts with idle gaps instead
+(``bursty_scenario.py``: each recorder on a fresh server, the engine's peak memory).
+Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 32] [--scenario bursty]``.
 """
 
 from __future__ import annotations
@@ -224,7 +226,20 @@ def main() -> int:
     parser.add_argument("--chunks", default="32", help="fixed chunk lengths to measure beside the default")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--scenario", choices=("streams", "bursty"), default="streams",
+                        help="bursty: agent-loop bursts with idle gaps, one fresh server per recorder "
+                             "(benchmarks/bursty_scenario.py)")
     args = parser.parse_args()
+    if args.scenario == "bursty":
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        import bursty_scenario
+
+        with tempfile.TemporaryDirectory() as d:
+            results = bursty_scenario.measure(Path(d), args.engine)
+        out = args.out or REPO / "benchmarks" / f"results-bursty-{args.engine}.json"
+        out.write_text(json.dumps(results, indent=2))
+        print(bursty_scenario.render(results))
+        return 0
     chunks = [int(x) for x in args.chunks.split(",") if x]
     with tempfile.TemporaryDirectory() as d:
         measure = measure_vllm if args.engine == "vllm" else measure_sglang

@@ -86,10 +86,12 @@ def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
     time.sleep(2)
     assert sglang_tp1.get("/profile_status").json()["state"] == "waiting"
     sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
+    # the chunk's stop so far: when the scheduler went idle after the request
+    before = sglang_tp1.get("/profile_status").json()["ranks"][0]["stop_seconds"]
     stop = sglang_tp1.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200 and stop.json()["status"] == "stopped", stop.text
     assert stop.json()["state"] == "exporting"
-    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None]  # answered first
+    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [before]  # answered first
     done = sglang_tp1.wait_state()
     assert done["state"] == "done" and done["ranks"][0]["stop_seconds"] is not None
     details = iteration_details(only_trace(sglang_tp1.trace_dir / "global_step_10"))
@@ -205,3 +207,13 @@ def test_a_long_chunked_session_is_faithful(sglang_tp1):
     """Stacks on, 30 iterations in chunks of 8: each of the profiler's stops is
     marked in the trace, HolisticTraceAnalysis finds the iterations, the trace checks."""
     check_long_session_is_faithful(sglang_tp1, {"with_stack": True}, lambda folder: only(manifest_traces(folder)))
+
+
+def test_bursts_with_idle_gaps_record_no_idle_scheduler(sglang_tp1):
+    """Stacks on (SGLang's default), rlprof's default chunks over bursts 0.5 s apart, stopped
+    mid-burst: the scheduler stays under 4 GB, every pause within 1.5x max_pause_ms, no more
+    recorded than one torch session of the same traffic."""
+    from tests.helpers.bursty import check_bursty_session
+
+    numbers = check_bursty_session(sglang_tp1, ("sglang::schedul",), {"with_stack": True}, 120)
+    print("bursty SGLang:", json.dumps(numbers))

@@ -1,0 +1,143 @@
+"""The bursty scenario of ``bench_stop_stall.py`` (issue 43): agent-loop traffic with idle gaps.
+
+Five bursts of 3 concurrent 24-token completions, 0.7 s apart, recorded by one
+session that a stop ends in the middle of a sixth burst; one fresh server per
+recorder (so the engine process's peak resident memory, ``VmHWM``, is that
+recorder's), stacks on and off:
+
+- none: the same traffic, nothing recording;
+- native: the engine's own profiler (vLLM with ``RLPROF_DISABLE=1``; SGLang's own);
+- rlprof one session (``chunk_iterations: 0``) and rlprof's default (``auto``).
+
+Reported: the time the bursts took (the engine's serving while recording),
+the stop's answer, the time until the files were written, the engine
+process's peak and final resident memory, the trace's size, and for rlprof
+the pauses read from the trace (number, longest, and which causes).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+BURSTS, CONCURRENT, TOKENS, GAP_S = 5, 3, 24, 0.7
+
+
+def _status_mb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _burst(server) -> list[threading.Thread]:
+    threads = [threading.Thread(target=server.complete, kwargs={"max_tokens": TOKENS}) for _ in range(CONCURRENT)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _written(folder: Path, before: set[Path], timeout: float = 900) -> list[Path]:
+    """Trace files that appeared under ``folder`` and stopped growing (SGLang's native stop
+    answers before its files exist)."""
+    deadline, sizes = time.time() + timeout, None
+    while time.time() < deadline:
+        files = sorted(p for p in folder.rglob("*.json*") if p not in before and ".rlprof-chunks" not in str(p)
+                       and "manifest" not in p.name and "pauses" not in p.name)
+        now = [p.stat().st_size for p in files]
+        if files and now == sizes:
+            return files
+        sizes = now
+        time.sleep(1.0)
+    return []
+
+
+def run_one(server, pid: int, engine: str, body: dict | None, folder: Path) -> dict:
+    """One recorder's session over the bursts (``body`` None: no profiling)."""
+    before = set(folder.rglob("*")) if folder.exists() else set()
+    t0 = time.perf_counter()
+    if body is not None:
+        assert server.post("/start_profile", body).status_code == 200
+    for _ in range(BURSTS):
+        for t in _burst(server):
+            t.join()
+        time.sleep(GAP_S)
+    bursts_s = time.perf_counter() - t0
+    last = _burst(server)
+    time.sleep(0.15)  # the stop arrives mid-burst
+    out: dict = {"bursts_s": bursts_s}
+    if body is not None:
+        t = time.perf_counter()
+        server.post("/stop_profile", {})
+        out["stop_answer_s"] = time.perf_counter() - t
+    for t in last:
+        t.join()
+    if body is not None:
+        if "global_step" in body:
+            server.wait_state(timeout=900)
+        files = _written(folder, before)
+        out["written_s"] = time.perf_counter() - t0 - bursts_s
+        out["trace_mb"] = sum(p.stat().st_size for p in files) / 2**20
+        if "global_step" in body:
+            from tests.helpers.traces import load_trace, pause_events
+
+            pauses = [p for f in files for p in pause_events(load_trace(f))]
+            out["pauses"] = len(pauses)
+            out["longest_pause_ms"] = max((p["dur"] for p in pauses), default=0) / 1e3
+            out["causes"] = sorted({p["args"]["cause"] for p in pauses})
+    out["peak_mb"], out["final_mb"] = _status_mb(pid, "VmHWM"), _status_mb(pid, "VmRSS")
+    return out
+
+
+def measure(tmp: Path, engine: str) -> dict:
+    """Every recorder on a fresh server, stacks on and off."""
+    from tests.helpers import sglang_server, vllm_server
+    from tests.helpers.bursty import engine_pid
+
+    names = ("VLLM::Worker",) if engine == "vllm" else ("sglang::schedul",)
+    results: dict = {}
+    for stacks in (True, False):
+        for label in ("none", "native", "rlprof one session", "rlprof default (auto)"):
+            folder = tmp / f"{engine}-{stacks}-{label.replace(' ', '_')}"
+            rlprof = label.startswith("rlprof")
+            if engine == "vllm":
+                config = {"profiler": "torch", "torch_profiler_dir": str(folder), "torch_profiler_with_stack": stacks}
+                server = vllm_server.start_server(tmp, config, env={} if rlprof else {"RLPROF_DISABLE": "1"})
+                body = {} if label == "native" else None
+            else:
+                server = sglang_server.start_server(tmp, None)
+                body = ({"output_dir": str(folder), "activities": ["CPU"], "with_stack": stacks}
+                        if label == "native" else None)
+            if rlprof:
+                body = {"global_step": 1, "output_dir": str(folder), "with_stack": stacks} if engine == "sglang" \
+                    else {"global_step": 1}
+                if label == "rlprof one session":
+                    body["chunk_iterations"] = 0
+            try:
+                server.complete(max_tokens=TOKENS)  # warm-up
+                results[f"{'on' if stacks else 'off'} | {label}"] = run_one(
+                    server, engine_pid(server, names), engine, body, folder)
+                print(label, stacks, json.dumps(results[f"{'on' if stacks else 'off'} | {label}"]), flush=True)
+            finally:
+                server.stop()
+    return results
+
+
+def render(results: dict) -> str:
+    lines = ["| stacks | recorder | 5 bursts (vs none) | stop answered | files written | engine peak / final MB "
+             "(VmHWM / VmRSS) | trace MB | pauses: n, longest |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, r in results.items():
+        stacks, label = key.split(" | ")
+        none = results[f"{stacks} | none"]["bursts_s"]
+        fmt = lambda k, f="{:.1f} s": f.format(r[k]) if k in r else "-"  # noqa: E731
+        pauses = f"{r['pauses']}, {r['longest_pause_ms']:.0f} ms" if "pauses" in r else "-"
+        lines.append(f"| {stacks} | {label} | {r['bursts_s']:.1f} s ({r['bursts_s'] / none:.1f}x) | "
+                     f"{fmt('stop_answer_s')} | {fmt('written_s')} | {r['peak_mb']:.0f} / {r['final_mb']:.0f} | "
+                     f"{fmt('trace_mb', '{:.1f}')} | {pauses} |")
+    return "\n".join(lines)
+
+
+
