@@ -229,13 +229,15 @@ def main() -> int:
     parser.add_argument("--scenario", choices=("streams", "bursty"), default="streams",
                         help="bursty: agent-loop bursts with idle gaps, one fresh server per recorder "
                              "(benchmarks/bursty_scenario.py)")
+    parser.add_argument("--skip", default="", help="bursty rows to leave out, comma-separated: 'on | native'")
     args = parser.parse_args()
     if args.scenario == "bursty":
         sys.path.insert(0, str(REPO / "benchmarks"))
         import bursty_scenario
 
         with tempfile.TemporaryDirectory() as d:
-            results = bursty_scenario.measure(Path(d), args.engine)
+            results = bursty_scenario.measure(Path(d), args.engine,
+                                              tuple(x.strip() for x in args.skip.split(",") if x.strip()))
         out = args.out or REPO / "benchmarks" / f"results-bursty-{args.engine}.json"
         out.write_text(json.dumps(results, indent=2))
         print(bursty_scenario.render(results))

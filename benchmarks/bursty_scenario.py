@@ -25,11 +25,13 @@ from pathlib import Path
 BURSTS, CONCURRENT, TOKENS, GAP_S = 5, 3, 24, 0.7
 
 
-def _status_mb(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def _status_mb(pid: int, key: str) -> float | None:
+    """A /proc/<pid>/status size in MB; None once the process is gone (killed for memory, say)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(key + ":")), 0.0)
 
 
 def _burst(server) -> list[threading.Thread]:
@@ -55,7 +57,20 @@ def _written(folder: Path, before: set[Path], timeout: float = 900) -> list[Path
 
 
 def run_one(server, pid: int, engine: str, body: dict | None, folder: Path) -> dict:
-    """One recorder's session over the bursts (``body`` None: no profiling)."""
+    """One recorder's session over the bursts (``body`` None: no profiling); the engine process's
+    resident size sampled throughout, so a process killed for memory still reports its peak."""
+    from tests.helpers.bursty import PeakRss
+
+    with PeakRss(pid) as sampled:
+        try:
+            out = _session(server, pid, engine, body, folder)
+        except Exception as e:  # the engine process died (the OOM killer), or its server stopped answering
+            out = {"failed": f"{type(e).__name__}: {str(e)[:200]}"}
+    out["sampled_peak_mb"] = sampled.peak_mb
+    return out
+
+
+def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> dict:
     before = set(folder.rglob("*")) if folder.exists() else set()
     t0 = time.perf_counter()
     if body is not None:
@@ -70,7 +85,9 @@ def run_one(server, pid: int, engine: str, body: dict | None, folder: Path) -> d
     out: dict = {"bursts_s": bursts_s}
     if body is not None:
         t = time.perf_counter()
-        server.post("/stop_profile", {})
+        import requests  # the helper's 120 s timeout is too short for native stops with stacks
+
+        requests.post(server.url + "/stop_profile", json={}, timeout=1800)
         out["stop_answer_s"] = time.perf_counter() - t
     for t in last:
         t.join()
@@ -91,15 +108,20 @@ def run_one(server, pid: int, engine: str, body: dict | None, folder: Path) -> d
     return out
 
 
-def measure(tmp: Path, engine: str) -> dict:
-    """Every recorder on a fresh server, stacks on and off."""
+RECORDERS = ("none", "native", "rlprof one session", "rlprof default (auto)")
+
+
+def measure(tmp: Path, engine: str, skip: tuple[str, ...] = ()) -> dict:
+    """Every recorder on a fresh server, stacks on and off; ``skip``: rows ``"on | native"`` and the like."""
     from tests.helpers import sglang_server, vllm_server
     from tests.helpers.bursty import engine_pid
 
     names = ("VLLM::Worker",) if engine == "vllm" else ("sglang::schedul",)
     results: dict = {}
     for stacks in (True, False):
-        for label in ("none", "native", "rlprof one session", "rlprof default (auto)"):
+        for label in RECORDERS:
+            if f"{'on' if stacks else 'off'} | {label}" in skip:
+                continue
             folder = tmp / f"{engine}-{stacks}-{label.replace(' ', '_')}"
             rlprof = label.startswith("rlprof")
             if engine == "vllm":
@@ -132,10 +154,14 @@ def render(results: dict) -> str:
     for key, r in results.items():
         stacks, label = key.split(" | ")
         none = results[f"{stacks} | none"]["bursts_s"]
+        if "failed" in r:
+            lines.append(f"| {stacks} | {label} | failed: {r['failed']} | | | sampled peak "
+                         f"{r['sampled_peak_mb']:.0f} | | |")
+            continue
         fmt = lambda k, f="{:.1f} s": f.format(r[k]) if k in r else "-"  # noqa: E731
         pauses = f"{r['pauses']}, {r['longest_pause_ms']:.0f} ms" if "pauses" in r else "-"
         lines.append(f"| {stacks} | {label} | {r['bursts_s']:.1f} s ({r['bursts_s'] / none:.1f}x) | "
-                     f"{fmt('stop_answer_s')} | {fmt('written_s')} | {r['peak_mb']:.0f} / {r['final_mb']:.0f} | "
+                     f"{fmt('stop_answer_s')} | {fmt('written_s')} | {r['peak_mb'] or 0:.0f} / {r['final_mb'] or 0:.0f} | "
                      f"{fmt('trace_mb', '{:.1f}')} | {pauses} |")
     return "\n".join(lines)
 

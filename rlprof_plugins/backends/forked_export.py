@@ -26,6 +26,7 @@ from typing import Any
 from .._log import logger
 
 CHILD_TIMEOUT_S = 600.0
+CHILD_NICENESS = 10  # the writer yields the CPU to the engine (on 2 cores it inflated the next chunk's stop)
 IN_PROCESS_ENV = "RLPROF_EXPORT_IN_PROCESS"  # "1": never fork (e.g. where a fork is known to misbehave)
 
 
@@ -49,6 +50,10 @@ def _in_child(prof: Any, path: Path, timeout: float) -> bool:
     if pid == 0:  # the child: the write, then out without running anything of the parent's
         code = 1
         try:
+            try:  # below the engine: a chunk is written while the engine records the next one
+                os.nice(CHILD_NICENESS)
+            except OSError:
+                pass
             prof.export_chrome_trace(str(path))
             code = 0
         finally:

@@ -10,7 +10,7 @@ million events a second (docs/performance.md). So a chunk is priced by both:
     pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
 
 A fixed count N ends a chunk after every N iterations. ``auto`` (the
-default) ends it once the predicted pause reaches ``HEADROOM`` of ``max_pause_ms``. Each rank
+default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank
 learns both rates from its own pauses (``StopCosts``: every stop teaches
 it, rotations and final stops, across sessions, per kind of recording),
 with ``PRIOR_SECONDS`` before it has measured anything. The engine's idle
@@ -33,8 +33,9 @@ PRIOR_SECONDS = {True: 0.012, False: 0.002}
 PRIOR_IDLE_SECONDS = {True: 10.0, False: 0.05}
 REMEMBERED = 8  # pauses per kind of recording the estimate is drawn from
 # Chunks are planned to this share of ``max_pause_ms``: one stop's cost per iteration varies about
-# twofold on a busy host (SGLang TP=1, stacks on, 2 cores: 10-24 ms an iteration in one session).
-HEADROOM = 0.7
+# two- to threefold on a busy host (2 cores, stacks on: 10-32 ms an iteration within one session, with
+# the batch's shape and what else runs: a chunk being written, the API server's own stop).
+HEADROOM = 0.5
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
 
 

@@ -40,7 +40,7 @@ from rlprof_plugins.patches.sglang.facts import version as sglang_version
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
                                          check_recorded_shapes, check_release_imported, filled, marker, try_import,
                                          wait_done)
-from tests.helpers.traces import iteration_details, load_trace, manifest_traces
+from tests.helpers.traces import iteration_details, load_trace, manifest_traces, pause_events
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
 V = Version(RELEASE)
@@ -314,6 +314,25 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     _batches(sched, [("DECODE", 1, 0)] * 5)
     assert wait_done(_status_of(handler), 7)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 7))["TP-0"]))) == [2, 3]
+
+
+@needs_parallel_context
+def test_the_idle_hook_ends_a_chunk_and_the_next_batch_starts_one(patched, tmp_path, monkeypatch):
+    """The scheduler's idle hook (``on_idle``, or ``self_check_during_idle`` before 0.5.12) ends a chunked
+    recording's running chunk; the next batch starts the next one: every iteration recorded (issue 43)."""
+    config = _configure(monkeypatch, tmp_path)
+    sched, handler = _scheduler()
+    _send(handler, sglang_http.build_request({"global_step": 8}, config).to_command())
+    _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0)])
+    _idle(sched)
+    _idle(sched)  # the idle loop calls it on every pass: one end only
+    _batches(sched, [("DECODE", 1, 0), ("DECODE", 1, 0)])
+    assert _send(handler, {"op": "stop"})["ok"]
+    assert wait_done(_status_of(handler), 8)["state"] == "done"
+    trace = load_trace(manifest_traces(session_dir(tmp_path, 8))["TP-0"])
+    assert sorted(iteration_details(trace)) == [0, 1, 2, 3]
+    causes = [p["args"]["cause"] for p in pause_events(trace)]
+    assert causes == ["idle", "resume", "stop"], causes
 
 
 def _native_req(start: bool, **fields):

@@ -37,7 +37,7 @@ from tests.compat.contract_common import (altered_module, applied_patches, check
                                          check_recorded_shapes, check_release_imported, marker, wait_done)
 from rlprof_plugins.patches.vllm.facts import version as vllm_version
 from tests.compat.vllm_wiring import llm_over, scheduler_output
-from tests.helpers.traces import iteration_details, load_trace, manifest_traces
+from tests.helpers.traces import iteration_details, load_trace, manifest_traces, pause_events
 
 RELEASE = os.environ["RLPROF_CONTRACT_VERSION"]
 V = Version(RELEASE)
@@ -248,6 +248,25 @@ def test_prefill_counts_and_stop_driven_session(patched, tmp_path, monkeypatch):
     _iterate(worker, [({}, {"a": 1})])
     assert wait_done(llm.profile_status, 6)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["rank0"]))) == [0]
+
+
+def test_an_empty_step_ends_a_chunk_and_the_next_iteration_starts_one(patched, tmp_path, monkeypatch):
+    """The engine's empty step (it clears finished requests before it idles) ends a chunked recording's
+    running chunk; the next iteration starts the next one: every iteration recorded (issue 43)."""
+    from vllm.v1.worker.gpu_worker import Worker
+
+    llm, worker = _stack(tmp_path, monkeypatch)
+    llm.start_profile(global_step=9)
+    _iterate(worker, [({"a": 5}, {}), ({}, {"a": 1})])
+    empty = vars(Worker)["execute_model"]._self_wrapper(lambda so: "empty", worker, (scheduler_output({}, {}),), {})
+    assert empty == "empty"  # the engine's own result, untouched
+    _iterate(worker, [({}, {"a": 1}), ({}, {"a": 1})])
+    llm.stop_profile()
+    assert wait_done(llm.profile_status, 9)["state"] == "done"
+    trace = load_trace(manifest_traces(session_dir(tmp_path, 9))["rank0"])
+    assert sorted(iteration_details(trace)) == [0, 1, 2, 3]
+    causes = [p["args"]["cause"] for p in pause_events(trace)]
+    assert causes == ["idle", "resume", "stop"], causes
 
 
 def test_bad_requests_are_refused_naming_the_field(patched, tmp_path, monkeypatch):

@@ -88,9 +88,11 @@ def test_by_stage_merge_gives_one_merged_trace_per_stage(sglang_tp2):
 def test_stop_reaches_every_rank_and_answers_before_the_profilers_stop(sglang_tp2):
     assert sglang_tp2.post("/start_profile", {"global_step": 3}).status_code == 200
     sglang_tp2.complete(max_tokens=4)
+    # the chunk's stop so far: when each scheduler went idle after the request
+    before = [rank["stop_seconds"] for rank in sglang_tp2.get("/profile_status").json()["ranks"]]
     stop = sglang_tp2.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200, stop.text
-    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [None, None]
+    assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == before  # answered first
     done = sglang_tp2.wait_state()
     assert done["state"] == "done" and all(rank["stop_seconds"] is not None for rank in done["ranks"])
     traces = manifest_traces(sglang_tp2.trace_dir / "global_step_3")
@@ -179,3 +181,11 @@ def test_the_global_step_is_the_weight_version_the_trainer_set(sglang_tp2):
     assert "'rollout-a1b2' is not an integer" in warning
     new = {p.name for p in sglang_tp2.trace_dir.iterdir()} - before
     assert new and not any(name.startswith("global_step_") for name in new), new  # the default folder: the root
+
+
+def test_bursts_with_idle_gaps_end_each_ranks_chunks_when_it_waits(sglang_tp2):
+    """Stacks on, rlprof's default over bursts with idle gaps: each scheduler ends its chunk when it
+    goes idle, and every pause of every rank stays within 1.5x max_pause_ms."""
+    from tests.helpers.bursty import check_bursty_ranks
+
+    print("bursty SGLang TP=2, longest pause ms:", json.dumps(check_bursty_ranks(sglang_tp2, 60, {"with_stack": True})))

@@ -149,3 +149,25 @@ def check_bursty_session(server, names: tuple[str, ...], stacks: dict, step: int
     assert auto_all <= 1.5 * one_all, (auto_all, one_all)
     return {"auto": {k: auto[k] for k in ("peak_mb", "seconds")} | {"events": auto_all, "longest_pause_ms": longest},
             "one session": {k: one[k] for k in ("peak_mb", "seconds")} | {"events": one_all}, **numbers}
+
+
+def check_bursty_ranks(server, step: int, stacks: dict) -> dict:
+    """rlprof's default over the bursts on a server of several ranks: every rank's trace has its
+    chunks ended at the waits and every pause within 1.5x the budget."""
+    server.complete(max_tokens=TOKENS)
+    r = server.post("/start_profile", {"step_start": 0, "step_end": None, "global_step": step, **stacks})
+    assert r.status_code == 200, r.text
+    for _ in range(BURSTS):
+        for t in burst(server):
+            t.join()
+        time.sleep(GAP_S)
+    assert server.post("/stop_profile", {}).status_code == 200
+    status = server.wait_state(timeout=600)
+    assert status["state"] == "done", status
+    longest = {}
+    for rank in status["ranks"]:
+        (path,) = [f for f in rank["files"] if ".json" in f]
+        pauses = pause_events(load_trace(Path(path)))
+        assert {"idle", "resume"} <= {p["args"]["cause"] for p in pauses}, rank["rank"]
+        longest[rank["rank"]] = within_budget({"pauses": pauses})
+    return longest

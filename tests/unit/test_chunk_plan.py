@@ -31,10 +31,10 @@ def test_before_any_stop_the_prior_sizes_the_first_chunk():
 def test_measured_costs_size_the_next_chunk_and_growth_is_bounded():
     costs = StopCosts()
     plan = ChunkPlan(CHUNK_AUTO, 100, costs, STACKS)
-    plan.learn(0.010, 10, rotated=True)  # 1 ms an iteration: 70 would fit, but at most twice the last chunk
+    plan.learn(0.010, 10, rotated=True)  # 1 ms an iteration: 50 would fit, but at most twice the last chunk
     assert plan.length() == 10 * MAX_GROWTH
-    plan.learn(0.100, 20, rotated=True)  # 3.7 ms an iteration (iteration-weighted): 19 fit under twice 20
-    assert plan.length() == int(0.1 * HEADROOM / ((0.010 + 0.100) / 30)) == 19
+    plan.learn(0.100, 20, rotated=True)  # 3.7 ms an iteration (iteration-weighted): 13 fit under twice 20
+    assert plan.length() == int(0.1 * HEADROOM / ((0.010 + 0.100) / 30)) == 13
     plan.learn(0.500, 25, rotated=True)  # the estimate rises, chunks shorten
     assert plan.length() == int(0.1 * HEADROOM / ((0.010 + 0.100 + 0.500) / 55))
     assert ChunkPlan(CHUNK_AUTO, 100, costs, PLAIN).length() == int(0.1 * HEADROOM / PRIOR_SECONDS[False])
