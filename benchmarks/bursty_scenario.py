@@ -100,10 +100,13 @@ def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> 
         if "global_step" in body:
             from tests.helpers.traces import load_trace, pause_events
 
-            pauses = [p for f in files for p in pause_events(load_trace(f))]
+            # the engine's pauses: the rank traces (the API server's own recorder pauses that process only)
+            pauses = [p for f in files if f.parent.name == "ranks" for p in pause_events(load_trace(f))]
             out["pauses"] = len(pauses)
             out["longest_pause_ms"] = max((p["dur"] for p in pauses), default=0) / 1e3
             out["causes"] = sorted({p["args"]["cause"] for p in pauses})
+            out["pause_list"] = [(p["args"]["cause"], round(p["dur"] / 1e3), p["args"].get("iterations"))
+                                 for p in sorted(pauses, key=lambda p: p["ts"])]
     out["peak_mb"], out["final_mb"] = _status_mb(pid, "VmHWM"), _status_mb(pid, "VmRSS")
     return out
 
@@ -153,15 +156,18 @@ def render(results: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, r in results.items():
         stacks, label = key.split(" | ")
-        none = results[f"{stacks} | none"]["bursts_s"]
+        none = results.get(f"{stacks} | none", {}).get("bursts_s")
         if "failed" in r:
             lines.append(f"| {stacks} | {label} | failed: {r['failed']} | | | sampled peak "
                          f"{r['sampled_peak_mb']:.0f} | | |")
             continue
         fmt = lambda k, f="{:.1f} s": f.format(r[k]) if k in r else "-"  # noqa: E731
         pauses = f"{r['pauses']}, {r['longest_pause_ms']:.0f} ms" if "pauses" in r else "-"
-        lines.append(f"| {stacks} | {label} | {r['bursts_s']:.1f} s ({r['bursts_s'] / none:.1f}x) | "
-                     f"{fmt('stop_answer_s')} | {fmt('written_s')} | {r['peak_mb'] or 0:.0f} / {r['final_mb'] or 0:.0f} | "
+        ratio = f"{r['bursts_s'] / none:.1f}x" if none else "-"
+        memory = (f"{r['peak_mb']:.0f} / {r['final_mb']:.0f}" if r.get("peak_mb") is not None else
+                  f"killed for memory after its trace was written (sampled peak {r['sampled_peak_mb']:.0f})")
+        lines.append(f"| {stacks} | {label} | {r['bursts_s']:.1f} s ({ratio}) | "
+                     f"{fmt('stop_answer_s')} | {fmt('written_s')} | {memory} | "
                      f"{fmt('trace_mb', '{:.1f}')} | {pauses} |")
     return "\n".join(lines)
 

@@ -57,7 +57,7 @@ class Recording:
         self._name = name
         self._rank = rank
         self._role = role
-        self.chunks: Chunks | None = None  # set by the first rotate()
+        self.chunks: Chunks | None = None  # set when the first chunk ends (rotate or park)
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
