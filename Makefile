@@ -174,10 +174,12 @@ patch-table: env
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info
 
-# docs/performance.md: plugin vs native vLLM, ratios from one run, and the largest stall (~20 min).
+# docs/performance.md: plugin vs native vLLM, ratios from one run, the largest stall, and bursty traffic
+# with idle gaps (~30 min; the bursty rows of native vLLM with stacks are left out: they run 24 GB out of memory).
 bench: env tiny-model
 	$(VPY) benchmarks/bench_vllm_profiling.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
+	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --skip "on | native"
 	$(VPY) benchmarks/stop_breakdown.py
 
 bench-merge: env
@@ -185,10 +187,11 @@ bench-merge: env
 	$(VPY) benchmarks/bench_align.py
 	$(VPY) benchmarks/bench_report.py
 
-# docs/performance.md: SGLang's stop, native vs rlprof, on one server, and the largest stall (~15 min).
+# docs/performance.md: SGLang's stop, native vs rlprof, on one server, the largest stall, and bursty traffic (~25 min).
 bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_sglang_stop.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
+	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"
 
 # docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
 bench-sglang-idle: env tiny-model
