@@ -51,8 +51,15 @@ def _rust_vllm(tmp):
     return launch(VllmServer, "vLLM (Rust frontend)", tmp, tmp / "rust-vllm.log", port, command, env, config, 240)
 
 
+def _low_free_port() -> int:
+    """A free port SGLang's gRPC mode accepts: it validates ``--port + 10000`` (a legacy default) as a port too."""
+    while (port := free_port()) > 65535 - 10000:
+        pass
+    return port
+
+
 def _sglang(tmp, name, config, extra, env, ready):
-    port = free_port()
+    port = _low_free_port() if "--smg-grpc-mode" in extra else free_port()
     http = port
     if "--smg-grpc-mode" in extra:  # gRPC on --port, the HTTP sidecar on a port of its own (else --port + 1)
         http = free_port()
