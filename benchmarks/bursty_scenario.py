@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+import requests
+
 BURSTS, CONCURRENT, TOKENS, GAP_S = 5, 3, 24, 0.7
 
 
@@ -85,8 +87,7 @@ def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> 
     out: dict = {"bursts_s": bursts_s}
     if body is not None:
         t = time.perf_counter()
-        import requests  # the helper's 120 s timeout is too short for native stops with stacks
-
+        # not the helper's post: its 120 s timeout is too short for native stops with stacks
         requests.post(server.url + "/stop_profile", json={}, timeout=1800)
         out["stop_answer_s"] = time.perf_counter() - t
     for t in last:

@@ -11,6 +11,7 @@ from /proc, and compare the written traces."""
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from pathlib import Path
@@ -105,8 +106,6 @@ def events_per_iteration(trace: dict) -> tuple[float, int]:
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("rlprof::iteration"))
     inside = 0
-    import bisect
-
     starts = [s for s, _ in spans]
     for e in events:
         k = bisect.bisect_right(starts, e["ts"]) - 1
