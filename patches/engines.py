@@ -33,11 +33,9 @@ from types import ModuleType
 from .sglang import facts as sglang
 from .vllm import facts as vllm
 from .verl import facts as verl
-from .vllm_ascend import facts as vllm_ascend
 
 # Engines with tested releases, in the order the docs show them.
 ENGINES: dict[str, ModuleType] = {vllm.NAME: vllm, sglang.NAME: sglang}
-PLATFORM_PLUGINS: dict[str, ModuleType] = {vllm_ascend.NAME: vllm_ascend}
 TRAINERS: dict[str, ModuleType] = {verl.NAME: verl}
 # Every name a Patch.engine may hold that has tested releases.
 FACTS: dict[str, ModuleType] = {**ENGINES, **TRAINERS}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1
 
 
 class CliError(Exception):

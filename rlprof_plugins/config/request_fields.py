@@ -79,8 +79,6 @@ FIELD_NAMES = tuple(BY_NAME)
 # Window fields, by what they say; at most one of each group per request.
 START_KEYS = ("step_start", "delay_iterations", "start_step")
 END_KEYS = ("step_end", "max_iterations", "num_steps")
-# Fields neither engine knows: a call naming one needs rlprof.
-RLPROF_ONLY = tuple(f.name for f in FIELDS if f.origin == (RLPROF,))
 
 
 def native_to(engine: str) -> tuple[str, ...]:

@@ -75,10 +75,6 @@ def step_folders(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def placement(directory: Path, global_step: int | None) -> Placement:
-    return Placement(Path(directory), global_step is not None)
-
-
 def session_dir(root: str | os.PathLike, global_step: int | None) -> Path:
     """The folder a session writes to: ``root`` or ``root/global_step_<N>``.
 

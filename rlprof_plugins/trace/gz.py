@@ -39,11 +39,6 @@ MAGIC = b"\x1f\x8b"
 HEADER = MAGIC + b"\x08\x00" + b"\x00\x00\x00\x00" + b"\x00\xff"
 
 
-def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == MAGIC
-
-
 class Inflated:
     """The file's bytes, inflated when it is gzip (every member of it), in
     pieces of at most ``size`` (a highly compressed block stays bounded).
