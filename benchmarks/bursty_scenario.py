@@ -18,29 +18,14 @@ the pauses read from the trace (number, longest, and which causes).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import requests
 
-BURSTS, CONCURRENT, TOKENS, GAP_S = 5, 3, 24, 0.7
+from tests.helpers.bursty import TOKENS, PeakRss, burst, engine_pid, status_mb  # the e2e tests' traffic and readers
 
-
-def _status_mb(pid: int, key: str) -> float | None:
-    """A /proc/<pid>/status size in MB; None once the process is gone (killed for memory, say)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return None
-    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(key + ":")), 0.0)
-
-
-def _burst(server) -> list[threading.Thread]:
-    threads = [threading.Thread(target=server.complete, kwargs={"max_tokens": TOKENS}) for _ in range(CONCURRENT)]
-    for t in threads:
-        t.start()
-    return threads
+BURSTS, GAP_S = 5, 0.7  # of the e2e tests' bursts (tests/helpers/bursty.py), more and further apart
 
 
 def _written(folder: Path, before: set[Path], timeout: float = 900) -> list[Path]:
@@ -61,8 +46,6 @@ def _written(folder: Path, before: set[Path], timeout: float = 900) -> list[Path
 def run_one(server, pid: int, engine: str, body: dict | None, folder: Path) -> dict:
     """One recorder's session over the bursts (``body`` None: no profiling); the engine process's
     resident size sampled throughout, so a process killed for memory still reports its peak."""
-    from tests.helpers.bursty import PeakRss
-
     with PeakRss(pid) as sampled:
         try:
             out = _session(server, pid, engine, body, folder)
@@ -78,11 +61,11 @@ def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> 
     if body is not None:
         assert server.post("/start_profile", body).status_code == 200
     for _ in range(BURSTS):
-        for t in _burst(server):
+        for t in burst(server):
             t.join()
         time.sleep(GAP_S)
     bursts_s = time.perf_counter() - t0
-    last = _burst(server)
+    last = burst(server)
     time.sleep(0.15)  # the stop arrives mid-burst
     out: dict = {"bursts_s": bursts_s}
     if body is not None:
@@ -108,7 +91,7 @@ def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> 
             out["causes"] = sorted({p["args"]["cause"] for p in pauses})
             out["pause_list"] = [(p["args"]["cause"], round(p["dur"] / 1e3), p["args"].get("iterations"))
                                  for p in sorted(pauses, key=lambda p: p["ts"])]
-    out["peak_mb"], out["final_mb"] = _status_mb(pid, "VmHWM"), _status_mb(pid, "VmRSS")
+    out["peak_mb"], out["final_mb"] = status_mb(pid, "VmHWM"), status_mb(pid, "VmRSS")
     return out
 
 
@@ -118,8 +101,6 @@ RECORDERS = ("none", "native", "rlprof one session", "rlprof default (auto)")
 def measure(tmp: Path, engine: str, skip: tuple[str, ...] = ()) -> dict:
     """Every recorder on a fresh server, stacks on and off; ``skip``: rows ``"on | native"`` and the like."""
     from tests.helpers import sglang_server, vllm_server
-    from tests.helpers.bursty import engine_pid
-
     names = ("VLLM::Worker",) if engine == "vllm" else ("sglang::schedul",)
     results: dict = {}
     for stacks in (True, False):

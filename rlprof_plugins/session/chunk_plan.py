@@ -169,5 +169,6 @@ class RunningChunk:
 
     def idle_seconds(self) -> float:
         """Recorded seconds outside iterations (the engine waiting, recorded all the same)."""
-        inside = self._busy + (time.perf_counter() - self._entered if self._entered is not None else 0.0)
-        return max(time.perf_counter() - self._began - inside, 0.0)
+        now = time.perf_counter()
+        inside = self._busy + (now - self._entered if self._entered is not None else 0.0)
+        return max(now - self._began - inside, 0.0)

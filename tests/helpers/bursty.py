@@ -40,11 +40,13 @@ def engine_pid(server, names: tuple[str, ...]) -> int:
     raise AssertionError(f"no process named {names} under the server")
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def status_mb(pid: int, key: str = "VmRSS") -> float | None:
+    """A size from /proc/<pid>/status in MB (``VmRSS``, ``VmHWM``); None once the process is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) / 1024 for line in lines if line.startswith(key + ":")), 0.0)
 
 
 class PeakRss:
@@ -56,7 +58,7 @@ class PeakRss:
 
     def _sample(self) -> None:
         while not self._done.is_set():
-            self.peak_mb = max(self.peak_mb, rss_mb(self.pid))
+            self.peak_mb = max(self.peak_mb, status_mb(self.pid) or 0.0)
             self._done.wait(0.05)
 
     def __enter__(self) -> "PeakRss":
