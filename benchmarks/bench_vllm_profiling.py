@@ -162,7 +162,7 @@ def hook_cost() -> dict:
     """ns per call: the wrapped execute_model with no session vs the bare method."""
     import wrapt
 
-    from rlprof_plugins.patches.vllm.worker import _execute_model
+    from rlprof_plugins.patches.vllm.worker_hooks import _execute_model
 
     class Worker:
         def execute_model(self, scheduler_output):

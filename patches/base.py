@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import wrapt
 from packaging.specifiers import SpecifierSet
@@ -91,15 +91,15 @@ class Patch:
         except InvalidVersion:
             return False
 
-    def covers(self, version: str | None) -> str | None:
+    def covers(self, version: str | None, tested: Sequence[str] = ()) -> str | None:
         """How this patch may apply to ``version``: ``"declared"`` (in its
-        range), ``"shape"`` (an untested newer release, if its shape holds:
-        see ``shapes.changes``) or None."""
+        range), ``"shape"`` (newer than the newest of the engine's ``tested``
+        releases, if its shape holds: see ``shapes.changes``) or None."""
         if version is None:
             return None
         if self.supports(version):
             return "declared"
-        newest = shapes.untested_newer(self.engine, version)
+        newest = shapes.untested_newer(tested, version)
         return "shape" if newest is not None and self.supports(newest) else None
 
     # ---- apply / revert -------------------------------------------------
@@ -194,13 +194,14 @@ _applied: dict[str, ModuleType] = {}
 _undo_log: dict[str, list[tuple[Any, str, Any, bool]]] = {}
 
 
-def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool:
-    """Apply ``patch`` if the engine version is covered; never raise.
+def apply_guarded(patch: Patch, module: ModuleType, version: str | None, tested: Sequence[str] = ()) -> bool:
+    """Apply ``patch`` if the engine version is covered (``tested``: the engine's tested
+    releases, for the shape rule); never raise.
 
     Returns whether the patch is in place. Each refusal is logged once.
     """
     shown = version or "unknown"
-    how = patch.covers(version)
+    how = patch.covers(version, tested)
     if how is None:
         strict = " (RLPROF_STRICT_VERSIONS is set)" if version and shapes.strict() else ""
         warn_once(
@@ -211,7 +212,7 @@ def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool
         )
         return False
     if how == "shape":
-        newest = shapes.untested_newer(patch.engine, version)
+        newest = shapes.untested_newer(tested, version)
         changed = shapes.changes(patch, module, newest)
         if changed:
             warn_once(
@@ -236,9 +237,9 @@ def apply_guarded(patch: Patch, module: ModuleType, version: str | None) -> bool
     return True
 
 
-def announce_untested(engine: str, version: str | None) -> None:
+def announce_untested(engine: str, version: str | None, tested: Sequence[str]) -> None:
     """One line per process naming an untested release the shape rule covers."""
-    newest = shapes.untested_newer(engine, version)
+    newest = shapes.untested_newer(tested, version)
     if newest is not None:
         warn_once(
             f"untested:{engine}",
@@ -248,8 +249,11 @@ def announce_untested(engine: str, version: str | None) -> None:
         )
 
 
-def install_on_import(patch: Patch, version_of: Callable[[], str | None], siblings: tuple[Patch, ...] = ()) -> None:
+def install_on_import(patch: Patch, facts: Any, siblings: tuple[Patch, ...] = ()) -> None:
     """Apply ``patch`` when its module is imported (at once if it already is).
+
+    ``facts`` is the engine's facts module (``patches/<engine>/facts.py``): its
+    ``version()`` and its ``TESTED`` releases (the shape rule's reference).
 
     ``siblings`` serve the same area in other release eras: when one of them
     is declared for the running version, this patch is simply not for it,
@@ -258,12 +262,13 @@ def install_on_import(patch: Patch, version_of: Callable[[], str | None], siblin
 
     def hook(module: ModuleType) -> None:
         try:
-            version = version_of()
-            announce_untested(patch.engine, version)
-            if not patch.covers(version) and any(s.covers(version) for s in siblings):
+            version = facts.version()
+            tested = tuple(getattr(facts, "TESTED", ()))
+            announce_untested(patch.engine, version, tested)
+            if not patch.covers(version, tested) and any(s.covers(version, tested) for s in siblings):
                 logger.debug("rlprof: %s is for other %s releases (%s)", patch.name, patch.engine, patch.versions)
                 return
-            apply_guarded(patch, module, version)
+            apply_guarded(patch, module, version, tested)
         except Exception as e:  # belt and braces: a hook must never raise
             warn_once(f"hook:{patch.name}", "rlprof: %s is off: %s", patch.feature, e)
 

@@ -37,13 +37,11 @@ import inspect
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from packaging.version import InvalidVersion, Version
 
 from rlprof_plugins._env import on
-
-from .engines import FACTS
 
 STRICT_ENV = "RLPROF_STRICT_VERSIONS"
 RECORDS = Path(__file__).resolve().parent / "shape_records"
@@ -196,16 +194,15 @@ def strict() -> bool:
     return on(STRICT_ENV)
 
 
-def newest_tested(engine: str) -> str | None:
-    facts = FACTS.get(engine)
-    releases = facts.TESTED if facts is not None else None
-    return max(releases, key=Version) if releases else None
+def newest_tested(tested: Sequence[str]) -> str | None:
+    """The newest of an engine's tested releases (its facts' ``TESTED``)."""
+    return max(tested, key=Version) if tested else None
 
 
-def untested_newer(engine: str, version: str | None) -> str | None:
-    """The newest tested release, when ``version`` is newer than it with the
+def untested_newer(tested: Sequence[str], version: str | None) -> str | None:
+    """The newest of ``tested``, when ``version`` is newer than it with the
     same major version and the rule is on; otherwise None."""
-    newest = newest_tested(engine)
+    newest = newest_tested(tested)
     if version is None or newest is None or strict():
         return None
     try:

@@ -1,4 +1,4 @@
-"""The patch of ``sglang.Engine.start_profile``/``stop_profile``: the offline users' entry point.
+"""Patch module (the offline user's process): the patch of ``sglang.Engine.start_profile``/``stop_profile``: the offline users' entry point.
 
 ``sglang.Engine`` (slime's and other offline users' entry point) calls its
 tokenizer manager; from SGLang 0.5.15 its ``start_profile(**fields)`` first
@@ -11,26 +11,27 @@ SGLang's return None.
 
 from __future__ import annotations
 
-from . import http as sglang_http
+from . import sessions
 from ..base import Patch
 from ..features import IN_PROCESS_CALLS
 from .facts import VERSIONS
+from .start_requests import server_config
 
 
 def _wrap_engine_start(wrapped, instance, args, kwargs):
     """``sglang.Engine.start_profile(**fields)``: from 0.5.15 it builds a
     ``ProfileReq`` first, which raises ``TypeError`` for a field SGLang does
     not define (``global_step``); rlprof takes the fields as they are."""
-    config = sglang_http.server_config()
-    if args or (config is None and not sglang_http.uses_rlprof(kwargs)):
+    config = server_config()
+    if args or (config is None and not sessions.uses_rlprof(kwargs)):
         return wrapped(*args, **kwargs)
-    return instance.loop.run_until_complete(sglang_http.start(instance.tokenizer_manager, kwargs, config))
+    return instance.loop.run_until_complete(sessions.start(instance.tokenizer_manager, kwargs, config))
 
 
 def _wrap_engine_stop(wrapped, instance, args, kwargs):
-    if sglang_http.stop_is_native():
+    if sessions.stop_is_native():
         return wrapped(*args, **kwargs)
-    return instance.loop.run_until_complete(sglang_http.stop(instance.tokenizer_manager, kwargs.get("wait")))
+    return instance.loop.run_until_complete(sessions.stop(instance.tokenizer_manager, kwargs.get("wait")))
 
 
 ENGINE_PATCH = Patch(

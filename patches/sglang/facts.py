@@ -7,7 +7,7 @@ scheduler's ``on_idle`` hook arrived in 0.5.12.
 
 from __future__ import annotations
 
-from ..frontends import Frontend
+from ..bypassing_frontends import Frontend
 
 NAME = "sglang"
 TITLE = "SGLang"
@@ -45,7 +45,7 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "no SGLang release rlprof supports lacks it"),
 )
 
-# Frontends that bypass the HTTP server and TokenizerManager rlprof patches (patches/frontends.py).
+# Frontends that bypass the HTTP server and TokenizerManager rlprof patches (patches/bypassing_frontends.py).
 # gRPC mode is a server argument: the launcher patch (server_args.py) sets GRPC_MODE_ENV for the schedulers.
 GRPC_MODE_ENV = "RLPROF_SGLANG_GRPC_MODE"
 RUST_SERVER_ENV = "SGLANG_RUST_SERVER"

@@ -1,4 +1,4 @@
-"""SGLang HTTP routes: ``/start_profile`` with a global step, clear 400/409, ``/profile_status``,
+"""Patch module (HTTP server process): SGLang's routes, ``/start_profile`` with a global step, clear 400/409, ``/profile_status``,
 ``/profile_file`` (a rank's written file, from this server's disk: a step spanning
 nodes is collected from a shared directory or each node's folder).
 
@@ -21,86 +21,19 @@ them, never ignored.
 
 # No "from __future__ import annotations": FastAPI must see the real Request type.
 
-import asyncio
-import dataclasses
-import json
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from rlprof_plugins.store import reaping as writers
-from rlprof_plugins._log import session_event
-from rlprof_plugins.session.protocol import (check_wait, combine, local_piece, roster_command, stop_wait_seconds,
-                                    wait_until_written, with_step_manifest)
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.config.options import ProfileOptions
-from rlprof_plugins.config.launch_config import ProfilerConfig
-from rlprof_plugins.config.request_fields import SGLANG, needs_rlprof
+from rlprof_plugins.session.protocol import check_wait, local_piece
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
-from . import weight_version
 from .facts import VERSIONS
-from .scheduler import encode_command
-from .start_requests import build_request, server_config
-
-
-# Marks a ProfileReq that only rlprof's scheduler patch acts on: a scheduler
-# without it starts no profiler for an activity it does not know.
-MARKER_ACTIVITY = "RLPROF"
-
-_used = False  # this process started an rlprof session: stops go to rlprof too
-
-
-def mark_used() -> None:
-    """An rlprof session was started from this process (route or in-process call)."""
-    global _used
-    _used = True
-
-
-def was_used() -> bool:
-    return _used
-
-
-def stop_is_native() -> bool:
-    """Whether a stop is SGLang's own: no rlprof configuration, and no rlprof
-    session started in this process (then only SGLang's profiler can be running)."""
-    return server_config() is None and not was_used()
-
-
-def uses_rlprof(body: dict) -> bool:
-    """Whether a body needs rlprof on a server without rlprof configuration."""
-    return needs_rlprof(SGLANG, body)
-
-
-def profile_req(command: dict) -> Any:
-    """SGLang's ``ProfileReq`` carrying an rlprof command. Its kind field is
-    ``req_type`` in the msgspec-struct era (0.5.15+), ``type`` before."""
-    from sglang.srt.managers.io_struct import ProfileReq, ProfileReqType
-
-    names = getattr(ProfileReq, "__struct_fields__", None) or [f.name for f in dataclasses.fields(ProfileReq)]
-    kind = ProfileReqType.STOP_PROFILE if command["op"] == "stop" else ProfileReqType.START_PROFILE
-    return ProfileReq(**{"req_type" if "req_type" in names else "type": kind},
-                      profile_id=encode_command(command), activities=[MARKER_ACTIVITY])
-
-
-async def send(tokenizer_manager: Any, command: dict) -> list:
-    """One command to every scheduler; one reply per rank."""
-    tokenizer_manager.auto_create_handle_loop()
-    req = profile_req(command)
-    replies: list = []
-    for result in await tokenizer_manager.profile_communicator(req):
-        try:
-            answer = json.loads(result.message)
-        except (TypeError, ValueError):
-            answer = None
-        if not isinstance(answer, list):
-            reason = "a scheduler answered without rlprof (its patch is not applied there; see the scheduler log)"
-            replies.append({"ok": False, "unavailable": reason})
-        else:
-            replies.extend(answer)
-    return replies
+from .sessions import start, status, stop_is_native, until_written, uses_rlprof
+from .start_requests import server_config
+from .wire import send
 
 
 # ---- routes -----------------------------------------------------------------
@@ -164,41 +97,6 @@ def build_routes(module: Any, native: dict):
 
     return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
             "/profile_file": profile_file}
-
-
-async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerConfig]) -> dict:
-    """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
-    request = build_request(body, config, weight_version.reader(tokenizer_manager))
-    await asyncio.to_thread(writers.reap_all, Path(request.output_dir))
-    result = combine(await send(tokenizer_manager, request.to_command()))
-    roster = roster_command(result)
-    if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
-        await send(tokenizer_manager, roster)
-    mark_used()
-    session_event("started", result)
-    return {**result, "warnings": list(request.warnings)} if request.warnings else result
-
-
-async def stop(tokenizer_manager: Any, wait: Any = None) -> dict:
-    """Stop the session on every scheduler; returns once its files are written (see ``until_written``)."""
-    return await until_written(tokenizer_manager, await send(tokenizer_manager, {"op": "stop", "defer": True}), wait)
-
-
-async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dict:
-    """The schedulers' stop replies as one status, once the files are written:
-    polled from here (the schedulers keep serving), at most ``stop_wait_seconds``;
-    ``wait`` false: at once."""
-    config = server_config()
-    timeout = stop_wait_seconds(config.options if config else ProfileOptions(), wait)
-    result = with_step_manifest(combine(replies))
-    if timeout:
-        result = await wait_until_written(result, lambda step: status(tokenizer_manager, step), timeout)
-    session_event("stopped", result)
-    return result
-
-
-async def status(tokenizer_manager: Any, global_step: Optional[int]) -> dict:
-    return with_step_manifest(combine(await send(tokenizer_manager, {"op": "status", "global_step": global_step})))
 
 
 async def _native_start(endpoint, body: dict):

@@ -1,4 +1,4 @@
-"""What one SGLang scheduler batch ran: its stage, or no model forward at all.
+"""Helper: what one SGLang scheduler batch ran: its stage, or no model forward at all.
 
 The scheduler patch counts one iteration per ``Scheduler.run_batch`` of a
 batch that runs the model, classified by the rule shared with vLLM

@@ -1,4 +1,4 @@
-"""SGLang: a profile request that reached a configured scheduler without rlprof's route, as an rlprof command.
+"""Helper: a profile request that reached a configured scheduler without rlprof's route, as an rlprof command.
 
 On a server configured for rlprof, every start and stop made through SGLang's
 HTTP server, its TokenizerManager and ``sglang.Engine`` reaches the schedulers
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from rlprof_plugins._log import logger
 from rlprof_plugins.session.protocol import combine, stop_wait_seconds, wait_until_written_sync, with_step_manifest
 
-from . import weight_version
+from . import weight_reader
 from .start_requests import build_request, server_config
 
 # SGLang's ProfileReq fields a caller sets, and the values that mean "not asked" where a caller always sets them.
@@ -47,7 +47,7 @@ def command_of(req: Any) -> dict | None:
         return {"op": "stop"}
     fields = {k: getattr(req, k) for k in FIELDS if getattr(req, k, None) is not None}
     fields.update({k: getattr(req, k) for k, unsaid in UNSAID.items() if getattr(req, k, None) not in (None, unsaid)})
-    request = build_request(fields, config, weight_version.scheduler_reader())
+    request = build_request(fields, config, weight_reader.scheduler_reader())
     for warning in request.warnings:  # this caller's answer is one line of text
         logger.warning("rlprof: %s", warning)
     return request.to_command()

@@ -1,4 +1,4 @@
-"""SGLang: a ``--profiler-config '{...}'`` server argument.
+"""Patch module (launcher process): a ``--profiler-config '{...}'`` server argument.
 
 SGLang has no profiling server arguments. This patch adds one that takes the
 same JSON as vLLM's (``torch_profiler_dir``, ``step_start``, ``by_stage``,
@@ -15,14 +15,14 @@ import argparse
 import json
 import os
 
-from rlprof_plugins.backends import choice, memory_history
+from rlprof_plugins.backends import memory_history, which_backend
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.config.launch_config import (ENV, export_to_environment, from_environment, merge_over,
                                             parse_profiler_config, user_overlay)
 
 from ..base import Patch
 from ..features import SERVER_ARGUMENT
-from ..frontends import warn_in_use
+from ..bypassing_frontends import warn_in_use
 from .facts import FRONTENDS, GRPC_MODE_ENV, TITLE, VERSIONS, version
 
 FLAG = "--profiler-config"
@@ -59,8 +59,8 @@ def _from_cli_args(wrapped, instance, args, kwargs):
     try:
         config = parse_profiler_config(_merged(text)) if text is not None else from_environment()
         if config is not None:
-            choice.resolve(config.options.backend, getattr(namespace, "device", None) or "")
-            memory_history.check_configured(config.options, getattr(namespace, "device", None) or choice.device_type())
+            which_backend.resolve(config.options.backend, getattr(namespace, "device", None) or "")
+            memory_history.check_configured(config.options, getattr(namespace, "device", None) or which_backend.device_type())
     except OptionsError as e:
         source = FLAG if text is not None else f"${ENV}"
         # SystemExit: the launch stops with this one line, as argparse errors do.

@@ -1,4 +1,4 @@
-"""SGLang: what this server contributes to a start request, and the request built from a body.
+"""Helper: what an SGLang server contributes to a start request, and the request built from a body.
 
 Shared by the HTTP routes and in-process calls (``http``, ``tokenizer``,
 ``engine``) and by the schedulers, for a profile request that reached them
@@ -13,7 +13,7 @@ import dataclasses
 import os
 from typing import Any, Optional
 
-from rlprof_plugins.backends import choice
+from rlprof_plugins.backends import which_backend
 from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
 from rlprof_plugins.config.options import ProfileOptions
 from rlprof_plugins.config.requests import Server, StartRequest, parse_start
@@ -35,7 +35,7 @@ def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> 
     if root is None and not isinstance(output_dir, str):
         root = os.path.abspath(os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
     return Server(engine="sglang", defaults=config.options if config else ProfileOptions(), output_root=root,
-                  device=choice.device_type())  # prefix: requests' plain file-name rule
+                  device=which_backend.device_type())  # prefix: requests' plain file-name rule
 
 
 def build_request(body: Any, config: Optional[ProfilerConfig], version: Any = None) -> StartRequest:

@@ -1,4 +1,4 @@
-"""The patch of SGLang's ``TokenizerManager.start_profile``/``stop_profile``: in-process calls through rlprof.
+"""Patch module (TokenizerManager process): SGLang's ``TokenizerManager.start_profile``/``stop_profile``: in-process calls through rlprof.
 
 RL frameworks that embed SGLang call the tokenizer manager directly, not the
 HTTP routes: verl awaits ``tokenizer_manager.start_profile(output_dir=...,
@@ -31,10 +31,11 @@ from typing import Any
 
 from rlprof_plugins.steps import trainer as trainer_step
 
-from . import http as sglang_http
+from . import sessions
 from ..base import Patch
 from ..features import IN_PROCESS_CALLS
 from .facts import VERSIONS
+from .start_requests import server_config
 
 # The fields a ProfileReq carries that a caller sets, by their native names.
 _NOT_FIELDS = ("req_type", "type", "rid", "http_worker_ipc")
@@ -79,24 +80,24 @@ def _answer(result: dict) -> Any:
 
 
 async def _rlprof_start(manager: Any, body: dict, config: Any):
-    return _answer(await sglang_http.start(manager, body, config))
+    return _answer(await sessions.start(manager, body, config))
 
 
 def _wrap_start(wrapped, instance, args, kwargs):
     body = _body(args, kwargs)
-    config = sglang_http.server_config()
+    config = server_config()
     # A trainer integration's step (verl's server actor) makes it an rlprof session, as a global_step would.
-    if config is None and not sglang_http.uses_rlprof(body) and not trainer_step.active():
+    if config is None and not sessions.uses_rlprof(body) and not trainer_step.active():
         return _native_start(wrapped, args, kwargs)
     return _rlprof_start(instance, body, config)
 
 
 async def _rlprof_stop(manager: Any, wait: Any):
-    return _answer(await sglang_http.stop(manager, wait))
+    return _answer(await sessions.stop(manager, wait))
 
 
 def _wrap_stop(wrapped, instance, args, kwargs):
-    if sglang_http.stop_is_native():
+    if sessions.stop_is_native():
         return wrapped(*args, **kwargs)
     return _rlprof_stop(instance, kwargs.get("wait"))
 

@@ -1,4 +1,4 @@
-"""verl's rollout server actors: their ``start_profile`` carries the RL step to the engine.
+"""Patch module (verl's server actors): verl's rollout server actors: their ``start_profile`` carries the RL step to the engine.
 
 verl's trainer starts rollout profiling with no arguments: ``RolloutReplica.
 start_profile(**kwargs)`` calls ``server.start_profile.remote(**kwargs)`` on

@@ -1,4 +1,4 @@
-"""vLLM HTTP routes: ``/start_profile`` with a JSON body, clear 400/409 answers.
+"""Patch module (API server): vLLM's HTTP routes, ``/start_profile`` with a JSON body, clear 400/409 answers.
 
 vLLM's routes ignore unknown body fields, answer a double stop with HTTP 500
 and return no information. When rlprof runs the sessions we register our own
@@ -29,9 +29,9 @@ from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
                            status_step, stop_status)
-from . import frontend, weight_version
+from . import sessions, weight_reader
+from .config import env_profiler_config, options_of, plugin_handles, request_server
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
-from .profiler_config import env_profiler_config, options_of, plugin_handles, request_server
 
 
 def api_tokens(args) -> list[str]:
@@ -68,13 +68,14 @@ def build_router(profiler_config, tokens: list[str]):
         try:
             body = await json_body(raw_request)
             server = request_server(profiler_config)
-            if weight_version.wanted(server.defaults, body or {}):  # the engine's version, read now
-                server = replace(server, weight_version=await weight_version.read_async(
+            if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
+                server = replace(server, weight_version=await weight_reader.read_async(
                     raw_request.app.state.engine_client))
             request = parse_start({} if body is None else body, server)
-            if not frontend.ASYNC_LLM_PATCH.applied:
+            client = raw_request.app.state.engine_client
+            if not callable(getattr(client, "profile_status", None)):  # what the async_llm patch adds
                 raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
-            result = await frontend.start(raw_request.app.state.engine_client, request)
+            result = await sessions.start(client, request)
         except Exception as e:
             return error_response(e)
         return JSONResponse({"status": "started", **result})
@@ -101,7 +102,7 @@ def build_router(profiler_config, tokens: list[str]):
     async def profile_file(raw_request: Request):
         try:
             step, rank, path = file_query(raw_request)
-            return await file_response(frontend.file_reader(raw_request.app.state.engine_client, step, rank, path,
+            return await file_response(sessions.file_reader(raw_request.app.state.engine_client, step, rank, path,
                                                             PIECE_BYTES))
         except Exception as e:
             return error_response(e)

@@ -1,4 +1,4 @@
-"""vLLM EngineCore: one utility method that carries rlprof commands to workers.
+"""Patch module (EngineCore process): one utility method that carries rlprof commands to workers.
 
 vLLM's ``profile`` utility passes only ``(is_start, prefix, delay, max)``.
 Our commands (global step, window, status) are dicts, so EngineCore gets a
@@ -23,10 +23,8 @@ from rlprof_plugins._log import logger
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
+from .control import UTILITY, with_engine_state, worker_control
 from .facts import VERSIONS
-
-
-UTILITY = "rlprof_control"
 
 
 def _has_idle_callbacks(engine: Any) -> bool:
@@ -45,8 +43,6 @@ def _let_answer_go(engine: Any, timeout: float = 0.2) -> None:
 
 def _complete_stop(engine: Any) -> None:
     """Idle callback: stop the workers' profilers whose stop was answered."""
-    from .worker import worker_control
-
     _let_answer_go(engine)
     try:
         engine.model_executor.collective_rpc(worker_control, args=({"op": "complete_stop"},))
@@ -54,27 +50,7 @@ def _complete_stop(engine: Any) -> None:
         logger.warning("rlprof: completing a deferred profiler stop failed: %s", e)
 
 
-def engine_is_idle(engine: Any) -> bool | None:
-    """Whether the engine has no request to step (None: this release does not say). A start
-    sent while it is idle tells the workers (``engine_idle``), so a chunked recording's first
-    chunk ends at once instead of recording the worker's wait loop until traffic comes."""
-    try:
-        has_work = getattr(engine, "has_work", None)
-        return not has_work() if callable(has_work) else not engine.scheduler.has_requests()
-    except Exception:
-        return None
-
-
-def with_engine_state(engine: Any, command: dict) -> dict:
-    """A start command with ``engine_idle`` where the engine says so."""
-    if command.get("op") == "start" and engine_is_idle(engine):
-        return {**command, "engine_idle": True}
-    return command
-
-
 def rlprof_control(self: Any, command: dict) -> list[dict]:
-    from .worker import worker_control
-
     command = with_engine_state(self, command)
     defer = command.get("op") == "stop" and _has_idle_callbacks(self)
     if defer:

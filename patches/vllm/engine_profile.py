@@ -1,4 +1,4 @@
-"""vLLM EngineCore's own ``profile`` utility as rlprof sessions: the way in for callers without rlprof's routes.
+"""Patch module (EngineCore process): vLLM EngineCore's own ``profile`` utility as rlprof sessions: the way in for callers without rlprof's routes.
 
 vLLM's Rust frontend (``VLLM_USE_RUST_FRONTEND=1``, ``vllm-rs``) serves
 ``/start_profile`` and ``/stop_profile`` itself and forwards only
@@ -15,7 +15,7 @@ stops in the call and the call waits for the export, at most
 ``stop_wait_seconds`` (0: it returns at once); vLLM's own stop holds the
 loop for its export the same way. What cannot reach the engine (the body's
 ``global_step``, a status route, 400s naming a field) is said at start-up
-(``patches/frontends.py``).
+(``patches/bypassing_frontends.py``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from rlprof_plugins.session.protocol import combine, stop_when_written_sync
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
+from .config import options_of, plugin_handles, profiler_config_of, request_server
+from .control import with_engine_state, worker_control
 from .facts import VERSIONS
-from .profiler_config import options_of, plugin_handles, profiler_config_of, request_server
 
 
 def _bind(is_start: bool = True, profile_prefix: str | None = None, delay_iterations: int | None = None,
@@ -42,9 +43,6 @@ def _bind(is_start: bool = True, profile_prefix: str | None = None, delay_iterat
 
 
 def _workers(engine: Any, command: dict) -> list:
-    from .engine_core import with_engine_state
-    from .worker import worker_control
-
     return list(engine.model_executor.collective_rpc(worker_control, args=(with_engine_state(engine, command),)))
 
 

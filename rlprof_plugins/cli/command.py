@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__
+from ..patches.engines import ENGINES, TRAINERS
 from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, recovered_line
 from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_summary
 
@@ -141,14 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stitch", help="join one rank's chunk traces (a chunked session) into one trace")
     p.add_argument("chunks", nargs="+", help="the chunk traces, in recording order")
     p.add_argument("-o", "--output", required=True, help="the trace to write (gzip when it ends in .gz)")
-    p.add_argument("--pauses", help=argparse.SUPPRESS)  # the exporter's: the profiler's pauses (trace.pauses)
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_stitch)
 
     p = sub.add_parser("doctor", help="the installed engine: version, features, patches, how to configure "
                                       "(exit 1 if a patch declared for it fails)")
-    p.add_argument("--engine", choices=("vllm", "sglang", "verl"),
+    p.add_argument("--engine", choices=[*ENGINES, *TRAINERS],
                    help="only this engine, or trainer (verl); default: every one installed")
     p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

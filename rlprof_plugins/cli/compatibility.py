@@ -58,7 +58,7 @@ def features(engine: str, version: str, applies=None, patches=None) -> list[Feat
             fits = [p for p in serving if p.area_name == area and fits_release(p)]
             (chosen.extend(fits) if fits else missing.append(area))
         # declared for (or covered by the shape rule on) this release, yet not applying
-        refused = [p.name for p in serving if p.area_name in missing and p.covers(version)]
+        refused = [p.name for p in serving if p.area_name in missing and p.covers(version, TESTED.get(engine, ()))]
         if refused:
             reason = f"not on {engine} {version}: patch {', '.join(refused)} is off (see the patches: what changed)"
         elif missing:

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from .. import __version__
 from . import compatibility as compat
 from .._env import allowed_by, on
-from ..patches.engines import ENGINES
+from ..patches.engines import ENGINES, tested_releases
 
 
 @dataclass
@@ -104,7 +104,7 @@ UNTESTED_OK = "untested release, shape checked"
 
 def declared(patch, version: str) -> PatchCheck:
     """What the declarations alone say of ``patch`` on ``version`` (``--no-import``)."""
-    how = patch.covers(version)
+    how = patch.covers(version, tested_releases(patch.engine))
     return PatchCheck(patch.name, patch.module, "applies" if how else "off",
                       "not checked (--no-import)" if how else f"declared for {patch.versions}")
 
@@ -113,9 +113,10 @@ def check_patch(patch, version: str) -> PatchCheck:
     from ..patches import shapes
     from ..patches.base import apply_guarded
 
-    how = patch.covers(version)
+    tested = tested_releases(patch.engine)
+    how = patch.covers(version, tested)
     if how is None:
-        strict = " (RLPROF_STRICT_VERSIONS is set)" if shapes.strict() and shapes.newest_tested(patch.engine) else ""
+        strict = " (RLPROF_STRICT_VERSIONS is set)" if shapes.strict() and tested else ""
         return PatchCheck(patch.name, patch.module, "off", f"declared for {patch.versions}{strict}")
     try:
         module = importlib.import_module(patch.module)
@@ -123,7 +124,7 @@ def check_patch(patch, version: str) -> PatchCheck:
         return PatchCheck(patch.name, patch.module, "fails", f"importing {patch.module}: {type(e).__name__}: {e}")
     note = ""
     if how == "shape":
-        newest = shapes.untested_newer(patch.engine, version)
+        newest = shapes.untested_newer(tested, version)
         changed = shapes.changes(patch, module, newest)
         if changed:
             return PatchCheck(patch.name, patch.module, "off",
@@ -132,7 +133,7 @@ def check_patch(patch, version: str) -> PatchCheck:
     if patch.applied:
         return PatchCheck(patch.name, patch.module, "applies",
                           _present_targets(patch, module) + note + " (applied in this process)")
-    if not apply_guarded(patch, module, version):
+    if not apply_guarded(patch, module, version, tested):
         return PatchCheck(patch.name, patch.module, "fails", "a target is missing or changed (see the warning above)")
     try:
         return PatchCheck(patch.name, patch.module, "applies", _present_targets(patch, module) + note)
@@ -210,7 +211,7 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
         return report
     from ..patches import shapes
 
-    report.untested_newer = shapes.untested_newer(engine, version)
+    report.untested_newer = shapes.untested_newer(tested_releases(engine), version)
     report.supported = compat.supported(engine, version) or report.untested_newer is not None
     report.tested = any(version == t or version.startswith(t + "+") for t in compat.TESTED[engine])
     for patch in (p for p in ALL_PATCHES if p.engine == engine):

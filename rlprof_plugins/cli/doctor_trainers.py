@@ -74,7 +74,7 @@ def diagnose_trainer(name: str, *, dry_run: bool = True) -> TrainerReport:
     report = TrainerReport(trainer=name, installed=version is not None, version=version)
     if version is None:
         return report
-    report.untested_newer = shapes.untested_newer(name, version)
+    report.untested_newer = shapes.untested_newer(facts.TESTED, version)
     group = [p for p in patches.ALL_PATCHES if p.engine == name]
     report.supported = any(p.supports(version) for p in group) or report.untested_newer is not None
     report.tested = version in facts.TESTED

@@ -1,7 +1,7 @@
 """Whether the installed package is whole: the import the engine plugins make, tried.
 
-Every entry point (``plugins/``) imports the patch registry
-(``rlprof_plugins.patches``) when the engine calls it; a module missing from
+Every entry point (``entry_points/``) imports the patch registry
+(``rlprof_plugins.patches``) and its engines' patch modules when the engine calls it; a module missing from
 the install (a wheel built without a package) makes that import fail in each
 engine process, which then logs "plugin not loaded" and serves without
 rlprof. ``rlprof doctor`` asks this module first, so it names the missing
@@ -38,10 +38,10 @@ class Installation:
 
 
 def check() -> Installation:
-    """Import the patch registry as the entry points do; never raises."""
+    """Import the patch registry and every patch module, as the entry points do; never raises."""
     location = str(Path(__file__).resolve().parents[1])  # the rlprof_plugins package
     try:
-        importlib.import_module(REGISTRY)
+        importlib.import_module(REGISTRY).all_patches()
     except ImportError as e:
         return Installation(location, False, f"{type(e).__name__}: {e}", e.name)
     except Exception as e:  # a module that is there but broken

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..backends import choice
+from ..backends import which_backend
 from ..backends.kind import BuildContext
 from ..backends.torch_profiler import TorchSettings
 from ..config.options import ProfileOptions
@@ -75,9 +75,9 @@ def _controller(device: str, out: Path, allocator: Callable[[], Any]) -> tuple[P
     import torch
 
     options = ProfileOptions()
-    kind = choice.resolve(options.backend, device)
+    kind = which_backend.resolve(options.backend, device)
     settings = TorchSettings(activities=("CPU", "CUDA") if device == "cuda" else ("CPU",))
-    factory = choice.factory(kind, BuildContext(
+    factory = which_backend.factory(kind, BuildContext(
         lambda table, overrides: dataclasses.replace(settings, write_table=table, **overrides), options))
     header = engine_header(engine="selftest", engine_version=f"torch {torch.__version__}", expected_ranks=1,
                            parallel={"tp": 1}, trace_dir=str(out), plugin_version=__version__)

@@ -138,12 +138,10 @@ def cmd_stitch(args) -> int:
     progress = progress_of(args)
     if progress:
         progress(f"stitching {len(chunks)} chunks into {args.output}")
-    pauses = read_pauses(Path(args.pauses)) if args.pauses else None
-    if pauses is None:  # a kept recording's chunks carry their pauses beside them
-        pauses = [p for c in chunks for p in (read_pauses(pauses_of(c)) if pauses_of(c).is_file() else [])]
+    # a kept recording's chunks carry their pauses beside them
+    pauses = [p for c in chunks for p in (read_pauses(pauses_of(c)) if pauses_of(c).is_file() else [])]
     result = stitch(chunks, Path(args.output), pauses=pauses)
-    # the exporter's own stitch is no recovery: its session reports the files itself
-    recovered = [] if args.pauses else finish_kept(chunks, [Output(result.output)], args.command_line, consumed=True)
+    recovered = finish_kept(chunks, [Output(result.output)], args.command_line, consumed=True)
     if recovered:  # what the exporter removes once stitched
         for chunk in chunks:
             chunk.unlink(missing_ok=True)

@@ -78,7 +78,7 @@ def parse_activities(key: str, value: Any, error=OptionsError) -> tuple[str, ...
 
 def check_activities_on_host(key: str, activities: tuple[str, ...], device: str, error=OptionsError) -> None:
     """Refuse device activities this host cannot record (``device``: ``cuda``,
-    ``npu``, ``xpu`` or ``cpu``, as ``backends.choice.device_type`` finds it).
+    ``npu``, ``xpu`` or ``cpu``, as ``backends.which_backend.device_type`` finds it).
     Without the device, torch.profiler records nothing for them and the
     session fails later ("No activities specified"); on Ascend, SGLang maps
     ``GPU`` to the NPU, so CUDA is accepted there."""

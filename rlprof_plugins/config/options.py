@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 from ..backends import memory_history
-from ..backends.choice import check_backend
+from ..backends.which_backend import check_backend
 from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
 from ..errors import OptionsError
 
@@ -28,7 +28,7 @@ from ..errors import OptionsError
 # under the target by default: measured (docs/performance.md, "torch's own stop").
 CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
-# Where a start request without a global_step takes one (rlprof_plugins.steps.choice).
+# Where a start request without a global_step takes one (rlprof_plugins.steps.which_step).
 STEP_SOURCES = ("request", "weight_version", "profile_prefix")
 
 
@@ -81,7 +81,7 @@ class ProfileOptions:
     ``step_source``: ``request`` (a start without ``global_step`` has none,
     unless a trainer integration gives it) or ``weight_version`` (the
     engine's own weight version + ``trainer_step_offset``, for trainers that
-    version the weights they sync: slime, miles; ``steps.choice``) or
+    version the weights they sync: slime, miles; ``steps.which_step``) or
     ``profile_prefix`` (a ``global_step_<N>`` prefix, for frontends that
     forward nothing else: vLLM's Rust frontend, SGLang's gRPC mode).
 

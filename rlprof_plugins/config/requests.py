@@ -30,7 +30,7 @@ from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .recorded import parse_recorded
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
-from ..steps.choice import choose
+from ..steps.which_step import choose
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ applies when its target module is imported. ``RLPROF_DISABLE=1`` or leaving
 
 from __future__ import annotations
 
-from . import install_patches
+from . import install_group
+
+GROUP = "sglang.srt.plugins"  # setup.cfg's group for this module; patches/engines.py lists what it installs
 
 
 def register() -> None:
-    from ..patches.sglang import facts as engine
-
-    install_patches(engine.TITLE, "SGLANG_PATCHES", engine.version, engine.FRONTENDS)
+    install_group(GROUP)

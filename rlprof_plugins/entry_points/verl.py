@@ -11,13 +11,13 @@ post-import hooks for verl's rollout server modules
 
 from __future__ import annotations
 
-from . import install_patches
+from . import install_group
+
+GROUP = "verl.plugins"  # setup.cfg's group for this module; patches/engines.py lists what it installs
 
 
 def register() -> None:
-    from ..patches.verl import facts as trainer
-
-    install_patches(trainer.TITLE, "VERL_PATCHES", trainer.version)
+    install_group(GROUP)
 
 
 register()

@@ -9,14 +9,13 @@ leave ``rlprof`` out of vLLM's ``VLLM_PLUGINS`` allowlist.
 
 from __future__ import annotations
 
-from . import install_patches
+from . import install_group
+
+GROUP = "vllm.general_plugins"  # setup.cfg's group for this module; patches/engines.py lists what it installs
 
 
 def register() -> None:
     from .._log import join_engine_log
-    from ..patches.vllm import facts as engine
-    from ..patches.vllm_ascend import facts as ascend
 
     join_engine_log("vllm")  # rlprof's lines in vLLM's log, in its format and at its level
-    install_patches(engine.TITLE, "VLLM_PATCHES", engine.version, engine.FRONTENDS)
-    install_patches(ascend.TITLE, "VLLM_ASCEND_PATCHES", ascend.version)
+    install_group(GROUP)  # vLLM's patches and vllm-ascend's (a platform plugin of vLLM)

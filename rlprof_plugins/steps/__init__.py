@@ -6,7 +6,7 @@ over within one call: verl's server actors, ``patches/verl``), with
 ``step_source: weight_version`` the engine's own weight version
 (``weight_version``), or with ``step_source: profile_prefix`` a
 ``global_step_<N>`` trace-name prefix (``prefix``: frontends that forward
-nothing else). ``choice`` picks among them. Imports only the small helpers.
+nothing else). ``which_step`` picks among them. Imports only the small helpers.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every section a process writes into ``manifest.json`` carries this identity
 (host, pid, the process's start time and the machine's boot id), so a reader
 on the same machine can tell a writer that is still at work from one that
-was killed (``writers.reap``). A leaf: the manifest stamps it, the writers'
+was killed (``reaping.reap``). A leaf: the manifest stamps it, the writers'
 reaper reads it, neither needs the other for it.
 """
 

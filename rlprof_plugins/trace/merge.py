@@ -281,15 +281,20 @@ def _run_parallel(jobs: list[_RankJob], writer: TraceWriter, output: Path, compr
     return done
 
 
-def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
-    """``rlprof merge DIR`` in a child process (the live ``merge`` option uses
-    this so JSON work never holds an engine process's GIL)."""
-    import json
-    import subprocess
-    import sys
+def merge_folder(directory: str | Path) -> list[str]:
+    """Every merge a step folder plans (one per stage), writers whose process is gone marked failed first."""
+    from ..store.reaping import reap_all
+    from .sources import plan
 
-    cmd = [sys.executable, "-m", "rlprof_plugins.cli", "merge", str(directory), "--json", "--quiet"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"merge failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return [Path(m["output"]) for m in json.loads(proc.stdout)["merged"]]
+    reap_all(Path(directory))
+    groups = [g for g in plan(Path(directory)).groups if g.inputs]
+    if not groups:
+        raise FileNotFoundError(f"{directory}: no rank traces found to merge")
+    return [str(merge(g, g.output, progress=None).output) for g in groups]
+
+
+def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
+    """``merge_folder`` in a child process: the live ``merge`` option's JSON work never holds the engine's GIL."""
+    from .child import run_in_child
+
+    return [Path(p) for p in run_in_child(f"{__name__}:merge_folder", directory, what="merge", timeout=timeout)]

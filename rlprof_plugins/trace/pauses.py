@@ -82,7 +82,7 @@ def pauses_from_json(items: list[dict[str, Any]] | None) -> list[Pause]:
 
 
 def write_pauses(path: Path, pauses: list[Pause]) -> None:
-    """The pauses for a child process (``rlprof stitch --pauses FILE``)."""
+    """Pauses kept beside a chunk (``pauses_of``), for ``rlprof stitch`` to put back."""
     write_text_atomic(path, json.dumps([p.to_json() for p in pauses]))
 
 

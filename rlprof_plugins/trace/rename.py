@@ -46,15 +46,6 @@ class RankRenamer:
             self.next_pid += 1
         return new
 
-    def new_id(self, value: Any) -> Any:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int):
-            return value + self.id_offset
-        if isinstance(value, str):
-            return f"{self.rf.label}:{value}" if self.order else value
-        return value
-
 
 def _process_label(rank: RankRenamer, source_pid: Any, new_pid: int) -> str:
     original = rank.names.get(new_pid)
@@ -76,8 +67,7 @@ def rename_batch(events: list[dict], rank: "RankRenamer") -> list[dict]:
     out: list[dict] = []
     keep = out.append
     pids, device = rank.pids, rank.device
-    shift, absolute, renumber = rank.shift_us, rank.absolute_base_ns, rank.order > 0
-    offset = rank.id_offset
+    absolute = rank.absolute_base_ns
     for event in events:
         ph = event.get("ph")
         if ph == "M" and event.get("name") in REPLACED_METADATA:
@@ -93,30 +83,51 @@ def rename_batch(events: list[dict], rank: "RankRenamer") -> list[dict]:
             event["pid"] = new_pid
             if event.get("cat") in DEVICE_CATS:
                 device.add(new_pid)
-        if absolute is not None:
-            if "ts" in event:
-                ns = ts_ns(event["ts"])
-                if ns is not None:
-                    event["ts"] = (ns - absolute) / 1000.0
-        elif shift:
-            ts = event.get("ts")
-            if ts.__class__ is float or ts.__class__ is int:
-                event["ts"] = ts + shift
-        if renumber:
-            if ph.__class__ is str and ph in ID_PHASES:
-                for key in ("id", "bind_id", "id2"):
-                    if key in event:
-                        event[key] = rank.new_id(event[key])
-            args = event.get("args")
-            if args.__class__ is dict:
-                for key in ID_ARGS:
-                    value = args.get(key)
-                    if value is not None:  # integer ids (nearly all) without a call
-                        args[key] = value + offset if value.__class__ is int else rank.new_id(value)
+        if absolute is not None and "ts" in event:
+            ns = ts_ns(event["ts"])
+            if ns is not None:
+                event["ts"] = (ns - absolute) / 1000.0
         if ph == "i" and event.get("s", "t") == "g":
             event["name"] = f"{rank.rf.label}: {event.get('name', '')}"
         keep(event)
+    # torch_npu's absolute times were rewritten above; the rank's ids move by its order (none for the first)
+    shift_and_renumber(out, 0.0 if absolute is not None else rank.shift_us, rank.id_offset, ID_ARGS, rank.rf.label)
     return out
+
+
+def shift_and_renumber(events: list[dict], shift_us: float, offset: int, id_args: tuple[str, ...] = ID_ARGS,
+                       label: str | None = None) -> None:
+    """In place: every numeric ``ts`` moved by ``shift_us``; every flow and async id and
+    every id in ``args`` (``id_args``) moved by ``offset``, string ids prefixed with
+    ``label`` where one is given. The one rule merge (ranks) and stitch (chunks) share,
+    so ids of two inputs never meet and their clocks line up."""
+    if not shift_us and not offset:
+        return
+    for event in events:
+        if shift_us:
+            ts = event.get("ts")
+            if ts.__class__ is float or ts.__class__ is int:
+                event["ts"] = ts + shift_us
+        if offset:
+            ph = event.get("ph")
+            if ph.__class__ is str and ph in ID_PHASES:
+                for key in ("id", "bind_id", "id2"):
+                    if key in event:
+                        event[key] = _moved(event[key], offset, label)
+            args = event.get("args")
+            if args.__class__ is dict:
+                for key in id_args:
+                    value = args.get(key)
+                    if value is not None:  # integer ids (nearly all) without a call
+                        args[key] = value + offset if value.__class__ is int else _moved(value, offset, label)
+
+
+def _moved(value: Any, offset: int, label: str | None) -> Any:
+    if value.__class__ is int:
+        return value + offset
+    if isinstance(value, str) and label is not None:
+        return f"{label}:{value}"
+    return value  # booleans and anything else stay
 
 
 def metadata_events(rank: RankRenamer, sort_base: int) -> list[dict]:

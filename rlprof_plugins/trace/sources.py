@@ -22,9 +22,10 @@ from pathlib import Path
 
 from ..store import manifest
 from . import naming
-from ..store.layout import FRONTEND, MERGED, RANKS
-from .naming import ASCEND_SUFFIX, is_trace, trace_view_of
+from ..store.layout import MERGED
+from .naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
 
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
                 "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")
 
@@ -184,28 +185,58 @@ def _group(directory: Path, stage: str | None, files: list[RankFile], unplaced: 
     return MergeGroup(directory, stage, kept, group)
 
 
-def _folders(directory: Path) -> list[Path]:
-    """The folder and the subfolders a step folder keeps its traces in."""
-    subfolders = (RANKS, *naming.STAGES, FRONTEND)
-    return [directory] + [directory / name for name in subfolders if (directory / name).is_dir()]
+# ---- a step folder's trace files: the one walk every reader of a step makes ----------
+def trace_files(directory: str | Path) -> list[Path]:
+    """The step's trace files at any depth: workers', the API server's, stage files, merged ones,
+    and of each torch_npu folder its timeline (``trace_view.json``, once analysed); not hidden
+    files (chunks, temporaries). The merge plan and the step report both read a step through it."""
+    directory = Path(directory)
+    out = []
+    for path in directory.rglob("*"):
+        parts = path.relative_to(directory).parts
+        if any(part.startswith(".") for part in parts) or not path.is_file():
+            continue
+        if any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
+            if path.name == ASCEND_TRACE_VIEW and path == trace_view_of(directory.joinpath(*_ascend_folder(parts))):
+                out.append(path)
+        elif path.name.endswith(TRACE_SUFFIXES):
+            out.append(path)
+    return sorted(out)
+
+
+def npu_folders(directory: str | Path) -> list[Path]:
+    """The step's torch_npu folders (``*_ascend_pt``), analysed or not."""
+    return sorted(p for p in Path(directory).rglob(f"*{ASCEND_SUFFIX}")
+                  if p.is_dir() and not any(part.startswith(".") for part in p.relative_to(directory).parts))
+
+
+def _ascend_folder(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """The path parts down to the first torch_npu folder."""
+    for i, part in enumerate(parts):
+        if part.endswith(ASCEND_SUFFIX):
+            return parts[:i + 1]
+    return parts
 
 
 def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
     unplaced: list[tuple[Path, str]] = []
-    entries = [p for folder in _folders(directory) for p in sorted(folder.iterdir())]
-    for path in (p for p in entries if p.is_file() and is_trace(p)):
+    files = trace_files(directory)
+    for path in files:
+        parts = path.relative_to(directory).parts
+        if path.name == ASCEND_TRACE_VIEW or MERGED in parts[:-1] or not is_trace(path):
+            continue  # torch_npu timelines below; merged traces are outputs, not ranks
         rf, key = _recognise(path, naming.parse(path.name))
         if rf is None:
             unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
-    for path in (p for p in entries if p.is_dir() and p.name.endswith(ASCEND_SUFFIX)):
-        rf, key = _recognise(trace_view_of(path), naming.parse_ascend_folder(path.name), absolute_time=True)
+    for folder in npu_folders(directory):
+        rf, key = _recognise(trace_view_of(folder), naming.parse_ascend_folder(folder.name), absolute_time=True)
         if rf is None:
-            unplaced.append((path, "torch_npu directory whose worker name is no rank name rlprof knows"))
-        elif not rf.path.exists():
-            unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
+            unplaced.append((folder, "torch_npu directory whose worker name is no rank name rlprof knows"))
+        elif rf.path not in files:
+            unplaced.append((folder, NOT_ANALYSED.format(dir=directory)))
         else:
             groups.setdefault(key, []).append(rf)
     out = [_group(directory, stage, files, unplaced, group) for (group, stage), files in

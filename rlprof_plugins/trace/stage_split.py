@@ -19,16 +19,13 @@ Events outside every iteration (idle time between iterations) belong to no
 stage and are dropped, so each stage file holds only its iterations' events
 and each iteration appears in exactly one stage file.
 
-Run as a program by the worker's exporter (``python -m
-rlprof_plugins.trace.stage_split RAW OUT_DIR BASENAME``) so the JSON work
-happens in another process and never holds the engine's GIL.
+The worker's exporter runs it in a child process (``split_in_subprocess``,
+through ``trace.child``) so the JSON work never holds the engine's GIL.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import sys
 from array import array
 from pathlib import Path
 from typing import Iterable
@@ -39,7 +36,7 @@ from . import codec
 from .gz import file_size
 from .naming import TRACE_SUFFIX, is_device_event as _is_device
 from .progress import Progress, Ticker
-from .reader import TraceFormatError, TraceReader
+from .reader import TraceReader
 from .writer import TraceWriter
 
 
@@ -262,36 +259,14 @@ def _write_deferred(raw: Path, classifier: StageClassifier, writers: dict[str, T
                 index += 1
 
 
+def split_for_child(raw: str, out_dir: str, basename: str, gzip: bool = True) -> list[list[str]]:
+    """``split_file`` with JSON arguments: what ``split_in_subprocess`` runs in the child."""
+    return [[stage, str(path)] for stage, path in split_file(Path(raw), out_dir, basename, gzip=gzip)]
+
+
 def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
-    """Run ``split_file`` in a child Python process; raises on failure."""
-    import subprocess
+    """Run ``split_file`` in a child Python process; raises with the child's error on failure."""
+    from .child import run_in_child
 
-    cmd = [sys.executable, "-m", "rlprof_plugins.trace.stage_split", str(raw), str(out_dir), basename]
-    if not gzip:
-        cmd.append("--no-gzip")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"stage split failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    return [(f["stage"], Path(f["path"])) for f in json.loads(proc.stdout.strip().splitlines()[-1])]
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (3, 4):
-        print("usage: python -m rlprof_plugins.trace.stage_split RAW OUT_DIR BASENAME [--no-gzip]", file=sys.stderr)
-        return 2
-    raw, out_dir, basename = Path(args[0]), args[1], args[2]
-    try:
-        written = split_file(raw, out_dir, basename, gzip="--no-gzip" not in args)
-    except TraceFormatError as e:
-        print(f"stage_split: {e}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as e:
-        print(f"stage_split: {raw}: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps([{"stage": s, "path": str(p)} for s, p in written]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    written = run_in_child(f"{__name__}:split_for_child", raw, out_dir, basename, gzip, what="stage split")
+    return [(stage, Path(path)) for stage, path in written]

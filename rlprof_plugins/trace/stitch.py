@@ -26,18 +26,16 @@ and ``rlprof stitch`` finishes a session whose stitching failed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..store.layout import atomic_target
+from .child import run_in_child
 from .clock import base_time_ns
-from .pauses import Pause, write_pauses
+from .pauses import Pause, pauses_from_json
 from .reader import TraceReader
-from .rename import ID_ARGS, ID_PHASES, ID_STRIDE
+from .rename import ID_ARGS, ID_STRIDE, shift_and_renumber
 from .writer import TraceWriter
 
 PYTHON_ID_ARGS = ("Python id", "Python parent id")
@@ -53,31 +51,17 @@ class StitchResult:
 
 
 def _shifted(events: list[dict], shift_us: float, offset: int, seen_metadata: set) -> list[dict]:
+    """A chunk's events on the first chunk's clock, ids apart (``rename.shift_and_renumber``),
+    metadata already written by an earlier chunk left out."""
     out = []
     for event in events:
-        ph = event.get("ph")
-        if ph == "M":
+        if event.get("ph") == "M":
             key = (event.get("name"), event.get("pid"), event.get("tid"), json.dumps(event.get("args"), sort_keys=True))
             if key in seen_metadata:
                 continue
             seen_metadata.add(key)
-        if shift_us:
-            ts = event.get("ts")
-            if ts.__class__ is float or ts.__class__ is int:
-                event["ts"] = ts + shift_us
-        if offset:
-            if ph.__class__ is str and ph in ID_PHASES:
-                for key in ("id", "bind_id", "id2"):
-                    value = event.get(key)
-                    if value.__class__ is int:
-                        event[key] = value + offset
-            args = event.get("args")
-            if args.__class__ is dict:
-                for key in ID_ARGS + PYTHON_ID_ARGS:
-                    value = args.get(key)
-                    if value.__class__ is int:
-                        args[key] = value + offset
         out.append(event)
+    shift_and_renumber(out, shift_us, offset, ID_ARGS + PYTHON_ID_ARGS)
     return out
 
 
@@ -114,16 +98,14 @@ def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3, pauses: 
     return StitchResult(output, events, len(chunks), time.perf_counter() - t0)
 
 
+def stitch_for_child(chunks: list[str], output: str, pauses: list[dict]) -> dict:
+    """``stitch`` with JSON arguments: what ``stitch_in_subprocess`` runs in the child."""
+    r = stitch([Path(c) for c in chunks], Path(output), pauses=pauses_from_json(pauses))
+    return {"output": str(r.output), "events": r.events, "chunks": r.chunks}
+
+
 def stitch_in_subprocess(chunks: list[Path], output: Path, pauses: list[Pause]) -> None:
     """``stitch`` in a child Python process (JSON work never holds an engine
     process's GIL); raises with the child's error on failure."""
-    listed = atomic_target(output.parent / (output.name + ".pauses.json"))
-    write_pauses(listed, pauses)
-    cmd = [sys.executable, "-m", "rlprof_plugins.cli", "stitch", *map(str, chunks), "-o", str(output), "--quiet",
-           "--pauses", str(listed)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    finally:
-        listed.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"stitching chunks failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    run_in_child(f"{__name__}:stitch_for_child", [str(c) for c in chunks], output, [p.to_json() for p in pauses],
+                 what="stitching chunks")

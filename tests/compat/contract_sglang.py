@@ -33,7 +33,7 @@ from packaging.version import Version
 from rlprof_plugins.cli import compatibility as compat
 from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.patches import SGLANG_PATCHES
-from rlprof_plugins.patches.sglang import http as sglang_http
+from rlprof_plugins.patches.sglang import http as sglang_http, start_requests, wire
 from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.patches.sglang.facts import version as sglang_version
@@ -120,7 +120,7 @@ def test_the_weight_version_is_read_where_this_release_keeps_it(monkeypatch):
     from types import SimpleNamespace
 
     from sglang.srt.managers import tokenizer_manager as module
-    from rlprof_plugins.patches.sglang import weight_version
+    from rlprof_plugins.patches.sglang import weight_reader as weight_version
 
     manager = object.__new__(module.TokenizerManager)
     manager.server_args = SimpleNamespace(weight_version="default")
@@ -217,7 +217,7 @@ def _scheduler():
 def _send(handler, command: dict) -> dict:
     from rlprof_plugins.session.protocol import combine
 
-    out = handler(sglang_http.profile_req(command))
+    out = handler(wire.profile_req(command))
     assert out.success, out.message
     return combine(json.loads(out.message))
 
@@ -272,7 +272,7 @@ def _configure(monkeypatch, tmp_path, **ours):
 def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch):
     config = _configure(monkeypatch, tmp_path)
     sched, handler = _scheduler()
-    request = sglang_http.build_request({"global_step": 37, "step_start": 1, "step_end": 4, "by_stage": True}, config)
+    request = start_requests.build_request({"global_step": 37, "step_start": 1, "step_end": 4, "by_stage": True}, config)
     answer = _send(handler, request.to_command())
     assert answer["global_step"] == 37 and answer["state"] == "waiting", answer
     _batches(sched, [("EXTEND", 2, 8)] + [("DECODE", 2, 0)] * 5)
@@ -290,7 +290,7 @@ def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch
 def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monkeypatch):
     config = _configure(monkeypatch, tmp_path)
     sched, handler = _scheduler()
-    request = sglang_http.build_request({"global_step": 5, "profile_prefix": "rollout"}, config)
+    request = start_requests.build_request({"global_step": 5, "profile_prefix": "rollout"}, config)
     _send(handler, request.to_command())
     _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0), ("MIXED", 2, 4)])
     answer = _send(handler, {"op": "stop", "defer": True})
@@ -302,14 +302,14 @@ def test_native_fields_stop_on_idle_and_a_second_session(patched, tmp_path, monk
     details = iteration_details(load_trace(trace))
     assert details[0] == ("prefill", 5, 0, 1) and details[1] == ("decode", 0, 1, 1) and details[2][0] == "prefill"
     # SGLang's num_steps means a window of that many iterations from the request
-    request = sglang_http.build_request({"global_step": 6, "num_steps": 2}, config)
+    request = start_requests.build_request({"global_step": 6, "num_steps": 2}, config)
     _send(handler, request.to_command())
     _batches(sched, [("DECODE", 1, 0)] * 3)
     assert wait_done(_status_of(handler), 6)["state"] == "done"
     assert sorted(iteration_details(load_trace(manifest_traces(session_dir(tmp_path, 6))["TP-0"]))) == [0, 1]
     # SGLang's start_step: the forward-pass number (from server start) recording begins with
     done = sched.forward_ct
-    request = sglang_http.build_request({"global_step": 7, "start_step": done + 3, "num_steps": 2}, config)
+    request = start_requests.build_request({"global_step": 7, "start_step": done + 3, "num_steps": 2}, config)
     assert _send(handler, request.to_command())["step_start"] == 2
     _batches(sched, [("DECODE", 1, 0)] * 5)
     assert wait_done(_status_of(handler), 7)["state"] == "done"
@@ -322,7 +322,7 @@ def test_the_idle_hook_ends_a_chunk_and_the_next_batch_starts_one(patched, tmp_p
     recording's running chunk; the next batch starts the next one: every iteration recorded (issue 43)."""
     config = _configure(monkeypatch, tmp_path)
     sched, handler = _scheduler()
-    _send(handler, sglang_http.build_request({"global_step": 8}, config).to_command())
+    _send(handler, start_requests.build_request({"global_step": 8}, config).to_command())
     _batches(sched, [("EXTEND", 1, 5), ("DECODE", 1, 0)])
     _idle(sched)
     _idle(sched)  # the idle loop calls it on every pass: one end only
@@ -387,7 +387,7 @@ def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monk
     config = _configure(monkeypatch, tmp_path)
     sched, handler = _scheduler()
     for step, body in ((7, {"profiler_kwargs": {"with_stack": True}}), (8, {})):
-        request = sglang_http.build_request({"global_step": step, "step_start": 1, "step_end": 3, **body}, config)
+        request = start_requests.build_request({"global_step": step, "step_start": 1, "step_end": 3, **body}, config)
         _send(handler, request.to_command())
         _batches(sched, [("EXTEND", 1, 5)] + [("DECODE", 1, 0)] * 3)
         assert wait_done(_status_of(handler), step)["state"] == "done"
@@ -397,7 +397,7 @@ def test_profiler_kwargs_set_one_sessions_torch_settings(patched, tmp_path, monk
     for body, field in (({"profiler_kwargs": {"schedule": 1}}, "profiler_kwargs.schedule"),
                         ({"with_stack": False, "profiler_kwargs": {"with_stack": True}}, "with_stack")):
         with pytest.raises(RequestError) as e:
-            sglang_http.build_request({"global_step": 9, **body}, config)
+            start_requests.build_request({"global_step": 9, **body}, config)
         assert e.value.field == field
 
 

@@ -30,7 +30,8 @@ from packaging.version import Version
 from rlprof_plugins.cli import compatibility as compat
 from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.patches import VLLM_PATCHES
-from rlprof_plugins.patches.vllm import profiler_config as vllm_profiler_config
+from rlprof_plugins.patches.vllm import config as vllm_profiler_config
+from rlprof_plugins.patches.vllm import control as vllm_control
 from rlprof_plugins.patches.vllm import worker as vllm_worker
 from rlprof_plugins.patches.base import apply_guarded
 from tests.compat.contract_common import (altered_module, applied_patches, check_doctor, check_patch_on_release,
@@ -222,7 +223,7 @@ def test_global_step_window_stages_and_file_names(patched, tmp_path, monkeypatch
     assert manifest["engine"] == "vllm" and manifest["engine_version"] == vllm_version()
     traces = manifest_traces(folder, "decode")  # by_stage: one trace per stage
     assert list(traces) == ["rank0"]
-    expected_name = vllm_worker.rank_suffix(worker)
+    expected_name = vllm_control.rank_suffix(worker)
     if V < Version("0.17"):
         assert expected_name == "rank0"
     assert traces["rank0"].name.startswith(expected_name + ".")

@@ -16,10 +16,10 @@ import logging
 import torch
 
 from rlprof_plugins.patches import VLLM_ASCEND_PATCHES, VLLM_PATCHES
-from rlprof_plugins.patches.vllm import profiler_config as vllm_profiler_config
+from rlprof_plugins.patches.vllm import config as vllm_config_helper
 from rlprof_plugins.patches.vllm_ascend.facts import version as vllm_ascend_version
 from rlprof_plugins.patches.vllm_ascend.worker import NPU_WORKER_PATCH
-from rlprof_plugins.patches.vllm.worker import rank_suffix
+from rlprof_plugins.patches.vllm.control import rank_suffix
 from rlprof_plugins.patches.vllm.facts import version as vllm_version
 from tests.compat.contract_common import applied_patches, check_patch_on_release, marker, wait_done
 from tests.compat.vllm_wiring import llm_over, scheduler_output
@@ -47,7 +47,7 @@ def test_global_step_window_on_the_npu_worker(tmp_path, caplog):
     applied = applied_patches(VLLM_PATCHES, vllm_version()) + applied_patches(VLLM_ASCEND_PATCHES, vllm_ascend_version())
     try:
         assert NPU_WORKER_PATCH in applied
-        cfg = vllm_profiler_config.build_profiler_config(
+        cfg = vllm_config_helper.build_profiler_config(
             {"profiler": "torch", "torch_profiler_dir": str(tmp_path), "npu_profiler_level": "Level1"})
         # DeviceConfig would parse "npu", a device only the real torch_npu registers with torch
         vllm_config = VllmConfig(parallel_config=ParallelConfig(), profiler_config=cfg,

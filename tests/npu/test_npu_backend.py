@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from rlprof_plugins.cli import command as cli
-from rlprof_plugins.backends import choice
+from rlprof_plugins.backends import which_backend
 from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.backends.torch_profiler import TorchSettings
 from rlprof_plugins.errors import OptionsError
@@ -28,7 +28,7 @@ def npu_controller(root, options, rank=0, expected=1):
         root_dir=str(root),
         worker_name=lambda prefix: f"{prefix}_{name}" if prefix else name,
         rank_name=name,
-        backend_factory=choice.factory("npu", BuildContext(lambda table, _o: TorchSettings(), options)),
+        backend_factory=which_backend.factory("npu", BuildContext(lambda table, _o: TorchSettings(), options)),
         manifest_header={"engine": "test", "expected_ranks": expected, "parallel": {"tp": expected, "pp": 1}},
     )
 
@@ -149,21 +149,21 @@ def test_unanalysed_output_says_what_to_run_and_merges_after(torch_npu, tmp_path
 
 
 def test_backend_resolution_by_device():
-    assert choice.resolve("auto", "npu") == "npu"
-    assert choice.resolve("auto", "cuda") == "torch" and choice.resolve("auto", "cpu") == "torch"
-    assert choice.resolve("npu", "cpu") == "npu"
+    assert which_backend.resolve("auto", "npu") == "npu"
+    assert which_backend.resolve("auto", "cuda") == "torch" and which_backend.resolve("auto", "cpu") == "torch"
+    assert which_backend.resolve("npu", "cpu") == "npu"
     with pytest.raises(OptionsError) as e:
-        choice.resolve("torch", "npu")
+        which_backend.resolve("torch", "npu")
     assert e.value.key == "backend"
 
 
 def test_auto_is_npu_where_torch_npu_sees_a_device(torch_npu, monkeypatch):
-    assert choice.device_type() in ("cpu", "cuda")  # the stand-in has no device
+    assert which_backend.device_type() in ("cpu", "cuda")  # the stand-in has no device
     monkeypatch.setattr(torch_npu.profiler, "CALLS", torch_npu.profiler.CALLS)  # keep the stand-in imported
     import torch
 
     monkeypatch.setattr(torch.npu, "is_available", lambda: True)
-    assert choice.device_type() == "npu"
+    assert which_backend.device_type() == "npu"
 
 
 @pytest.mark.parametrize("config,key", [
@@ -197,7 +197,7 @@ def test_a_backend_that_cannot_start_fails_the_session_and_leaves_nothing(torch_
     # unvalidated (built, not parsed): torch_npu has no such level
     broken = ProfileOptions(backend_keys={**ProfileOptions().backend_keys, "npu_profiler_level": "Level9"})
     ctl = ProfilerController(root_dir=str(tmp_path), worker_name=lambda prefix: "rank0",
-                             backend_factory=choice.factory("npu", BuildContext(lambda t, o: TorchSettings(), broken)),
+                             backend_factory=which_backend.factory("npu", BuildContext(lambda t, o: TorchSettings(), broken)),
                              manifest_header={"engine": "test", "expected_ranks": 1})
     reply = start(ctl, global_step=2, step_start=0, step_end=1)
     assert reply["session"]["state"] == "failed" and "Level9" in reply["session"]["error"]

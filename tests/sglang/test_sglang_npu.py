@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
+from rlprof_plugins.patches.sglang import control as sglang_control, scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.patches.sglang.facts import version as sglang_version
 from rlprof_plugins.config.launch_config import ENV
@@ -35,7 +35,7 @@ def test_an_ascend_scheduler_records_through_torch_npu(torch_npu, tmp_path, monk
 
     monkeypatch.setattr(torch.npu, "is_available", lambda: True)  # what torch_npu reports on an Ascend host
     manager, module = _scheduler(tmp_path, monkeypatch, {})
-    ctl = sglang_scheduler.controller_for(manager, module)
+    ctl = sglang_control.controller_for(manager, module)
     assert start(ctl, global_step=5, session_id="s5", step_start=1, step_end=3)["ok"]
     run_iterations(ctl, 4, [DECODE])
     assert settle(ctl, 5)["state"] == "done"

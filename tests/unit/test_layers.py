@@ -14,6 +14,7 @@ import ast
 import re
 from pathlib import Path
 
+from rlprof_plugins.patches.engines import REGISTRY
 from tests.helpers.installed import REPO
 
 P = "rlprof_plugins"
@@ -48,7 +49,12 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (f"{P}.errors", f"{P}._log", f"{P}._env", P)),
 )
 # What may import an engine: the patches (lazily, inside the patched process) and nothing else.
-ENGINES = ("vllm", "sglang", "verl", "vllm_ascend")  # torch_npu is a backend's recorder, not an engine
+# The registry's folders (torch_npu is a backend's recorder, not an engine).
+ENGINES = tuple(e.folder for e in REGISTRY)
+PATCHES = f"{P}.patches"
+# Inside patches/, top to bottom: a module may import its own floor and the floors below.
+PATCH_FLOORS = ("the package's face and its table", "the registry", "an engine's package", "patch modules",
+                "helpers", "facts", "the Patch declaration", "what every engine's patches share")
 
 
 def modules() -> dict[str, Path]:
@@ -193,3 +199,60 @@ def test_the_architecture_doc_shows_these_layers():
     found = re.search(r"<!-- layers: generated from tests/unit/test_layers.py -->\n(.*?)<!-- /layers -->", text, re.S)
     assert found, "docs/architecture.md lacks the generated layer table"
     assert found.group(1) == layer_table(), "docs/architecture.md's layer table drifted from LAYERS:\n" + layer_table()
+
+
+# ---- inside patches/ -------------------------------------------------------------
+def patch_modules() -> set[str]:
+    return {f"{PATCHES}.{e.folder}.{m}" for e in REGISTRY
+            for m in __import__(f"{PATCHES}.{e.folder}", fromlist=["PATCH_MODULES"]).PATCH_MODULES}
+
+
+def floor_of(module: str, patch_mods: set[str]) -> int:
+    """Its floor inside patches/ (0 is the top), from what it is, not from a list to keep."""
+    rest = module.removeprefix(PATCHES).lstrip(".").split(".")
+    if rest in ([""], ["__main__"]):
+        return 0
+    if rest == ["engines"]:
+        return 1
+    if len(rest) == 1 and rest[0] in ENGINES:
+        return 2
+    if module in patch_mods:
+        return 3
+    if len(rest) == 2:
+        return 5 if rest[1] == "facts" else 4
+    return 6 if rest == ["base"] else 7
+
+
+def test_inside_patches_no_import_runs_up_a_floor_and_no_patch_module_imports_another():
+    known, patch_mods = modules(), patch_modules()
+    assert patch_mods <= set(known), "PATCH_MODULES names a module that does not exist"
+    wrong = []
+    for name, path in known.items():
+        if not name.startswith(PATCHES):
+            continue
+        for line, target in imports(name, path):
+            found = resolve(target, known)
+            if not found or not found.startswith(PATCHES) or found == name:
+                continue
+            where = f"{path.relative_to(REPO)}:{line}"
+            mine, theirs = floor_of(name, patch_mods), floor_of(found, patch_mods)
+            if theirs < mine:
+                wrong.append(f"{where} ({PATCH_FLOORS[mine]}) imports {found} ({PATCH_FLOORS[theirs]})")
+            elif name in patch_mods and found in patch_mods:
+                wrong.append(f"{where}: patch module {name} imports patch module {found}")
+    assert not wrong, "inside patches/:\n" + "\n".join(wrong)
+
+
+def test_a_patch_module_declares_patches_and_a_helper_none():
+    """What tells them apart is declared (``PATCH_MODULES``), and the code agrees."""
+    known, patch_mods = modules(), patch_modules()
+    for name, path in known.items():
+        parts = name.removeprefix(PATCHES).lstrip(".").split(".")
+        if not name.startswith(PATCHES + ".") or len(parts) != 2 or parts[0] not in ENGINES:
+            continue
+        declares = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "PATCHES" for t in n.targets)
+                       for n in ast.parse(path.read_text()).body)
+        assert declares == (name in patch_mods), f"{name}: {'a helper declaring' if declares else 'a patch module without'} PATCHES"
+        first = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if parts[1] != "facts":  # facts modules say what they hold in their own words
+            assert first.startswith("Patch module (" if name in patch_mods else "Helper:"), f"{name}: {first[:60]!r}"

@@ -1,6 +1,7 @@
 """The patch mechanism itself: all-or-nothing apply, exact revert, one warning."""
 
 import logging
+import types
 
 import pytest
 
@@ -114,11 +115,12 @@ def test_a_patch_for_another_era_of_its_area_stays_quiet(caplog):
                 upstream="u", wrap={"Engine.run": lambda w, i, a, k: "old"}, area="t.area")
     new = Patch(name="t.new_era", engine="fake", versions=">=2", module=mod.__name__, feature="f", why="w",
                 upstream="u", wrap={"Engine.run": lambda w, i, a, k: "new"}, area="t.area")
+    facts = types.SimpleNamespace(version=lambda: "2.1", TESTED=("2.1",))  # an engine's facts module, as read
     sys.modules[mod.__name__] = mod
     try:
         with caplog.at_level(logging.DEBUG, logger="rlprof"):
-            install_on_import(old, lambda: "2.1", (new,))
-            install_on_import(new, lambda: "2.1", (old,))
+            install_on_import(old, facts, (new,))
+            install_on_import(new, facts, (old,))
         assert mod.Engine().run() == "new" and new.applied and not old.applied
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     finally:

@@ -3,8 +3,9 @@
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.patches.sglang.http import build_request, uses_rlprof
-from rlprof_plugins.patches.sglang.scheduler import decode_command, encode_command
+from rlprof_plugins.patches.sglang.sessions import uses_rlprof
+from rlprof_plugins.patches.sglang.start_requests import build_request
+from rlprof_plugins.patches.sglang.wire import decode_command, encode_command
 from rlprof_plugins.trace.naming import parse_rank_label, rank_order, sglang_rank_label
 from rlprof_plugins.config.launch_config import parse_profiler_config
 
@@ -20,9 +21,9 @@ def test_server_defaults_apply(config, tmp_path):
 
 
 def test_native_fields_map_onto_ours(config, tmp_path, monkeypatch):
-    from rlprof_plugins.backends import choice
+    from rlprof_plugins.backends import which_backend
 
-    monkeypatch.setattr(choice, "device_type", lambda: "cuda")  # a GPU host: GPU activities are recordable
+    monkeypatch.setattr(which_backend, "device_type", lambda: "cuda")  # a GPU host: GPU activities are recordable
     r = build_request({"global_step": 1, "num_steps": 4, "profile_by_stage": True, "merge_profiles": True,
                        "profile_prefix": "p", "activities": ["CPU", "GPU"], "with_stack": False,
                        "record_shapes": True, "profile_id": "run-7", "output_dir": str(tmp_path / "sub")}, config)
@@ -56,19 +57,19 @@ def test_refused_fields_are_named(config, body, field):
 def test_device_activities_the_host_lacks_are_refused(config, monkeypatch):
     """slime's body (tools/profile_rollout.py) asks for GPU; on a host without
     CUDA that is a 400 naming ``activities`` before anything starts."""
-    from rlprof_plugins.backends import choice
+    from rlprof_plugins.backends import which_backend
 
     slime = {"output_dir": None, "num_steps": 3, "activities": ["GPU"], "profile_by_stage": False,
              "with_stack": False, "record_shapes": False}
     for device in ("cpu", "xpu"):
-        monkeypatch.setattr(choice, "device_type", lambda device=device: device)
+        monkeypatch.setattr(which_backend, "device_type", lambda device=device: device)
         with pytest.raises(RequestError) as e:
             build_request({k: v for k, v in slime.items() if v is not None}, config)
         assert e.value.field == "activities" and "CUDA" in e.value.message
     for device in ("cuda", "npu"):  # SGLang maps GPU to the NPU on Ascend
-        monkeypatch.setattr(choice, "device_type", lambda device=device: device)
+        monkeypatch.setattr(which_backend, "device_type", lambda device=device: device)
         assert build_request({"activities": ["GPU"]}, config).torch_overrides == {"activities": ("CUDA",)}
-    monkeypatch.setattr(choice, "device_type", lambda: "cpu")
+    monkeypatch.setattr(which_backend, "device_type", lambda: "cpu")
     assert build_request({"activities": ["CPU"]}, config).torch_overrides == {"activities": ("CPU",)}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from rlprof_plugins.cli.compatibility import TESTED
 from rlprof_plugins.patches import ALL_PATCHES, shapes
+from rlprof_plugins.patches.engines import tested_releases as releases_of
 from rlprof_plugins.patches.base import Patch
 
 
@@ -75,19 +76,22 @@ def test_changes_name_each_target_that_moved(monkeypatch):
 def test_the_rule_covers_newer_releases_of_the_same_major_unless_strict(monkeypatch):
     monkeypatch.delenv(shapes.STRICT_ENV, raising=False)
     newest = TESTED["vllm"][-1]
-    assert shapes.newest_tested("vllm") == newest
-    assert shapes.untested_newer("vllm", "0.34.0") == newest
-    assert shapes.untested_newer("vllm", "0.40.1+cpu") == newest
-    assert shapes.untested_newer("vllm", newest) is None  # tested
-    assert shapes.untested_newer("vllm", "0.10.2") is None  # older
-    assert shapes.untested_newer("vllm", "1.0.0") is None  # another major
-    assert shapes.untested_newer("vllm", "not-a-version") is None
-    assert shapes.untested_newer("vllm-ascend", "9.9") is None  # no tested list: declared ranges only
+    vllm = releases_of("vllm")  # the registry's: what install_on_import reads from the facts
+    assert shapes.newest_tested(vllm) == newest
+    assert shapes.untested_newer(vllm, "0.34.0") == newest
+    assert shapes.untested_newer(vllm, "0.40.1+cpu") == newest
+    assert shapes.untested_newer(vllm, newest) is None  # tested
+    assert shapes.untested_newer(vllm, "0.10.2") is None  # older
+    assert shapes.untested_newer(vllm, "1.0.0") is None  # another major
+    assert shapes.untested_newer(vllm, "not-a-version") is None
+    assert shapes.untested_newer(releases_of("vllm-ascend"), "9.9") is None  # no tested list: declared ranges only
     worker = next(p for p in ALL_PATCHES if p.name == "vllm.worker.profile")
     env_era = next(p for p in ALL_PATCHES if p.name == "vllm.profiler_config.env_era")
-    assert (worker.covers(newest), worker.covers("0.34.0"), env_era.covers("0.34.0")) == ("declared", "shape", None)
+    assert (worker.covers(newest, vllm), worker.covers("0.34.0", vllm), env_era.covers("0.34.0", vllm)) == (
+        "declared", "shape", None)
+    assert worker.covers("0.34.0") is None  # without the engine's tested releases: its declared range only
     monkeypatch.setenv(shapes.STRICT_ENV, "1")
-    assert shapes.untested_newer("vllm", "0.34.0") is None and worker.covers("0.34.0") is None
+    assert shapes.untested_newer(vllm, "0.34.0") is None and worker.covers("0.34.0", vllm) is None
 
 
 @pytest.mark.parametrize("engine", sorted(TESTED))

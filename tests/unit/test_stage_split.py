@@ -67,19 +67,23 @@ def test_trace_without_stage_annotations_is_refused():
         stage_split.split(t)
 
 
-def test_program_writes_both_files_atomically(tmp_path):
+def test_the_child_process_writes_both_files_atomically(tmp_path):
     raw = tmp_path / "raw.json"
     raw.write_text(json.dumps(trace()))
-    assert stage_split.main([str(raw), str(tmp_path), "rank0.5"]) == 0
+    written = stage_split.split_in_subprocess(raw, tmp_path, "rank0.5")
+    assert sorted(s for s, _ in written) == ["decode", "prefill"]
     out = sorted(p.name for p in tmp_path.iterdir())
     assert out == ["rank0.5.decode.pt.trace.json.gz", "rank0.5.prefill.pt.trace.json.gz", "raw.json"]
     with gzip.open(tmp_path / "rank0.5.decode.pt.trace.json.gz", "rt") as f:
         assert "decode_kernel" in names(json.load(f))
 
 
-def test_program_names_a_corrupt_file(tmp_path, capsys):
+def test_the_child_process_names_a_corrupt_file(tmp_path):
+    """The child's own error reaches the caller: what failed, the exception and the file."""
+    from rlprof_plugins.trace.child import ChildFailed
+
     raw = tmp_path / "raw.json"
     raw.write_text("{not json")
-    assert stage_split.main([str(raw), str(tmp_path), "x"]) == 1
-    assert "raw.json" in capsys.readouterr().err
+    with pytest.raises(ChildFailed, match=r"stage split failed \(1\): TraceFormatError: .*raw.json"):
+        stage_split.split_in_subprocess(raw, tmp_path, "x")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.json"]

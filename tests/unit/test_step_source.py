@@ -1,6 +1,6 @@
 """``step_source: weight_version`` (issue 34): the global step from the engine's weight version.
 
-The rule (``steps.weight_version``, ``steps.choice``) and ``parse_start`` on
+The rule (``steps.weight_version``, ``steps.which_step``) and ``parse_start`` on
 both engines' servers: the request's own step first, then a trainer
 integration's, then the version + ``trainer_step_offset``; a version that is
 no integer or a step below 0 gives the default folder and a warning; the
@@ -101,7 +101,7 @@ def test_an_engine_without_a_version_says_so(tmp_path):
 
 
 def test_vllm_releases_without_a_weight_version_refuse_the_option_at_start_up():
-    from rlprof_plugins.patches.vllm.weight_version import check_release
+    from rlprof_plugins.patches.vllm.weight_reader import check_release
 
     check_release(SLIME, "0.32.0")
     check_release(SLIME, "0.33.0")

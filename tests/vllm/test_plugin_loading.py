@@ -37,7 +37,7 @@ BOOTSTRAP_CASES = [({}, "True"), ({"RLPROF_DISABLE": "1"}, "False"), ({"VLLM_PLU
 BOOTSTRAP_PROBE = ("import vllm.plugins, vllm.entrypoints.llm\n"
                    "import rlprof_plugins.entry_points as p\n"
                    "assert not vllm.plugins.plugins_loaded  # vLLM itself has not loaded plugins yet\n"
-                   "print('VLLM_PATCHES' in p._installed)")
+                   "print('vllm.general_plugins' in p._installed)")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.config.options import ProfileOptions
-from rlprof_plugins.patches.vllm.profiler_config import build_profiler_config, options_of, plugin_handles
+from rlprof_plugins.patches.vllm.config import build_profiler_config, options_of, plugin_handles
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ def test_worker_without_hooks_answers_unavailable():
     are missing; the same worker with the patch applied gets past that check."""
     from vllm.v1.worker import gpu_worker
 
-    from rlprof_plugins.patches.vllm.worker import worker_control
+    from rlprof_plugins.patches.vllm.control import worker_control
 
     worker = gpu_worker.Worker.__new__(gpu_worker.Worker)  # no engine behind it: only the checks run
     was_applied = WORKER_PATCH.applied
@@ -107,7 +107,7 @@ def test_engine_profile_falls_back_to_vllms_own_where_the_worker_hooks_are_missi
     import types
 
     from rlprof_plugins.patches.vllm import engine_profile
-    from rlprof_plugins.patches.vllm.profiler_config import build_profiler_config
+    from rlprof_plugins.patches.vllm.config import build_profiler_config
     from rlprof_plugins.session.protocol import unavailable_reply
 
     cfg = build_profiler_config({"profiler": "torch", "torch_profiler_dir": "/tmp/rlprof-unused"})

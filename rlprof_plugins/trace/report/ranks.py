@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..gz import file_size
-from ..naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, parse, parse_ascend_folder
+from ..naming import ASCEND_SUFFIX, parse, parse_ascend_folder
 from ..summary import TraceStats, summed_operators
 from ..time_split import DEVICE_CLASSES, is_communication
 
 TOP_OPERATORS = 15
-TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 
 
@@ -72,22 +71,6 @@ def top_operators(totals: dict[str, dict[str, float]], before: dict[str, dict[st
         out[kind] = [{"name": name, "ms": ms, "change_pct": _change(earlier.get(name), ms)}
                      for name, ms in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
     return out
-
-
-def trace_files(directory: Path) -> list[Path]:
-    """The step's trace files at any depth: workers', the API server's, merged ones, and of each
-    torch_npu folder its timeline (``trace_view.json``); not hidden files (chunks, temporaries)."""
-    out = []
-    for path in directory.rglob("*"):
-        parts = path.relative_to(directory).parts
-        if any(part.startswith(".") for part in parts) or not path.is_file():
-            continue
-        if any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
-            if path.name == ASCEND_TRACE_VIEW:
-                out.append(path)
-        elif path.name.endswith(TRACE_SUFFIXES):
-            out.append(path)
-    return sorted(out)
 
 
 def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:

@@ -25,7 +25,8 @@ from ..sources import plan
 from ..summary import TraceStats, stats_of, step_dirs
 from .cache import StepCache, fingerprint
 from .memory import memory_files, step_memory
-from .ranks import files_of, operator_totals, rank_time, top_operators, trace_files
+from ..sources import trace_files
+from .ranks import files_of, operator_totals, rank_time, top_operators
 
 
 def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *,

@@ -1,4 +1,4 @@
-"""SGLang's weight version as the global step (``step_source: weight_version``).
+"""Helper: SGLang's weight version read as the global step (``step_source: weight_version``).
 
 Every supported SGLang release keeps the version of the weights it serves
 (``--weight-version``, ``"default"`` unless given), set again after each

@@ -1,4 +1,4 @@
-"""vLLM's weight version as the global step (``step_source: weight_version``).
+"""Helper: vLLM's weight version read as the global step (``step_source: weight_version``).
 
 vLLM keeps the version of the weights it serves in its EngineCore
 (vllm#49040, July 2026; among tested releases from 0.32, while 0.24 has
@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from rlprof_plugins.config.options import ProfileOptions
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.steps.choice import WEIGHT_VERSION
+from rlprof_plugins.steps.which_step import WEIGHT_VERSION
 
 from .facts import WEIGHT_VERSION_FIRST, version
 

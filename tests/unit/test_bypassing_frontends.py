@@ -9,7 +9,7 @@ import logging
 
 from rlprof_plugins import _log
 from rlprof_plugins.cli.doctor import render, EngineReport
-from rlprof_plugins.patches.frontends import Frontend, warn_in_use
+from rlprof_plugins.patches.bypassing_frontends import Frontend, warn_in_use
 from rlprof_plugins.patches.sglang import facts as sglang
 from rlprof_plugins.patches.vllm import facts as vllm
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlprof_plugins.store import manifest, processes, reaping as writers
+from rlprof_plugins.store import manifest, processes, reaping
 
 WRITER = """
 import sys, time
@@ -34,13 +34,13 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
         assert proc.stdout.readline().strip() == "ready"
         section = manifest.read(step)["writers"]["rank0"]
         assert section["process"]["pid"] == proc.pid and processes.alive(section["process"]) is True
-        assert writers.reap_all(tmp_path) == {}  # alive: nothing to do
+        assert reaping.reap_all(tmp_path) == {}  # alive: nothing to do
         assert manifest.read(step)["state"] == "exporting"
         os.kill(proc.pid, signal.SIGKILL)
         time.sleep(0.5)  # dead, not collected yet: a zombie, as a killed worker is until its engine waits for it
         assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         assert processes.alive(section["process"]) is False
-        assert writers.reap_all(tmp_path) == {str(step): ["rank0"]}
+        assert reaping.reap_all(tmp_path) == {str(step): ["rank0"]}
     finally:
         proc.kill()
         proc.wait()
@@ -48,7 +48,7 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
     data = manifest.read(step)
     assert data["state"] == "failed" and "process gone" in data["writers"]["rank0"]["error"]
     assert not list(step.rglob(".*.tmp"))
-    assert writers.reap_all(tmp_path) == {}  # once
+    assert reaping.reap_all(tmp_path) == {}  # once
 
 
 def test_pid_reuse_and_other_hosts():

@@ -1,0 +1,167 @@
+"""Helper: vLLM's control path, from the API server to every worker.
+
+Not a patch module (it declares no ``Patch``): the EngineCore utility's name
+(``UTILITY``), the function ``collective_rpc`` runs on each worker
+(``worker_control``, pickled by reference, so it lives here where every
+process can import it), each worker's ``ProfilerController`` and the
+settings it records with, and the engine's idle state a start carries. The
+patch modules of every process (``worker``, ``engine_core``,
+``engine_profile``, ``async_llm``) import it; none imports another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from rlprof_plugins import __version__ as PLUGIN_VERSION
+from rlprof_plugins.backends import which_backend
+from rlprof_plugins.backends.kind import BuildContext
+from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
+from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.session.controller import ProfilerController
+from rlprof_plugins.session.protocol import unavailable_reply
+from rlprof_plugins.store import manifest
+from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
+
+from .config import options_of, plugin_handles, profiler_config_of
+from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version
+
+UTILITY = "rlprof_control"  # the EngineCore utility the engine_core patch adds
+
+
+CONTROLLER_ATTR = "_rlprof_controller"
+
+
+PENDING_ATTR = "_rlprof_iteration_open"
+
+
+FORWARDS_ATTR = "_rlprof_forwards"  # forward passes run by this worker (SGLang's start_step counts them)
+
+
+def manifest_header(vllm_config: Any, trace_dir: str | None) -> dict[str, Any]:
+    """What every writer of a step's manifest (each rank, the API server) says about the engine."""
+    p = vllm_config.parallel_config
+    return manifest.engine_header(engine=NAME, engine_version=vllm_version(), expected_ranks=p.world_size,
+                                  parallel={"tp": p.tensor_parallel_size, "pp": p.pipeline_parallel_size,
+                                            "dp": p.data_parallel_size},
+                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION, nodes=getattr(p, "nnodes", 1))
+
+
+def node_of(vllm_config: Any) -> int:
+    """The node this process runs on (``--node-rank``; vLLM 0.11+ runs a server across nodes)."""
+    return int(getattr(vllm_config.parallel_config, "node_rank", 0) or 0)
+
+
+def torch_settings(cfg: Any) -> TorchSettings:
+    """torch.profiler settings from vLLM's profiler config (shared with the front end);
+    without ``torch_profiler_activities``, the platform's devices."""
+    from vllm.platforms import current_platform
+
+    version = vllm_version()
+    return settings_from_config(
+        cfg, default_activities=PLATFORM_ACTIVITIES.get(current_platform.device_type, ("CPU",)),
+        extra_metadata={"vllm_version": json.dumps(version)} if version else {},
+    )
+
+
+def worker_profiler_config(worker: Any) -> Any:
+    """``Worker.profiler_config`` (0.17+), the engine's config (0.13-0.16) or
+    the env-era config (< 0.13)."""
+    cfg = getattr(worker, "profiler_config", None)
+    return cfg if cfg is not None else profiler_config_of(getattr(worker, "vllm_config", None))
+
+
+def rank_suffix(worker: Any) -> str:
+    """vLLM's own worker trace name (0.17+: ``dp0_pp0_tp1_dcp0_ep0_rank1``);
+    ``rank<r>`` on releases without it."""
+    try:
+        from vllm.distributed.utils import get_worker_rank_suffix
+    except ImportError:
+        return rank_label(worker.rank)
+    return get_worker_rank_suffix(global_rank=worker.rank)
+
+
+def backend_factory(cfg: Any, options: Any) -> Any:
+    """The session backend of this worker: torch.profiler, or torch_npu on
+    Ascend (vllm-ascend's platform says ``npu``) or when asked for."""
+    from vllm.platforms import current_platform
+
+    settings = torch_settings(cfg)
+    kind = which_backend.resolve(options.backend, current_platform.device_type)
+    return which_backend.factory(kind, BuildContext(
+        lambda table, overrides: with_overrides(settings, overrides, write_table=table), options,
+        settings.extra_metadata))
+
+
+def with_overrides(settings: TorchSettings, overrides: dict | None, **more: Any) -> TorchSettings:
+    """One session's torch settings: the configured ones, the request's own
+    (``profiler_kwargs``, SGLang-style ``activities``/``with_stack``) over them."""
+    changes = dict(overrides or {})
+    if "activities" in changes:
+        changes["activities"] = tuple(changes["activities"])
+    return dataclasses.replace(settings, **changes, **more)
+
+
+def controller_for(worker: Any) -> ProfilerController:
+    ctl = worker.__dict__.get(CONTROLLER_ATTR)
+    if ctl is None:
+        cfg = worker_profiler_config(worker)
+        suffix = rank_suffix(worker)
+        factory = backend_factory(cfg, options_of(cfg))
+        ctl = ProfilerController(
+            root_dir=cfg.torch_profiler_dir,
+            worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
+            rank_name=rank_label(worker.rank),  # the rank's one name; its files keep vLLM's suffix
+            backend_factory=factory,
+            manifest_header=manifest_header(worker.vllm_config, cfg.torch_profiler_dir),
+            forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),
+            node=node_of(worker.vllm_config),
+        )
+        worker.__dict__[CONTROLLER_ATTR] = ctl
+    return ctl
+
+
+def worker_control(obj: Any, command: dict) -> dict:
+    """Run one rlprof command on a worker; sent through ``collective_rpc``.
+
+    ``obj`` is vLLM's ``WorkerWrapperBase`` (or the worker itself).
+    """
+    worker = getattr(obj, "worker", obj)
+    if not hooked(worker):
+        return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
+    if not plugin_handles(worker_profiler_config(worker)):
+        return unavailable_reply("the profiler config is not handled by rlprof")
+    try:
+        ctl = controller_for(worker)
+    except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
+        return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
+    return ctl.handle(command)
+
+
+def hooked(worker: Any) -> bool:
+    """Whether a worker patch (vLLM's ``Worker`` or vllm-ascend's
+    ``NPUWorker``) wraps this worker's class."""
+    for klass in type(worker).__mro__:
+        if "execute_model" in vars(klass):
+            return bool(getattr(vars(klass)["execute_model"], "_self_rlprof_patch", None))
+    return False
+
+
+def engine_is_idle(engine: Any) -> bool | None:
+    """Whether the engine has no request to step (None: this release does not say). A start
+    sent while it is idle tells the workers (``engine_idle``), so a chunked recording's first
+    chunk ends at once instead of recording the worker's wait loop until traffic comes."""
+    try:
+        has_work = getattr(engine, "has_work", None)
+        return not has_work() if callable(has_work) else not engine.scheduler.has_requests()
+    except Exception:
+        return None
+
+
+def with_engine_state(engine: Any, command: dict) -> dict:
+    """A start command with ``engine_idle`` where the engine says so."""
+    if command.get("op") == "start" and engine_is_idle(engine):
+        return {**command, "engine_idle": True}
+    return command

@@ -1,0 +1,132 @@
+"""Helper: the hooks on a vLLM worker class, and the ``Patch`` they make.
+
+Not a patch module: ``worker`` declares the patch on vLLM's ``Worker`` and
+``vllm_ascend/worker`` the one on vllm-ascend's ``NPUWorker``, both from
+``worker_patch`` here, so the two workers count iterations the same way.
+An iteration is one ``execute_model`` call that runs a forward pass (it
+schedules at least one token; vLLM also calls it with an empty batch, e.g.
+to flush finished requests, and those are not counted) plus the
+``sample_tokens`` call that completes it when sampling is deferred. An
+empty call says the engine is about to wait for work: the controller's
+``idle`` ends a recording's running chunk there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlprof_plugins._log import warn_once
+from rlprof_plugins.config.requests import parse_start
+from rlprof_plugins.errors import OptionsError
+
+from ..base import Patch
+from .config import plugin_handles, request_server
+from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, worker_profiler_config
+from .iterations import iteration_info
+
+
+# ---- wrappers ----------------------------------------------------------
+def _scheduler_output(args, kwargs) -> Any:
+    return args[0] if args else kwargs.get("scheduler_output")
+
+
+def _execute_model(wrapped, instance, args, kwargs):
+    scheduler_output = _scheduler_output(args, kwargs)
+    if getattr(scheduler_output, "total_num_scheduled_tokens", 1) <= 0:
+        output = wrapped(*args, **kwargs)
+        # An empty step: the engine had nothing to run (it sends one to clear the requests that
+        # finished) and is about to wait for work. A recording's chunk ends here, before the
+        # worker's wait loop (a second of sched_yield spins after each message) is recorded.
+        ctl = instance.__dict__.get(CONTROLLER_ATTR)
+        if ctl is not None and ctl.active:
+            ctl.idle()
+        return output
+    state = instance.__dict__
+    state[FORWARDS_ATTR] = state.get(FORWARDS_ATTR, 0) + 1
+    ctl = state.get(CONTROLLER_ATTR)
+    if ctl is None or not ctl.active:
+        return wrapped(*args, **kwargs)
+    if instance.__dict__.pop(PENDING_ATTR, False):
+        ctl.end_iteration()  # the previous iteration never reached sample_tokens
+    ctl.begin_iteration(iteration_info(scheduler_output))
+    try:
+        output = wrapped(*args, **kwargs)
+    except BaseException:
+        ctl.end_iteration()
+        raise
+    if output is None:
+        instance.__dict__[PENDING_ATTR] = True  # sampling is deferred to sample_tokens
+    else:
+        ctl.end_iteration()
+    return output
+
+
+def _sample_tokens(wrapped, instance, args, kwargs):
+    if not instance.__dict__.pop(PENDING_ATTR, False):
+        return wrapped(*args, **kwargs)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        ctl = instance.__dict__.get(CONTROLLER_ATTR)
+        if ctl is not None:
+            ctl.end_iteration()
+
+
+def _profile(wrapped, instance, args, kwargs):
+    """Route vLLM's own profile RPC to the controller, so every caller of the
+    native chain (e.g. ``EngineCore.profile``) gets the same sessions."""
+    cfg = worker_profiler_config(instance)
+    if not plugin_handles(cfg):
+        return wrapped(*args, **kwargs)
+
+    def bind(is_start=True, profile_prefix=None, *, delay_iterations=None, max_iterations=None, profiler_kwargs=None):
+        return is_start, profile_prefix, delay_iterations, max_iterations, profiler_kwargs
+
+    is_start, prefix, delay, limit, profiler_kwargs = bind(*args, **kwargs)
+    try:
+        ctl = controller_for(instance)
+    except OptionsError as e:
+        warn_once(f"profile:{e.key}", "rlprof: profiling not started: %s", e)
+        return None
+    if not is_start:
+        ctl.handle({"op": "stop"})
+        return None
+    fields = {"profile_prefix": prefix, "delay_iterations": delay, "max_iterations": limit,
+              "profiler_kwargs": profiler_kwargs}
+    ctl.handle(parse_start(fields, request_server(cfg)).to_command())
+    return None
+
+
+def _shutdown(wrapped, instance, args, kwargs):
+    ctl = instance.__dict__.get(CONTROLLER_ATTR)
+    if ctl is not None:
+        try:
+            ctl.shutdown()
+        except Exception:  # shutting down must go on regardless
+            pass
+    return wrapped(*args, **kwargs)
+
+
+def worker_patch(*, name: str, engine: str, versions: str, module: str, cls: str, feature: str, why: str,
+                 upstream: str, relies_on: dict[str, str] | None = None) -> Patch:
+    """The worker hooks on a worker class: vLLM's ``Worker`` here, and any
+    class with the same ``execute_model``, ``sample_tokens`` (optional: vLLM
+    < 0.12 samples inside ``execute_model``), ``profile(is_start,
+    profile_prefix)`` and ``shutdown`` (vllm-ascend's ``NPUWorker``)."""
+    return Patch(
+        name=name,
+        engine=engine,
+        versions=versions,
+        module=module,
+        feature=feature,
+        why=why,
+        upstream=upstream,
+        wrap={
+            f"{cls}.execute_model": _execute_model,
+            f"{cls}.sample_tokens": _sample_tokens,
+            f"{cls}.profile": _profile,
+            f"{cls}.shutdown": _shutdown,
+        },
+        optional=(f"{cls}.sample_tokens",),
+        relies_on=dict(relies_on or {}),
+    )
