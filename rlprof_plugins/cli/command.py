@@ -9,8 +9,11 @@
     rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine (and verl), and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
+    rlprof selftest [--device D]            profile a small model through rlprof's session path on this machine
     rlprof start|stop|status --url U | --router R [--global-step N ...]
                                             profile a global step on every rollout server (rlprof_plugins.client)
+    rlprof collect --url U --global-step N -o DIR
+                                            one step's files from every node its ranks ran on
 
 Exit codes: 0 success; 1 a file is missing, unreadable or invalid (named on
 stderr; nothing partial is left behind), a server failed (start/stop/status/
@@ -30,7 +33,8 @@ from pathlib import Path
 from .. import __version__
 from ..patches.engines import ENGINES, TRAINERS
 from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, recovered_line
-from .trace_commands import cmd_check, cmd_merge, cmd_split, cmd_stitch, cmd_summary
+from .._command import Command
+from . import trace_commands
 
 
 # ---- doctor --------------------------------------------------------------------------
@@ -60,6 +64,13 @@ def cmd_doctor(args) -> int:
         print("rlprof: error: no supported engine (vllm, sglang) is installed in this environment", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if all(r.ok for r in found) else EXIT_FAILED
+
+
+def _doctor_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=[*ENGINES, *TRAINERS],
+                   help="only this engine, or trainer (verl); default: every one installed")
+    p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 # ---- npu-analyse ---------------------------------------------------------------------
@@ -96,77 +107,35 @@ def cmd_npu_analyse(args) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof trace tools (merge, split, summarise, check), "
-                                                                  "the engine diagnosis (doctor) and fleet control "
-                                                                  "(start, stop, status)")
-    parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("merge", help="merge the rank traces of a step into one trace")
-    p.add_argument("paths", nargs="+", help="a step folder, or trace files (then -o is required)")
-    p.add_argument("-o", "--output", help="output file (default: <dir>/merged[.<stage>].pt.trace.json.gz)")
-    p.add_argument("--level", type=int, default=3, choices=range(1, 10), metavar="1-9",
-                   help="gzip level of the output (default 3)")
-    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help="processes (default: one per trace, up to the usable cores, for inputs over 4 MB)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a rank of the step is missing")
-    p.add_argument("--align", choices=("auto", "collectives", "clock"), default="auto",
-                   help="ranks' clocks: each host's wall clock (clock), the ends of their first collectives "
-                        "(collectives), or collectives when the ranks come from more than one host (auto)")
-    p.set_defaults(func=cmd_merge)
-
-    p = sub.add_parser("split-stages", help="split a trace into prefill/decode traces")
-    p.add_argument("trace")
-    p.add_argument("-o", "--output-dir", help="where to write (default: beside the trace; {stage} in it: a folder "
-                                            "per stage, as step folders keep them)")
-    p.add_argument("--no-gzip", action="store_true", help="write plain JSON")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=cmd_split)
-
-    p = sub.add_parser("summary", help="per step and stage: wall time, busiest operators, rank imbalance")
-    p.add_argument("dir", help="a global_step_N folder, or the trace root holding them")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a rank of a step is missing")
-    p.set_defaults(func=cmd_summary)
-
-    p = sub.add_parser("check", help="validate traces (exit 1 on any error)")
-    p.add_argument("traces", nargs="+")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("stitch", help="join one rank's chunk traces (a chunked session) into one trace")
-    p.add_argument("chunks", nargs="+", help="the chunk traces, in recording order")
-    p.add_argument("-o", "--output", required=True, help="the trace to write (gzip when it ends in .gz)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=cmd_stitch)
-
-    p = sub.add_parser("doctor", help="the installed engine: version, features, patches, how to configure "
-                                      "(exit 1 if a patch declared for it fails)")
-    p.add_argument("--engine", choices=[*ENGINES, *TRAINERS],
-                   help="only this engine, or trainer (verl); default: every one installed")
-    p.add_argument("--no-import", action="store_true", help="do not import the engine's modules (no dry run)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_doctor)
-
-    p = sub.add_parser("npu-analyse", help="run torch_npu's analysis on *_ascend_pt folders (then merge/summary)")
+def _npu_analyse_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", help="a *_ascend_pt folder, a step folder, or the trace root")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=cmd_npu_analyse)
 
-    from ..client.commands import add_parsers
-    from .report_command import add_parser as add_report
-    from .selftest import add_parser as add_selftest
 
-    add_report(sub)
-    add_selftest(sub)
-    add_parsers(sub)
+def commands() -> tuple[Command, ...]:
+    """Every subcommand, in the order ``rlprof --help`` lists them: each declared beside its handler."""
+    from ..client.commands import COMMANDS as FLEET
+    from .report_command import REPORT
+    from .selftest import SELFTEST
+
+    return (*trace_commands.COMMANDS, REPORT,
+            Command("doctor", "the installed engine: version, features, patches, how to configure "
+                              "(exit 1 if a patch declared for it fails)", _doctor_arguments, cmd_doctor),
+            Command("npu-analyse", "run torch_npu's analysis on *_ascend_pt folders (then merge/summary)",
+                    _npu_analyse_arguments, cmd_npu_analyse),
+            SELFTEST, *FLEET)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof: trace tools (merge, split-stages, summary, "
+                                                                  "check, stitch), the step report (report), the "
+                                                                  "engine diagnosis (doctor, npu-analyse, selftest) "
+                                                                  "and fleet control (start, stop, status, collect)")
+    parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in commands():
+        command.add_to(sub)
     return parser
 
 

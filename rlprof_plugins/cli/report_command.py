@@ -7,10 +7,13 @@ failed: the page is written either way and names each such step.
 
 from __future__ import annotations
 
+import argparse
+
 import re
 import sys
 from pathlib import Path
 
+from .._command import Command
 from .common import EXIT_FAILED, EXIT_OK, CliError, progress_of, reap_folder
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -54,9 +57,7 @@ def cmd_report(args) -> int:
     return EXIT_FAILED if built.nothing or built.unread else EXIT_OK
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="the step report: one offline HTML page comparing every global step "
-                                      "(iteration times by stage, ranks, operators); also JSON and CSV")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("root", help="the trace root holding global_step_N folders, or one step folder")
     p.add_argument("-o", "--output", help="the page to write (default: ROOT/report.html)")
     p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B)")
@@ -67,4 +68,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="read every step again (default: reuse ROOT/.rlprof-report-cache for unchanged steps)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    p.set_defaults(func=cmd_report)
+
+
+REPORT = Command("report", "the step report: one offline HTML page comparing every global step "
+                                      "(iteration times by stage, ranks, operators); also JSON and CSV", _arguments, cmd_report)

@@ -18,11 +18,14 @@ Exit 0 when every part that applies to the device worked, 1 otherwise.
 
 from __future__ import annotations
 
+import argparse
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .._command import Command
 from .common import EXIT_FAILED, EXIT_OK, CliError
 
 DEVICES = ("auto", "cuda", "npu", "cpu")
@@ -55,15 +58,12 @@ class SelfTest:
                 "parts": [vars(p) for p in self.parts], "costs": self.costs}
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("selftest", help="profile a small model through rlprof's session path on this machine's "
-                                        "device (no engine needed): what works, what it costs")
+def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=DEVICES, default="auto", help="default: npu, else cuda, else cpu")
     p.add_argument("--out", default="rlprof-selftest", help="the trace root to write global_step_0/ into "
                                                             "(default ./rlprof-selftest)")
     p.add_argument("--decode", type=int, default=24, metavar="N", help="decode iterations per round (default 24)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_selftest)
 
 
 def cmd_selftest(args) -> int:
@@ -138,3 +138,7 @@ def render(test: SelfTest) -> str:
     verdict = "everything that applies here works" if test.ok else "FAILED"
     lines += ["", f"step folder: {test.folder}", f"verdict: {verdict}"]
     return "\n".join(lines)
+
+
+SELFTEST = Command("selftest", "profile a small model through rlprof's session path on this machine's "
+                                        "device (no engine needed): what works, what it costs", _arguments, cmd_selftest)

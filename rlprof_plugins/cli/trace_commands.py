@@ -1,18 +1,36 @@
 """The ``rlprof`` trace tools: merge, split-stages, summary, check, stitch.
 
-Each works on folders and files only (no engine, no server); ``cli`` wires
-them into the command line.
+Each works on folders and files only (no engine, no server); each handler's
+arguments sit beside it, declared as one ``Command`` (``COMMANDS``, which
+``cli/command.py`` assembles into the command line).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
+from .._command import Command
 from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, reap_folder, recovered_line
 
 
 # ---- merge ------------------------------------------------------------------
+def _merge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", help="a step folder, or trace files (then -o is required)")
+    p.add_argument("-o", "--output", help="output file (default: <dir>/merged[.<stage>].pt.trace.json.gz)")
+    p.add_argument("--level", type=int, default=3, choices=range(1, 10), metavar="1-9",
+                   help="gzip level of the output (default 3)")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help="processes (default: one per trace, up to the usable cores, for inputs over 4 MB)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a rank of the step is missing")
+    p.add_argument("--align", choices=("auto", "collectives", "clock"), default="auto",
+                   help="ranks' clocks: each host's wall clock (clock), the ends of their first collectives "
+                        "(collectives), or collectives when the ranks come from more than one host (auto)")
+
+
 def cmd_merge(args) -> int:
     from ..trace.merge import merge
     from ..trace.naming import rank_label
@@ -74,6 +92,15 @@ def _base_name(trace: Path) -> str:
     return name
 
 
+def _split_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument("-o", "--output-dir", help="where to write (default: beside the trace; {stage} in it: a folder "
+                                            "per stage, as step folders keep them)")
+    p.add_argument("--no-gzip", action="store_true", help="write plain JSON")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+
+
 def cmd_split(args) -> int:
     from ..store.recovery import Output
     from ..trace.stage_split import split_file
@@ -96,6 +123,13 @@ def cmd_split(args) -> int:
 
 
 # ---- summary --------------------------------------------------------------------
+def _summary_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", help="a global_step_N folder, or the trace root holding them")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a rank of a step is missing")
+
+
 def cmd_summary(args) -> int:
     from ..trace.summary import render_table, summarise
 
@@ -112,6 +146,11 @@ def cmd_summary(args) -> int:
 
 
 # ---- check --------------------------------------------------------------------------
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("traces", nargs="+")
+    p.add_argument("--json", action="store_true")
+
+
 def cmd_check(args) -> int:
     from ..trace.check import check
 
@@ -126,6 +165,13 @@ def cmd_check(args) -> int:
 
 
 # ---- stitch -------------------------------------------------------------------------
+def _stitch_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("chunks", nargs="+", help="the chunk traces, in recording order")
+    p.add_argument("-o", "--output", required=True, help="the trace to write (gzip when it ends in .gz)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
+
+
 def cmd_stitch(args) -> int:
     from ..store.recovery import Output
     from ..trace.pauses import pauses_of, read_pauses
@@ -150,3 +196,14 @@ def cmd_stitch(args) -> int:
                 "pauses": len(pauses), "recovered": recovered},
           f"wrote {result.output}: {result.events:,} events from {result.chunks} chunks" + recovered_line(recovered))
     return EXIT_OK
+
+
+COMMANDS = (
+    Command("merge", "merge the rank traces of a step into one trace", _merge_arguments, cmd_merge),
+    Command("split-stages", "split a trace into prefill/decode traces", _split_arguments, cmd_split),
+    Command("summary", "per step and stage: wall time, busiest operators, rank imbalance", _summary_arguments,
+            cmd_summary),
+    Command("check", "validate traces (exit 1 on any error)", _check_arguments, cmd_check),
+    Command("stitch", "join one rank's chunk traces (a chunked session) into one trace", _stitch_arguments,
+            cmd_stitch),
+)

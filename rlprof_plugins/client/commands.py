@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from .._command import Command
 from .discovery import Server
 from .http import API_KEY_ENV, ROUTER_API_KEY_ENV
 from .profiler import RolloutProfiler
@@ -40,6 +41,9 @@ def render(result: FleetResult) -> str:
     return "\n".join(lines)
 
 
+WAIT_TIMEOUT_S = 600.0  # --timeout's default: what --wait waits at most
+
+
 def _urls(args) -> list[str]:
     """``--url`` as given: repeated, comma-separated, or both."""
     return [u for given in args.url or [] for u in given.split(",") if u.strip()]
@@ -47,7 +51,7 @@ def _urls(args) -> list[str]:
 
 def _profiler(args) -> RolloutProfiler:
     return RolloutProfiler(_urls(args), router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
-                           request_timeout=args.request_timeout, wait_timeout=args.timeout)
+                           request_timeout=args.request_timeout, wait_timeout=getattr(args, "timeout", WAIT_TIMEOUT_S))
 
 
 def _finish(args, results: list[FleetResult]) -> int:
@@ -128,15 +132,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help=f"the servers' API key (default: ${API_KEY_ENV})")
     p.add_argument("--router-api-key", help=f"the router's key for its worker list "
                                             f"(default: ${ROUTER_API_KEY_ENV}, else the servers' key)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds --wait waits at most (default 600)")
     p.add_argument("--request-timeout", type=float, default=30.0,
                    help="seconds one server has to answer (default 30)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def add_parsers(sub) -> None:
-    """``start``, ``stop`` and ``status`` on the ``rlprof`` parser."""
-    p = sub.add_parser("start", help="start profiling a global step on every server (exit 1 if any failed)")
+def _start_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--global-step", type=_step, required=True, help="the RL global step: global_step_<N>/ folders")
     p.add_argument("--step-start", type=_step, help="first engine iteration recorded (default: the server's)")
@@ -145,26 +146,42 @@ def add_parsers(sub) -> None:
                    help="one trace per stage (prefill/decode)")
     p.add_argument("--wait", action="store_true", help="then wait until every server has written its files "
                                                        "(needs a window: --step-end or the server's)")
-    p.set_defaults(func=cmd_start)
+    _wait_timeout(p)
 
-    p = sub.add_parser("stop", help="stop the running session on every server (exit 1 if any failed)")
+
+def _stop_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--wait", action="store_true", help="then wait until every server has written its files")
     p.add_argument("--global-step", type=_step, help="with --wait: the step to wait for (default: the last session)")
-    p.set_defaults(func=cmd_stop)
+    _wait_timeout(p)
 
-    p = sub.add_parser("status", help="every server's profiling session (exit 1 if any failed)")
+
+def _status_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--global-step", type=_step, help="that step's session (default: the current or last one)")
     p.add_argument("--wait", action="store_true", help="wait until every session is done or failed")
-    p.set_defaults(func=cmd_status)
+    _wait_timeout(p)
 
-    p = sub.add_parser("collect", help="one step's files from a server, from every node its ranks ran on, "
-                                       "into one folder (then rlprof merge)")
+
+def _collect_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--global-step", type=_step, required=True, help="the step to collect")
     p.add_argument("-o", "--output", required=True, help="where global_step_<N>/ is written")
-    p.set_defaults(func=cmd_collect)
+
+
+def _wait_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, help="seconds --wait waits at most (default 600)")
+
+
+# ``start``, ``stop``, ``status`` and ``collect`` on the ``rlprof`` command line.
+COMMANDS = (
+    Command("start", "start profiling a global step on every server (exit 1 if any failed)", _start_arguments,
+            cmd_start),
+    Command("stop", "stop the running session on every server (exit 1 if any failed)", _stop_arguments, cmd_stop),
+    Command("status", "every server's profiling session (exit 1 if any failed)", _status_arguments, cmd_status),
+    Command("collect", "one step's files from a server, from every node its ranks ran on, into one folder "
+                       "(then rlprof merge)", _collect_arguments, cmd_collect),
+)
 
 
 def check_usage(parser: argparse.ArgumentParser, args) -> None:

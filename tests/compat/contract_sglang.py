@@ -34,6 +34,7 @@ from rlprof_plugins.cli import compatibility as compat
 from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.patches import SGLANG_PATCHES
 from rlprof_plugins.patches.sglang import http as sglang_http, start_requests, wire
+from rlprof_plugins.patches.sglang import sessions as sglang_sessions
 from rlprof_plugins.patches.sglang import scheduler as sglang_scheduler
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.patches.sglang.facts import version as sglang_version
@@ -531,7 +532,7 @@ def test_in_process_native_calls_reach_sglang_unchanged(patched, tmp_path, monke
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
     monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)
-    monkeypatch.setattr(sglang_http, "_used", False)  # no rlprof session was started from this process
+    monkeypatch.setattr(sglang_sessions, "_used", False)  # no rlprof session was started from this process
     seen = []
 
     async def execute(self, req):

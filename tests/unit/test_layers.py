@@ -256,3 +256,16 @@ def test_a_patch_module_declares_patches_and_a_helper_none():
         first = ast.get_docstring(ast.parse(path.read_text())) or ""
         if parts[1] != "facts":  # facts modules say what they hold in their own words
             assert first.startswith("Patch module (" if name in patch_mods else "Helper:"), f"{name}: {first[:60]!r}"
+
+
+# ---- where a module's tests are ------------------------------------------------
+def test_every_module_has_tests_the_index_finds():
+    """``python -m tests.index MODULE`` names at least one test file for each module."""
+    from tests.index import REACHED_THROUGH, tests_of
+
+    known = modules()
+    assert set(REACHED_THROUGH) <= set(known), set(REACHED_THROUGH) - set(known)
+    assert not [t for ts in REACHED_THROUGH.values() for t in ts if not (REPO / t).is_file()]
+    faces = {n for n, p in known.items() if p.name == "__init__.py"}
+    untested = [n for n in sorted(set(known) - faces) if not tests_of(n)]
+    assert not untested, "modules no test file imports or is indexed for (tests/index.py):\n" + "\n".join(untested)

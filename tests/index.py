@@ -1,0 +1,88 @@
+"""Where each module of the package is tested: ``python -m tests.index MODULE``.
+
+A module's tests are every test file that imports it (found by reading the
+imports, so that part cannot go stale) plus, for a module reached only
+through a command, an engine or a child process, the files named below.
+``tests/unit/test_layers.py`` keeps the index true: every module has at least
+one test file, every file named here exists and every module named here
+exists. Package faces (``__init__``) are tested through their modules.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Modules no test file imports by name: the test files that run them.
+REACHED_THROUGH: dict[str, tuple[str, ...]] = {
+    "rlprof_plugins._bootstrap": ("tests/vllm/test_plugin_loading.py",),
+    "rlprof_plugins._command": ("tests/unit/test_cli_commands.py",),
+    "rlprof_plugins._env": ("tests/unit/test_shapes.py",),
+    "rlprof_plugins.backends.npu_options": ("tests/npu/test_npu_backend.py",),
+    "rlprof_plugins.backends.npu_profiler": ("tests/npu/test_npu_backend.py",),
+    "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),
+    "rlprof_plugins.cli.__main__": ("tests/e2e/test_trainer_control.py",),
+    "rlprof_plugins.cli.installation": ("tests/packaging/test_wheel.py",),
+    "rlprof_plugins.cli.report_command": ("tests/unit/test_report_command.py", "tests/unit/test_cli_commands.py"),
+    "rlprof_plugins.cli.selftest_session": ("tests/unit/test_selftest.py",),
+    "rlprof_plugins.cli.trace_commands": ("tests/unit/test_trace_merge.py", "tests/unit/test_cli_commands.py"),
+    "rlprof_plugins.client.collect": ("tests/e2e/test_vllm_two_nodes.py", "tests/e2e/test_sglang_two_nodes.py"),
+    "rlprof_plugins.client.profiler": ("tests/unit/test_client.py", "tests/e2e/test_trainer_control.py"),
+    "rlprof_plugins.client.results": ("tests/unit/test_client.py",),
+    "rlprof_plugins.config.recorded": ("tests/unit/test_requests.py", "tests/unit/test_memory_history.py"),
+    "rlprof_plugins.entry_points.sglang": ("tests/e2e/test_sglang_server_tp1.py",),
+    "rlprof_plugins.entry_points.verl": ("tests/clients/test_verl_vllm.py", "tests/clients/test_verl_sglang.py"),
+    "rlprof_plugins.entry_points.vllm": ("tests/vllm/test_plugin_loading.py",),
+    "rlprof_plugins.session.api_server_recorder": ("tests/e2e/test_vllm_server_tp1.py",),
+    "rlprof_plugins.session.engine_hooks": ("tests/unit/test_session.py", "tests/unit/test_idle_chunks.py"),
+    "rlprof_plugins.session.exporter": ("tests/unit/test_session.py", "tests/unit/test_idle_chunks.py"),
+    "rlprof_plugins.session.finalize": ("tests/unit/test_session.py", "tests/e2e/test_vllm_server_tp2.py"),
+    "rlprof_plugins.session.recording": ("tests/unit/test_session.py", "tests/unit/test_chunks.py"),
+    "rlprof_plugins.session.states": ("tests/unit/test_session.py",),
+    "rlprof_plugins.steps.prefix": ("tests/unit/test_step_source.py",),
+    "rlprof_plugins.steps.which_step": ("tests/unit/test_step_source.py",),
+    "rlprof_plugins.store.recovery": ("tests/unit/test_chunks.py",),
+    "rlprof_plugins.trace.align": ("tests/unit/test_multinode.py",),
+    "rlprof_plugins.trace.clock": ("tests/unit/test_multinode.py", "tests/unit/test_trace_merge.py"),
+    "rlprof_plugins.trace.parallel": ("tests/unit/test_trace_merge.py",),
+    "rlprof_plugins.trace.rename": ("tests/unit/test_trace_merge.py", "tests/unit/test_chunks.py"),
+    "rlprof_plugins.trace.time_split": ("tests/unit/test_report_steps.py",),
+    "rlprof_plugins.trace.report.charts": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.trace.report.compare": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.trace.report.page": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.trace.report.ranks": ("tests/unit/test_report_steps.py",),
+    "rlprof_plugins.patches.__main__": ("tests/unit/test_patch_table.py",),
+    "rlprof_plugins.patches.features": ("tests/unit/test_patch_table.py",),
+    "rlprof_plugins.patches.http_common": ("tests/e2e/test_vllm_server_access.py", "tests/e2e/test_sglang_server_tp1.py"),
+    "rlprof_plugins.patches.sglang.engine": ("tests/compat/contract_sglang.py",),
+    "rlprof_plugins.patches.sglang.native_requests": ("tests/e2e/test_bypassing_frontends.py",),
+    "rlprof_plugins.patches.sglang.tokenizer": ("tests/compat/contract_sglang.py",),
+    "rlprof_plugins.patches.vllm.api_router": ("tests/compat/contract_vllm.py", "tests/e2e/test_vllm_server_access.py"),
+    "rlprof_plugins.patches.vllm.async_llm": ("tests/e2e/test_vllm_inprocess.py", "tests/compat/contract_vllm.py"),
+    "rlprof_plugins.patches.vllm.iterations": ("tests/compat/contract_vllm.py",),
+    "rlprof_plugins.patches.vllm.profiler_config": ("tests/vllm/test_vllm_config_keys.py",),
+    "rlprof_plugins.patches.vllm.sessions": ("tests/e2e/test_vllm_inprocess.py", "tests/e2e/test_vllm_server_tp1.py"),
+    "rlprof_plugins.patches.vllm.worker_hooks": ("tests/vllm/test_vllm_patches.py", "tests/compat/contract_vllm.py"),
+}
+
+
+def test_files() -> list[Path]:
+    root = Path(__file__).resolve().parent
+    return sorted(p for p in root.rglob("*.py") if p.name.startswith(("test_", "contract_")))
+
+
+def tests_of(module: str) -> list[str]:
+    """Every test file of ``module``: those importing it, then those running it."""
+    from tests.unit.test_layers import REPO, imports, modules, resolve
+
+    known, found = modules(), []
+    for path in test_files():
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        if any(resolve(target, known) == module for _, target in imports(name, path)):
+            found.append(str(path.relative_to(REPO)))
+    return found + [t for t in REACHED_THROUGH.get(module, ()) if t not in found]
+
+
+if __name__ == "__main__":
+    for wanted in sys.argv[1:]:
+        print(wanted, *tests_of(wanted), sep="\n  ")
