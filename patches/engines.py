@@ -1,8 +1,14 @@
 """The registry: every engine (and trainer) rlprof patches, registered once.
 
-A new engine is its folder (``patches/<engine>/``: ``facts.py``, its patch
-modules named in its ``__init__``'s ``PATCH_MODULES``, its helpers) plus one
-``Engine`` line in ``REGISTRY``. The entry points install what the registry
+A new engine is its folder (``patches/<engine>/``) plus one ``Engine`` line
+in ``REGISTRY``. In the folder, a patch module is named in the ``__init__``'s
+``PATCH_MODULES`` (the install order), declares ``PATCHES``, is named for the
+engine module it patches and says in its docstring which process that runs
+in (``Patch module (<process>): ...``). Every other module is a helper
+(``Helper: ...``): it declares no patch; ``facts.py`` is the one that says
+what the patches rely on in the engine. A patch module imports helpers and
+the core, never another patch module; a helper never imports a patch module
+(``tests/unit/test_layers.py``). The entry points install what the registry
 lists for their plugin group, ``rlprof doctor --engine`` and the
 compatibility table read their choices from it, and the layering test reads
 its folders; ``tests/packaging`` checks setup.cfg's entry points against it.

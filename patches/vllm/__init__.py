@@ -1,12 +1,3 @@
-"""vLLM's patches: the patch modules, and the helpers they share.
-
-A patch module is named in ``PATCH_MODULES`` (in the order the registry,
-``patches/engines.py``, installs them), declares ``PATCHES``, is named for
-the engine module it patches and says in its docstring which process that
-runs in. Every other module here is a helper: it declares no patch
-(``facts``: what the patches rely on in vLLM, declared once). A patch module
-imports helpers and the core, never another patch module; a helper never
-imports a patch module (``tests/unit/test_layers.py``).
-"""
+"""vLLM's patch modules, in install order; every other module here is a helper (``patches/engines.py``)."""
 
 PATCH_MODULES = ('profiler_config', 'worker', 'engine_core', 'engine_profile', 'async_llm', 'api_router')
