@@ -51,7 +51,7 @@ def _urls(args) -> list[str]:
 
 def _profiler(args) -> RolloutProfiler:
     return RolloutProfiler(_urls(args), router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
-                           request_timeout=args.request_timeout, wait_timeout=getattr(args, "timeout", WAIT_TIMEOUT_S))
+                           request_timeout=args.request_timeout, wait_timeout=args.timeout)
 
 
 def _finish(args, results: list[FleetResult]) -> int:
@@ -167,6 +167,8 @@ def _collect_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--global-step", type=_step, required=True, help="the step to collect")
     p.add_argument("-o", "--output", required=True, help="where global_step_<N>/ is written")
+    # Accepted as before (every fleet command took it), so command lines written for it still parse.
+    p.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, help="unused: collect does not wait")
 
 
 def _wait_timeout(p: argparse.ArgumentParser) -> None:

@@ -35,8 +35,7 @@ def run_in_child(target: str, *args: Any, what: str | None = None, timeout: floa
                  **kwargs: Any) -> Any:
     """``target`` (``"package.module:function"``) called with ``args``/``kwargs`` (JSON values; paths
     become strings) in a fresh interpreter; its return value (JSON) comes back."""
-    spec = json.dumps({"target": target, "args": [_plain(a) for a in args],
-                       "kwargs": {k: _plain(v) for k, v in kwargs.items()}}, default=_plain)
+    spec = json.dumps({"target": target, "args": args, "kwargs": kwargs}, default=_plain)
     what = what or target.rsplit(":", 1)[-1].replace("_", " ")
     try:
         proc = subprocess.run([sys.executable, "-m", __name__], input=spec, capture_output=True, text=True,

@@ -190,38 +190,31 @@ def trace_files(directory: str | Path) -> list[Path]:
     """The step's trace files at any depth: workers', the API server's, stage files, merged ones,
     and of each torch_npu folder its timeline (``trace_view.json``, once analysed); not hidden
     files (chunks, temporaries). The merge plan and the step report both read a step through it."""
-    directory = Path(directory)
-    out = []
+    return _walk(Path(directory))[0]
+
+
+def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
+    """One pass over the step folder: its trace files (``trace_files``) and its torch_npu folders."""
+    files, npu = [], []
     for path in directory.rglob("*"):
         parts = path.relative_to(directory).parts
-        if any(part.startswith(".") for part in parts) or not path.is_file():
+        if any(part.startswith(".") for part in parts):
             continue
-        if any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
-            if path.name == ASCEND_TRACE_VIEW and path == trace_view_of(directory.joinpath(*_ascend_folder(parts))):
-                out.append(path)
+        if path.is_dir():
+            if path.name.endswith(ASCEND_SUFFIX):
+                npu.append(path)
+        elif any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
+            if path.name == ASCEND_TRACE_VIEW:
+                files.append(path)
         elif path.name.endswith(TRACE_SUFFIXES):
-            out.append(path)
-    return sorted(out)
-
-
-def npu_folders(directory: str | Path) -> list[Path]:
-    """The step's torch_npu folders (``*_ascend_pt``), analysed or not."""
-    return sorted(p for p in Path(directory).rglob(f"*{ASCEND_SUFFIX}")
-                  if p.is_dir() and not any(part.startswith(".") for part in p.relative_to(directory).parts))
-
-
-def _ascend_folder(parts: tuple[str, ...]) -> tuple[str, ...]:
-    """The path parts down to the first torch_npu folder."""
-    for i, part in enumerate(parts):
-        if part.endswith(ASCEND_SUFFIX):
-            return parts[:i + 1]
-    return parts
+            files.append(path)
+    return sorted(files), sorted(npu)
 
 
 def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
     unplaced: list[tuple[Path, str]] = []
-    files = trace_files(directory)
+    files, npu_folders = _walk(directory)
     for path in files:
         parts = path.relative_to(directory).parts
         if path.name == ASCEND_TRACE_VIEW or MERGED in parts[:-1] or not is_trace(path):
@@ -231,11 +224,11 @@ def _from_names(directory: Path) -> Plan:
             unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
-    for folder in npu_folders(directory):
+    for folder in npu_folders:
         rf, key = _recognise(trace_view_of(folder), naming.parse_ascend_folder(folder.name), absolute_time=True)
         if rf is None:
             unplaced.append((folder, "torch_npu directory whose worker name is no rank name rlprof knows"))
-        elif rf.path not in files:
+        elif not rf.path.exists():
             unplaced.append((folder, NOT_ANALYSED.format(dir=directory)))
         else:
             groups.setdefault(key, []).append(rf)

@@ -107,5 +107,5 @@ def stitch_for_child(chunks: list[str], output: str, pauses: list[dict]) -> dict
 def stitch_in_subprocess(chunks: list[Path], output: Path, pauses: list[Pause]) -> None:
     """``stitch`` in a child Python process (JSON work never holds an engine
     process's GIL); raises with the child's error on failure."""
-    run_in_child(f"{__name__}:stitch_for_child", [str(c) for c in chunks], output, [p.to_json() for p in pauses],
+    run_in_child(f"{__name__}:stitch_for_child", chunks, output, [p.to_json() for p in pauses],
                  what="stitching chunks")
