@@ -230,7 +230,7 @@ def synthetic_step(root: Path, ranks: int, mb: int, graphs: bool) -> Path:
 def real_step(root: Path) -> Path:
     step = root / "real"
     step.mkdir()
-    for p in sorted((REPO / "tests" / "fixtures" / "vllm-0.32-cpu-tp2" / "global_step_3").glob("rank*.pt.trace.json.gz")):
+    for p in sorted((REPO / "tests" / "fixtures" / "vllm-0.32-cpu-tp2" / "global_step_3").rglob("rank*.pt.trace.json.gz")):
         shutil.copy(p, step / p.name)
     return step
 

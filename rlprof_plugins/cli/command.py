@@ -32,7 +32,8 @@ from pathlib import Path
 
 from .. import __version__
 from ..patches.engines import ENGINES, TRAINERS
-from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, recovered_line
+from .common import (EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, UsageError, emit, finish_kept, progress_of,
+                     recovered_line)
 from .._command import Command
 from . import trace_commands
 
@@ -128,13 +129,12 @@ def commands() -> tuple[Command, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof: trace tools (merge, split-stages, summary, "
-                                                                  "check, stitch), the step report (report), the "
-                                                                  "engine diagnosis (doctor, npu-analyse, selftest) "
-                                                                  "and fleet control (start, stop, status, collect)")
+    every = commands()
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof: " + ", ".join(c.name for c in every)
+                                     + " (rlprof COMMAND --help for each)")
     parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in commands():
+    for command in every:
         command.add_to(sub)
     return parser
 
@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     check_usage(parser, args)
     try:
         return args.func(args)
+    except UsageError as e:
+        print(f"rlprof {args.command}: error: {e} (rlprof {args.command} --help)", file=sys.stderr)
+        return EXIT_USAGE
     except CliError as e:
         print(f"rlprof: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -8,11 +8,15 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class CliError(Exception):
     """A user-facing failure: message printed, exit code 1."""
+
+
+class UsageError(CliError):
+    """Arguments that cannot go together or make no sense (``--steps 5-3``): exit code 2, as argparse's own."""
 
 
 def progress_of(args) -> Callable[[str], None] | None:

@@ -1,8 +1,11 @@
 """``rlprof report ROOT``: the step report, one offline HTML page (and JSON, CSV) over every step below ROOT.
 
 Exit codes: 0 every step found was read; 1 nothing to report (no step
-folder, no trace, no step in ``--steps``), or a step could not be read or
-failed: the page is written either way and names each such step.
+folder, no trace, no engine iteration, no step in ``--steps``: an empty root
+writes nothing), or a step or one of its rank files could not be read, or
+it failed: the page is written and names each such step; 2 arguments that
+cannot go together (``--compare 4 4``, ``--steps 5-3``, a ``--compare``
+step outside ``--steps``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .._command import Command
-from .common import EXIT_FAILED, EXIT_OK, CliError, progress_of, reap_folder
+from .common import EXIT_FAILED, EXIT_OK, CliError, UsageError, progress_of, reap_folder
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -23,10 +26,10 @@ def step_range(text: str) -> tuple[int, int]:
     """``37`` or ``30-40``."""
     m = _RANGE.match(text.strip())
     if not m:
-        raise CliError(f"--steps: {text!r} is not N or A-B")
+        raise UsageError(f"--steps: {text!r} is not N or A-B")
     first, last = int(m[1]), int(m[2] or m[1])
     if last < first:
-        raise CliError(f"--steps: {text!r} ends before it starts")
+        raise UsageError(f"--steps: {text!r} ends before it starts")
     return first, last
 
 
@@ -38,8 +41,14 @@ def cmd_report(args) -> int:
         raise CliError(f"{root}: no such directory")
     reap_folder(root)
     steps = step_range(args.steps) if args.steps else None
-    built = build(root, steps=steps, pair=tuple(args.compare) if args.compare else None,
-                  use_cache=not args.no_cache, progress=progress_of(args))
+    pair = tuple(args.compare) if args.compare else None
+    if pair and pair[0] == pair[1]:
+        raise UsageError(f"--compare: two different steps, not {pair[0]} and {pair[1]}")
+    if pair and steps and not all(steps[0] <= s <= steps[1] for s in pair):
+        raise UsageError(f"--compare {pair[0]} {pair[1]}: outside --steps {args.steps} (widen --steps, or leave it)")
+    built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args))
+    if not built.report["steps_found"]:
+        raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
     out = Path(args.output) if args.output else root / "report.html"
     write_page(built, out)
     written = [out]

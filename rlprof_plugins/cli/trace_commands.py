@@ -139,7 +139,10 @@ def cmd_summary(args) -> int:
     reap_folder(root)
     data = summarise(root, progress=progress_of(args))
     if not any(step["stages"] for step in data["steps"]):
-        raise CliError(f"{root}: no rank traces found")
+        found = [name for step in data["steps"] for name in step["without_iterations"] + step["unreadable"]]
+        raise CliError(f"{root}: no engine iteration found" + (
+            f" in {', '.join(found)} (no rlprof::iteration, execute_context_*, step[...] or ProfilerStep#N "
+            "range; or unreadable)" if found else ": no rank traces"))
     emit(args, data, render_table(data))
     missing = _warn_missing([(f"step {m['global_step']}, {m['stage']}", m["rank"]) for m in data["missing"]])
     return EXIT_FAILED if args.strict and missing else EXIT_OK
@@ -201,7 +204,7 @@ def cmd_stitch(args) -> int:
 COMMANDS = (
     Command("merge", "merge the rank traces of a step into one trace", _merge_arguments, cmd_merge),
     Command("split-stages", "split a trace into prefill/decode traces", _split_arguments, cmd_split),
-    Command("summary", "per step and stage: wall time, busiest operators, rank imbalance", _summary_arguments,
+    Command("summary", "per step and stage: iterations, mean and p90 time, change per iteration, rank imbalance, busiest operators", _summary_arguments,
             cmd_summary),
     Command("check", "validate traces (exit 1 on any error)", _check_arguments, cmd_check),
     Command("stitch", "join one rank's chunk traces (a chunked session) into one trace", _stitch_arguments,

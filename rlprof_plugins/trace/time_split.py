@@ -12,7 +12,7 @@ Both keep memory flat: the open nesting per thread, a few numbers per stream.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .align import COLLECTIVE
 
@@ -33,9 +33,10 @@ class SelfTimes:
     before the thread's previous one is counted with its whole duration
     (``out_of_order``) rather than buffered, so memory stays flat."""
 
-    def __init__(self, into: dict[str, float]) -> None:
+    def __init__(self, into: dict[str, float], placed: Callable[[str, float, float], None] | None = None) -> None:
         self._into = into
-        self._stacks: dict[Any, list[list]] = {}  # thread -> [end, name, time of children, own duration]
+        self._placed = placed  # also told (name, start, self time) of each operator, when given
+        self._stacks: dict[Any, list[list]] = {}  # thread -> [end, name, time of children, own duration, start]
         self._last: dict[Any, float] = {}
         self.out_of_order = 0
 
@@ -45,22 +46,28 @@ class SelfTimes:
             stack = self._stacks[thread] = []
         if start < self._last.get(thread, start):
             self.out_of_order += 1
-            self._into[name] += end - start
+            self._done(name, start, end - start)
             return
         self._last[thread] = start
-        into = self._into
         while stack and stack[-1][0] <= start:
-            done = stack.pop()
-            into[done[1]] += max(0.0, done[3] - done[2])
+            self._pop(stack)
         if stack:
             stack[-1][2] += end - start
-        stack.append([end, name, 0.0, end - start])
+        stack.append([end, name, 0.0, end - start, start])
+
+    def _pop(self, stack: list[list]) -> None:
+        _, name, children, own, start = stack.pop()
+        self._done(name, start, max(0.0, own - children))
+
+    def _done(self, name: str, start: float, us: float) -> None:
+        self._into[name] += us
+        if self._placed is not None:
+            self._placed(name, start, us)
 
     def close(self) -> None:
         for stack in self._stacks.values():
             while stack:
-                done = stack.pop()
-                self._into[done[1]] += max(0.0, done[3] - done[2])
+                self._pop(stack)
 
 
 class DeviceTime:

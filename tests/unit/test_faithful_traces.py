@@ -30,7 +30,8 @@ from tests.helpers.traces import (iteration_indices, iteration_stages, load_trac
 from tests.unit.test_chunks import record, workload
 from tests.unit.test_session import make_controller, settle, start
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2" / "global_step_3"
+# written by Kineto itself (vLLM 0.32's own profiler, TP=2), in Kineto's one-key-per-line layout
+KINETO_WRITTEN = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2-native"
 QUOTED = 'torch/_export/passes/_node_metadata_hook.py(0): "cuda.version"'
 
 
@@ -63,11 +64,14 @@ def test_one_session_marks_its_final_stop_and_the_summary_counts_pauses_apart(tm
     (pause,) = pause_events(trace)
     assert pause["args"] == {"cause": "stop", "first_iteration": 0, "last_iteration": 3, "iterations": 4}
     summary = summarise(folder)
-    (stage,) = summary["steps"][0]["stages"]
-    (rank,) = stage["ranks"]
-    assert rank["profiler_pauses"] == stage["profiler_pauses"] == 1
-    assert rank["profiler_pause_ms"] == pytest.approx(pause["dur"] / 1000.0, abs=0.01)
-    assert rank["iterations"] == 4 and PAUSE_NAME not in [op["name"] for op in stage["top_cpu_ops_self"]]
+    stages = summary["steps"][0]["stages"]
+    assert [st["stage"] for st in stages] == ["decode", "prefill"]  # the iterations say their stage
+    assert sum(rank["iterations"] for st in stages for rank in st["ranks"]) == 4
+    for stage in stages:
+        (rank,) = stage["ranks"]
+        assert rank["profiler_pauses"] == stage["profiler_pauses"] == 1
+        assert rank["profiler_pause_ms"] == pytest.approx(pause["dur"] / 1000.0, abs=0.01)
+        assert PAUSE_NAME not in [op["name"] for op in stage["top_cpu_ops"]]
 
 
 def test_by_stage_puts_each_pause_with_the_stage_of_the_iteration_before_it(tmp_path):
@@ -168,15 +172,15 @@ def test_the_exporters_copy_repairs_kinetos_lines(tmp_path):
 
 def test_merge_of_a_trace_with_planted_quotes_keeps_the_event(tmp_path):
     folder = tmp_path / "global_step_3"
-    shutil.copytree(FIXTURE, folder)
-    rank0 = next(folder.glob("rank0.*.pt.trace.json.gz"))
+    shutil.copytree(KINETO_WRITTEN, folder)
+    rank0 = next(folder.rglob("rank0.*.pt.trace.json.gz"))
     text = gzip.open(rank0, "rt").read()
     planted = text.replace('"name": "aten::slice"', f'"name": "{QUOTED} aten::slice"', 1)
     assert planted != text
     with gzip.open(rank0, "wt") as f:
         f.write(planted)
     out = tmp_path / "merged.pt.trace.json.gz"
-    assert rlprof(["merge", str(rank0), str(next(folder.glob("rank1.*.pt.trace.json.gz"))), "-o", str(out),
+    assert rlprof(["merge", str(rank0), str(next(folder.rglob("rank1.*.pt.trace.json.gz"))), "-o", str(out),
                    "--quiet"]) == 0
     merged = load_trace(out)
     assert [e["name"] for e in merged["traceEvents"] if str(e.get("name", "")).startswith(QUOTED)] == [

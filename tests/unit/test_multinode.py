@@ -36,7 +36,7 @@ def two_hosts(tmp_path: Path, skew_ns: int = SKEW_NS) -> Path:
     """Step 3 of the TP=2 fixture as if rank1 ran on another host whose clock is ``skew_ns`` ahead."""
     d = tmp_path / "global_step_3"
     shutil.copytree(FIXTURES / "global_step_3", d)
-    rank1 = next(d.glob("rank1.*.pt.trace.json.gz"))
+    rank1 = next(d.rglob("rank1.*.pt.trace.json.gz"))
     trace = load(rank1)
     trace["baseTimeNanoseconds"] += skew_ns
     with gzip.open(rank1, "wt") as f:
@@ -101,7 +101,7 @@ def one_node_of_two(tmp_path: Path) -> Path:
     """rank1's trace lives on another node: this folder has rank0 and the API server only."""
     d = tmp_path / "global_step_3"
     shutil.copytree(FIXTURES / "global_step_3", d)
-    next(d.glob("rank1.*")).unlink()
+    next(d.rglob("rank1.*")).unlink()
     data = json.loads((d / "manifest.json").read_text())
     del data["writers"]["rank1"]
     data["files"] = [f for f in data["files"] if f["rank"] != "rank1"]
@@ -133,7 +133,7 @@ def test_a_folder_without_manifest_counts_ranks_from_the_traces(tmp_path, capsys
     d = tmp_path / "global_step_3"
     shutil.copytree(FIXTURES / "global_step_3", d)
     (d / "manifest.json").unlink()
-    next(d.glob("rank0.*")).unlink()
+    next(d.rglob("rank0.*")).unlink()
     assert rlprof(["merge", str(d), "--quiet", "--strict"]) == 1
     assert "missing rank (all): rank0" in capsys.readouterr().err
 

@@ -292,12 +292,12 @@ def _sorted_self_times(path: Path) -> dict[str, float]:
 
 
 def test_streamed_cpu_self_time_equals_the_sorted_definition():
-    """summary keeps only each thread's open operators (flat memory); on the real
+    """trace_stats keeps only each thread's open operators (flat memory); on the real
     server traces that gives exactly the self times of sorting every operator."""
-    from rlprof_plugins.trace import summary
+    from rlprof_plugins.trace.trace_stats import trace_stats
 
     for path in sorted((REPO / "tests" / "fixtures" / "vllm-0.32-cpu-tp2").rglob("rank*.pt.trace.json.gz")):
-        st = summary.trace_stats(path, "r", None)
+        st = trace_stats(path, "r", None)
         expected = _sorted_self_times(path)
         assert st.cpu_out_of_order == 0 and set(st.cpu_self) == set(expected) and expected
         assert all(abs(st.cpu_self[k] - v) < 1e-6 for k, v in expected.items()), path.name

@@ -67,10 +67,10 @@ def test_real_tp2_step_merges_every_rank_and_the_frontend(tmp_path):
         pids = set(r["pids"])
         its = sorted(k for e in merged["traceEvents"] if e.get("pid") in pids
                      for k in [_iteration(e)] if k is not None)
-        assert its == [1, 2, 3], r["label"]
+        assert its == [0, 1, 2, 3, 4, 5], r["label"]
     # nothing of the sources was lost: each rank's non-renamed events are all there
     for r in ranks:
-        src = load(d / r["source"])
+        src = load(next(d.rglob(r["source"])))
         kept = [e for e in src["traceEvents"] if e.get("name") not in ("process_name", "process_sort_index")]
         assert len([e for e in merged["traceEvents"] if e.get("pid") in set(r["pids"])
                     and e.get("name") not in ("process_name", "process_sort_index")]) == len(kept)
@@ -84,7 +84,7 @@ def _iteration(e):
 def test_real_by_stage_step_merges_per_stage(tmp_path):
     d = real_step(tmp_path, 4)
     assert rlprof(["merge", str(d), "--quiet"]) == 0
-    for stage, expected in (("prefill", [0]), ("decode", [1, 2, 3, 4])):
+    for stage, expected in (("prefill", [0, 1]), ("decode", [2, 3, 4, 5, 6, 7, 8, 9])):
         out = merged_file(d, stage)
         assert check.check(out).ok
         merged = load(out)
@@ -254,12 +254,12 @@ def test_reader_accepts_any_layout(tmp_path):
 # ---- offline stage split and summary --------------------------------------------------
 def test_split_stages_of_a_real_whole_trace_matches_the_live_rule(tmp_path):
     d = real_step(tmp_path, 3)
-    (rank0,) = d.glob("rank0.*.pt.trace.json.gz")
+    (rank0,) = d.rglob("rank0.*.pt.trace.json.gz")
     assert rlprof(["split-stages", str(rank0), "-o", str(tmp_path / "out"), "--quiet"]) == 0
     parts = {s: load(next((tmp_path / "out").glob(f"*.{s}.pt.trace.json.gz"))) for s in ("prefill", "decode")}
     stages = {s: iteration_details(t) for s, t in parts.items()}
     whole = iteration_details(load(rank0))
-    assert sorted(stages["prefill"]) + sorted(stages["decode"]) == sorted(whole) == [1, 2, 3]
+    assert sorted(stages["prefill"]) + sorted(stages["decode"]) == sorted(whole) == [0, 1, 2, 3, 4, 5]
     assert stages["decode"] and all(d[1] == 0 for d in stages["decode"].values())  # no prompt tokens
     for s, its in stages.items():
         assert all(d[0] == s for d in its.values()), (s, its)
@@ -314,16 +314,19 @@ def test_summary_per_step_stage_rank_with_imbalance_and_change(tmp_path, capsys)
     (s1,), (s2,) = [step["stages"] for step in data["steps"]]
     assert [step["global_step"] for step in data["steps"]] == [1, 2]
     assert s1["stage"] == "prefill" and s1["iterations"] == 16
-    # 16 iterations x 400 us, rank1 1.5x slower
-    assert s1["wall_ms"] == pytest.approx(16 * 0.4 * 1.5) and s1["imbalance"] == pytest.approx(1.5)
-    assert s2["wall_ms_change_pct"] == pytest.approx(100.0)
+    # 16 iterations x 400 us, rank1 1.5x slower: each iteration is its slowest rank's
+    assert s1["total_ms"] == pytest.approx(16 * 0.4 * 1.5) and s1["imbalance"] == pytest.approx(1.5)
+    assert s1["mean_ms"] == pytest.approx(0.4 * 1.5) and s2["total_ms"] == pytest.approx(2 * s1["total_ms"])
+    assert s2["change_pct"] == 0.0  # twice the iterations, each as long: no change per iteration
     assert s1["top_device_ops"][0]["name"] == "flash_prefill_kernel"
-    # self time: aten::linear minus its nested aten::addmm
-    cpu = {op["name"]: op["ms"] for op in s1["top_cpu_ops_self"]}
+    # self time: aten::linear minus its nested aten::addmm, per iteration the same in both steps
+    cpu = {op["name"]: op["ms"] for op in s1["top_cpu_ops"]}
     assert cpu["aten::linear"] == pytest.approx(cpu["aten::addmm"] * (0.5 - 0.3) / 0.3, rel=1e-3)
+    per = [{op["name"]: op["per_iteration_ms"] for op in s["top_cpu_ops"]} for s in (s1, s2)]
+    assert per[0] == pytest.approx(per[1], rel=1e-3) and per[0]["aten::addmm"] > 0
     assert rlprof(["summary", str(root), "--quiet"]) == 0
     table = capsys.readouterr().out
-    assert "flash_prefill_kernel" in table and "+100.0%" in table and "1.50x" in table
+    assert "flash_prefill_kernel" in table and "+0.0%" in table and "1.50x" in table
 
 
 def test_summary_of_real_steps(tmp_path, capsys):
@@ -333,4 +336,4 @@ def test_summary_of_real_steps(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     got = {(s["global_step"], st["stage"]): (st["iterations"], len(st["ranks"])) for s in data["steps"]
            for st in s["stages"]}
-    assert got == {(3, "all"): (3, 2), (4, "decode"): (4, 2), (4, "prefill"): (1, 2)}
+    assert got == {(3, "decode"): (4, 2), (3, "prefill"): (2, 2), (4, "decode"): (8, 2), (4, "prefill"): (2, 2)}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...store.layout import write_text_atomic
+from ..iteration_names import SOURCE_TITLES
 from .cache import StepCache
 from .compare import compare
 from .page import render
@@ -32,13 +33,14 @@ class Built:
 
     @property
     def nothing(self) -> bool:
-        """No step below the root had a trace or a memory snapshot that could be read."""
-        return not any(row["ranks"] or any("error" not in m for m in row["memory"].values())
+        """No step below the root had an engine iteration or a memory snapshot that could be read."""
+        return not any(row["iterations"] or any("error" not in m for m in row.get("memory", {}).values())
                        for row in self.report["steps"])
 
     @property
     def unread(self) -> list[dict[str, Any]]:
-        return [row for row in self.report["steps"] if row["error"]]
+        """Steps that failed, could not be read, or lost a rank file."""
+        return [row for row in self.report["steps"] if row["error"] or row["unreadable"]]
 
     def to_json(self) -> dict[str, Any]:
         steps = [{k: v for k, v in row.items() if not k.startswith("_")} for row in self.report["steps"]]
@@ -49,11 +51,10 @@ class Built:
 def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
           use_cache: bool = True, progress: Callable[[str], None] | None = None) -> Built:
     cache = StepCache(root, enabled=use_cache)
-    wanted = (min(steps + (pair or steps)), max(steps + (pair or steps))) if steps else None
-    report = step_rows(root, progress, steps=wanted, cache=cache)
+    report = step_rows(root, progress, steps=steps, cache=cache, keep=pair or ())
     built = Built(report, cache=cache)
     found = [s for s in report["steps_found"] if s is not None]
-    if not found and not any(row["files"] for row in report["steps"]):
+    if not report["steps_found"]:
         built.notes.append(f"nothing to report: {root} holds no global_step_N folder and no trace")
     elif steps and not report["steps"]:
         built.notes.append(f"nothing to report: no step in {steps[0]}-{steps[1]} "
@@ -66,10 +67,17 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
             built.notes.append(f"unreadable: {name}: {row['error']}")
         elif row["state"] in ("recording", "exporting"):
             built.notes.append(f"{name} is still {row['state']}: its numbers are of what is on disk now")
-        elif not row["ranks"]:
+        elif not row["ranks"] and not row["unreadable"]:
             built.notes.append(f"{name}: no rank trace in {row['directory']}"
-                               + (" (memory snapshots only)" if row["memory"] else ""))
-        for m in row["memory"].values():
+                               + (" (memory snapshots only)" if row.get("memory") else ""))
+        for error in row["unreadable"]:
+            built.notes.append(f"unreadable: {name}: {error}" + (
+                f" (kept: {', '.join(row['ranks'])})" if row["ranks"] else ""))
+        if row["without_iterations"]:
+            built.notes.append(f"{name}: no engine iteration in {', '.join(row['without_iterations'])}: none of "
+                               f"{'; '.join(SOURCE_TITLES.values())}: its operators are counted, its iterations "
+                               "are not")
+        for m in row.get("memory", {}).values():
             if "error" in m:
                 built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
         if row["missing_ranks"]:
@@ -93,7 +101,7 @@ def _ranges(steps: list[int]) -> str:
 
 
 def write_page(built: Built, path: Path) -> None:
-    write_text_atomic(path, render(built.report, built.notes, built.compared))
+    write_text_atomic(path, render(built.report, built.notes, built.compared, page=path))
 
 
 def write_json(built: Built, path: Path) -> None:
@@ -102,19 +110,20 @@ def write_json(built: Built, path: Path) -> None:
 
 def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``operators.csv``, ``iterations.csv``
-    and, with ``--compare``, ``compare.csv``."""
+    and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
+    details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
     tables = {
         "steps": flat_rows(built.report),
         "ranks": [{"global_step": row["global_step"], "rank": rank, **{k: v for k, v in t.items() if k != "device"},
                    **{f"device_{k}": v for k, v in (t["device"] or {}).items()},
                    "slowest_iterations": row["slowest_rank_iterations"].get(rank)}
-                  for row in steps for rank, t in row["rank_time"].items()],
+                  for row in steps for rank, t in row.get("rank_time", {}).items()],
         "operators": [{"global_step": row["global_step"], "kind": kind, **op}
-                      for row in steps for kind, ops in row["operators"].items() for op in ops],
+                      for row in steps for kind, ops in row.get("operators", {}).items() for op in ops],
         "iterations": [{"global_step": row["global_step"], **dict(zip(("iteration", "stage", "ms", "batch",
                                                                         "slowest_rank"), it))}
-                       for row in steps for it in row["timeline"]],
+                       for row in steps for it in row.get("timeline", [])],
     }
     if built.compared:
         tables["compare"] = [{"kind": kind, **op} for kind, ops in built.compared["operators"].items() for op in ops]

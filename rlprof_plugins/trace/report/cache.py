@@ -24,7 +24,7 @@ from ...store.manifest import MANIFEST
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"
 # a row's shape: entries of another rlprof release (or an older shape) are recomputed
-VERSION = [2, __version__]  # 2: rows hold each rank's memory
+VERSION = [3, __version__]  # 3: rows hold operators by stage, unreadable files, sources
 
 
 def fingerprint(directory: Path, traces: list[Path]) -> list[list]:

@@ -53,36 +53,56 @@ def _y_axis(left: int, top: int, plot_h: int, width: int, y_top: float, unit: st
     return out
 
 
-def trend(steps: list[Any], series: dict[str, list[float | None]], label: str, unit: str = "ms",
-          width: int = 760, height: int = 240) -> str:
-    """One line per series (a stage) over the steps; a gap where a step lacks the series."""
-    left, top, bottom = 48, 22, 30
+def robust_top(values: list[float]) -> float:
+    """An axis top that a few outliers (a warm-up step 400x the rest) do not flatten: the largest value
+    within 4x the median, rounded up; values above it are drawn on the top edge and named."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return 1.0
+    median = ordered[len(ordered) // 2]
+    inside = [v for v in ordered if v <= 4 * median] if median > 0 else ordered
+    return _nice_top(max(inside or ordered) * 1.05)
+
+
+def trend(steps: list[Any], values: list[float | None], title: str, series: str, unit: str = "ms per iteration",
+          width: int = 760, height: int = 220, marks: bool = True) -> str:
+    """One stage's line over the steps, titled, with both axes named; a gap where a step lacks the stage;
+    values above ``robust_top`` sit on the top edge as triangles carrying their value."""
+    left, top, bottom = 56, 40, 34
     plot_h, plot_w = height - top - bottom, width - left - 20
-    values = [v for vs in series.values() for v in vs if v is not None]
-    y_top = _nice_top(max(values, default=0.0))
+    y_top = robust_top([v for v in values if v is not None])
     x_of = (lambda i: left + plot_w / 2) if len(steps) < 2 else (lambda i: left + plot_w * i / (len(steps) - 1))
-    body = _y_axis(left, top, plot_h, width, y_top, unit)
-    every = max(1, len(steps) // 12)
-    for i, step in enumerate(steps):
-        if i % every == 0 or i == len(steps) - 1:
-            body.append(f'<text x="{x_of(i):.1f}" y="{height - 12}" text-anchor="middle">{escape(str(step))}</text>')
-    for k, (name, vs) in enumerate(series.items()):
-        c = colour(name)
-        path, pen = [], "M"
-        for i, v in enumerate(vs):
-            if v is None:
-                pen = "M"
-                continue
-            y = top + plot_h - plot_h * v / y_top
-            path.append(f"{pen}{x_of(i):.1f} {y:.1f}")
-            pen = "L"
-            body.append(f'<circle cx="{x_of(i):.1f}" cy="{y:.1f}" r="3" fill="{c}" data-series="{escape(name)}">'
-                        f"<title>step {escape(str(steps[i]))}, {escape(name)}: {v:g} {unit}</title></circle>")
-        if path:
-            body.insert(0, f'<path d="{" ".join(path)}" fill="none" stroke="{c}" stroke-width="2"/>')
-        body.append(f'<rect x="{left + 90 * k}" y="4" width="10" height="10" fill="{c}"/>'
-                    f'<text x="{left + 14 + 90 * k}" y="13">{escape(name)}</text>')
-    return _frame(width, height, body, label, "trend")
+    body = [f'<text x="{left}" y="14" font-weight="600" font-size="13">{escape(title)}</text>']
+    body += _y_axis(left, top, plot_h, width, y_top, unit)
+    every = max(1, len(steps) // 10)
+    for i, step in enumerate(steps):  # about ten labels, the last step's always, none crowding it
+        if i == len(steps) - 1 or (i % every == 0 and len(steps) - 1 - i >= every / 2):
+            body.append(f'<text x="{x_of(i):.1f}" y="{height - 18}" text-anchor="middle">{escape(str(step))}</text>')
+    body.append(f'<text x="{width - 20}" y="{height - 4}" text-anchor="end">global step</text>')
+    c = colour(series)
+    path, pen, above = [], "M", 0
+    for i, v in enumerate(values):
+        if v is None:
+            pen = "M"
+            continue
+        y = top + plot_h - plot_h * min(v, y_top) / y_top
+        path.append(f"{pen}{x_of(i):.1f} {y:.1f}")
+        pen = "L"
+        tip = f"<title>step {escape(str(steps[i]))}, {escape(series)}: {v:g} {escape(unit)}</title>"
+        if v > y_top:
+            above += 1
+            body.append(f'<path d="M{x_of(i) - 5:.1f} {top + 6} L{x_of(i):.1f} {top - 3} L{x_of(i) + 5:.1f} {top + 6}Z" '
+                        f'fill="#b00020" data-above="1">{tip}</path>')
+        elif marks:
+            body.append(f'<circle cx="{x_of(i):.1f}" cy="{y:.1f}" r="3" fill="{c}" data-series="{escape(series)}">'
+                        f"{tip}</circle>")
+    if path:
+        body.insert(1, f'<path d="{" ".join(path)}" fill="none" stroke="{c}" stroke-width="2" '
+                       f'data-series="{escape(series)}"/>')
+    if above:
+        body.append(f'<text x="{width - 20}" y="30" text-anchor="end" fill="#b00020">&#9650; {above} step(s) above '
+                    f"{y_top:g} {escape(unit)} (hover for the value)</text>")
+    return _frame(width, height, body, title, "trend")
 
 
 def timeline(iterations: list[list], label: str, width: int = 760, height: int = 160) -> str:

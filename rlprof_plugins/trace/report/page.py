@@ -4,202 +4,140 @@ Every number a table shows carries the exact value of the report's JSON in
 ``data-value`` (and its place in ``data-field``), so what the page shows and
 what ``--json`` writes are checked to be the same numbers. Steps that could
 not be read, failed or are still recording are listed at the top and keep
-their rows.
+their rows. At a thousand steps the page stays small and usable: one chart
+per stage, a one-line row per step (the older ones folded away), and
+details for the newest steps only (``steps.DETAILED``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from html import escape
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ... import __version__
+from ..iteration_names import SOURCE_TITLES
 from . import charts
-from .ranks import PERFETTO
+from .step_section import cell, name_cell, step_section
 
 STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}h3{font-size:15px;margin:16px 0 6px}
-table{border-collapse:collapse;margin:6px 0 12px}#steps tr.first td{border-top:2px solid #bbb}.nw{white-space:nowrap}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+table{border-collapse:collapse;margin:6px 0 12px}.nw{white-space:nowrap}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f4f4f4}td.name,th.name{text-align:left;max-width:520px;overflow-wrap:anywhere}
 .up{color:#b00020}.down{color:#1b7e3c}.note{background:#fff4e5;border-left:4px solid #e6a100;padding:6px 10px;margin:4px 0}
 .bad{background:#fdecea;border-left-color:#b00020}details{border:1px solid #ddd;border-radius:4px;padding:4px 12px;
 margin:10px 0}summary{cursor:pointer;font-weight:600}.state-failed,.state-error{color:#b00020}.muted{color:#777}
+.charts{display:flex;flex-wrap:wrap;gap:8px}.status{font-weight:600}
+#steps,#older-steps{font-size:13px}#steps td,#steps th,#older-steps td,#older-steps th{padding:2px 5px}
 """
+NEWEST_ROWS = 60  # across-steps rows shown unfolded; older ones fold away
 
 
-def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None) -> str:
+def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
+           page: Path | None = None) -> str:
+    """The page; ``page`` (where it will be written) makes the links to each step's files relative."""
     steps = report["steps"]
+    base = page.parent if page else Path(report["root"])
+    sources = sorted({s for row in steps for s in row.get("sources", [])})
     body = [f"<h1>rlprof step report</h1><p class=muted>{escape(report['root'])}: {len(steps)} step(s); "
-            f"rlprof-plugins {escape(__version__)}</p>"]
+            f"rlprof-plugins {escape(__version__)}"
+            + (f"; iterations read from {escape(', '.join(SOURCE_TITLES[s] for s in sources))}" if sources else "")
+            + "</p>"]
     body += [f'<div class="note{" bad" if bad else ""}" data-note>{escape(text)}</div>' for bad, text in
              ((n.startswith(("failed", "unreadable", "nothing")), n) for n in notes)]
     if steps:
-        body.append(_across(steps))
+        body.append(_across(steps, base))
     if compared:
         body.append(_compare(compared))
-    for k, row in enumerate(steps):
-        body.append(_step(row, open_=k == len(steps) - 1 or len(steps) <= 3))
+    detailed = [row for row in steps if "timeline" in row]
+    older = [row["global_step"] for row in steps if "timeline" not in row]
+    if older:
+        body.append(f"<p class=muted>Details of {len(older)} older step(s) are left out of this page to keep it small: "
+                    f"<code>rlprof report {escape(report['root'])} --steps A-B</code> shows any of them in full.</p>")
+    for k, row in enumerate(detailed):
+        body.append(step_section(row, open_=k == len(detailed) - 1 or len(detailed) <= 3, href=_href(base)))
     return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>rlprof step report: "
             f"{escape(report['root'])}</title><meta name=viewport content='width=device-width'>"
             f"<style>{STYLE}</style></head><body>" + "".join(body) + "</body></html>")
 
 
-def _num(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
-    """A table cell with the JSON value in ``data-value``."""
-    raw = json.dumps(value)
-    if value is None:
-        text, cls = "", ""
-    elif pct:
-        text, cls = f"{value:+.1f}%", (" class=up" if value > 0 else " class=down" if value < 0 else "")
-    elif isinstance(value, float):
-        text, cls = f"{value:,.3f}".rstrip("0").rstrip("."), ""
-    else:
-        text, cls = f"{value:,}" if isinstance(value, int) else str(value), ""
-    return (f"<td{span}{cls} data-field=\"{escape(field)}\" data-value='{escape(raw)}'>"
-            f"{escape(text)}{unit if text else ''}</td>")
+def _href(base: Path):
+    def href(path: str | Path) -> str:
+        try:
+            relative = os.path.relpath(path, base)
+        except ValueError:  # another drive
+            relative = str(path)
+        return quote(Path(relative).as_posix())
+    return href
 
 
-def _across(steps: list[dict[str, Any]]) -> str:
+def _across(steps: list[dict[str, Any]], base: Path) -> str:
     stages = sorted({s for row in steps for s in row["stages"]})
     labels = [row["global_step"] if row["global_step"] is not None else "-" for row in steps]
-    chart = charts.trend(labels, {s: [row["stages"].get(s, {}).get("mean_ms") for row in steps] for s in stages},
-                         "mean iteration time per step, by stage")
-    head = ["step", "state", "engine", "ranks", "iterations", "span ms", "rlprof pauses", "pause ms", "trace MB",
-            "stage", "iterations", "share", "mean ms", "p90 ms", "vs previous", "mean batch", "tokens"]
-    rows = []
-    for row in steps:  # a line per stage; the step's own cells span them
-        span = f" rowspan={max(1, len(row['stages']))}"
-        cells = [_num(row["global_step"], "global_step", span=span),
-                 f"<td{span} class='name state-{escape(row['state'])}'>{escape(row['state'])}</td>",
-                 f"<td{span} class='name nw'>{escape(str(row['engine'] or ''))} "
-                 f"{escape(str(row['engine_version'] or ''))}</td>",
-                 f"<td{span}>{len(row['ranks'])}</td>", _num(row["iterations"], "iterations", span=span),
-                 _num(row["span_ms"], "span_ms", span=span), _num(row["profiler_pauses"], "profiler_pauses", span=span),
-                 _num(row["profiler_pause_ms"], "profiler_pause_ms", span=span),
-                 f"<td{span}>{row['trace_bytes'] / 1e6:,.2f}</td>"]
-        for k, (s, n) in enumerate(sorted(row["stages"].items()) or [("", {})]):
-            tokens = (n.get("prefill_tokens") or 0) + (n.get("decode_tokens") or 0) if n else None
-            cells += [f"<td class='name nw'><span style='color:{charts.colour(s)}'>&#9632;</span> {escape(s)}</td>",
-                      _num(n.get("iterations"), f"stages.{s}.iterations"),
-                      _num(n.get("share_pct"), f"stages.{s}.share_pct", unit="%"),
-                      _num(n.get("mean_ms"), f"stages.{s}.mean_ms"), _num(n.get("p90_ms"), f"stages.{s}.p90_ms"),
-                      _num(row["change_pct"].get(s), f"change_pct.{s}", pct=True),
-                      _num(n.get("mean_batch"), f"stages.{s}.mean_batch"), f"<td>{'' if tokens is None else tokens}</td>"]
-            rows.append(f"<tr data-step='{json.dumps(row['global_step'])}'{' class=first' if k == 0 else ''}>"
-                        + "".join(cells) + "</tr>")
-            cells = []
-    table = ("<table id=steps><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>" + "".join(rows)
-             + "</table>")
+    panels = [charts.trend(labels, [row["stages"].get(s, {}).get("mean_ms") for row in steps],
+                           f"{s}: mean iteration time per step (slowest rank)", s, width=600,
+                           marks=len(steps) <= 200)
+              for s in stages]
+    head = ["step", "state", "engine", "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
+    tail = ["rlprof pauses", "pause ms", "trace MB", "files"]
+    per_stage = ["iterations", "share", "mean ms", "p90 ms", "vs previous"]
+    header = ("<tr>" + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in head)
+              + "".join(f"<th colspan={len(per_stage)} class=nw><span style='color:{charts.colour(s)}'>&#9632;</span> "
+                        f"{escape(s)}</th>" for s in stages)
+              + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in tail) + "</tr><tr>"
+              + "".join(f"<th>{escape(h)}</th>" for _ in stages for h in per_stage) + "</tr>")
+    href = _href(base)
+    rows = [_row(row, stages, href) for row in steps]
+    table = lambda body, ident: f"<table id={ident}>{header}{''.join(body)}</table>"  # noqa: E731
+    if len(rows) > NEWEST_ROWS:
+        shown = (f"<details data-older><summary>The {len(rows) - NEWEST_ROWS} older steps</summary>"
+                 + table(rows[:-NEWEST_ROWS], "older-steps") + "</details>" + table(rows[-NEWEST_ROWS:], "steps"))
+    else:
+        shown = table(rows, "steps")
     return ("<h2>Across steps</h2><p class=muted>An iteration's time is its slowest rank's (the engine waits for "
-            "every rank). rlprof's own profiler pauses are counted apart, never as engine time.</p>" + chart + table)
+            "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
+            "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
+            "iterations; imbalance is the slowest rank's iteration time over the fastest's. rlprof's own "
+            "profiler pauses are counted apart, never as engine time.</p>"
+            f"<div class=charts>{''.join(panels)}</div>" + shown)
 
 
-def _step(row: dict[str, Any], open_: bool) -> str:
+def _row(row: dict[str, Any], stages: list[str], href) -> str:
     step = row["global_step"]
-    title = f"step {step}" if step is not None else "traces"
-    parts = [f"<details id='step-{escape(str(step))}' data-step='{json.dumps(step)}'{' open' if open_ else ''}>"
-             f"<summary>{escape(title)}: {escape(row['state'])}, {len(row['ranks'])} rank(s), "
-             f"{row['iterations']} iteration(s), {', '.join(sorted(row['stages'])) or 'no stage'}</summary>"]
-    if row["error"]:
-        parts.append(f"<div class='note bad'>{escape(row['error'])}</div>")
-    if row["missing_ranks"]:
-        parts.append(f"<div class=note>missing rank(s): {escape(', '.join(row['missing_ranks']))}</div>")
-    if row["rank_time"]:
-        parts.append(_ranks(row))
-    if row["timeline"]:
-        parts.append("<h3>Iterations</h3>" + charts.timeline(row["timeline"], f"{title}: iteration timeline"))
-    for kind, heading in (("device", "Top device kernels"), ("cpu", "Top CPU operators (self time)")):
-        if row["operators"].get(kind):
-            parts.append(_operators(row["operators"][kind], f"{heading}, all ranks", kind))
-    if row.get("memory"):
-        parts.append(_memory(row["memory"], title))
-    parts.append(_files(row))
-    return "".join(parts) + "</details>"
-
-
-def _ranks(row: dict[str, Any]) -> str:
-    times = row["rank_time"]
-    out = ["<h3>Where each rank's time went</h3>",
-           charts.stacked({r: {"iterations": t["iterations_ms"], "pause": t["pause_ms"], "between": t["between_ms"]}
-                           for r, t in times.items()}, ["iterations", "pause", "between"], "time per rank")]
-    devices = {r: {k[:-3]: v for k, v in t["device"].items()} for r, t in times.items() if t["device"]}
-    if devices:
-        out.append(charts.stacked(devices, ["compute", "communication", "memcpy", "idle"], "device time per rank"))
-    head = ["rank", "span ms", "iterations ms", "rlprof pauses ms", "between iterations ms", "CPU ops ms",
-            "CPU collectives ms", "slowest in iterations"] + (
-        ["device compute ms", "communication ms", "memcpy ms", "idle ms"] if devices else [])
-    rows = []
-    for rank, t in times.items():
-        cells = [f"<td class=name>{escape(rank)}</td>"] + [
-            _num(t[k], f"rank_time.{rank}.{k}") for k in ("span_ms", "iterations_ms", "pause_ms", "between_ms",
-                                                          "cpu_ops_ms", "cpu_comm_ms")]
-        cells.append(_num(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}"))
-        if devices:
-            cells += [_num((t["device"] or {}).get(k), f"rank_time.{rank}.device.{k}")
-                      for k in ("compute_ms", "communication_ms", "memcpy_ms", "idle_ms")]
-        rows.append(f"<tr data-rank='{escape(rank)}'>" + "".join(cells) + "</tr>")
-    out.append("<table class=ranks><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
-               + "".join(rows) + "</table>")
-    return "".join(out)
-
-
-def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
-    """Each rank's device memory over the window, and what was alive at its peak."""
-    read = {rank: m for rank, m in ranks.items() if "error" not in m}
-    out = ["<h3>Device memory over the window</h3>"]
-    out += [f"<div class='note bad'>{escape(rank)}: {escape(m['path'])}: {escape(m['error'])}</div>"
-            for rank, m in ranks.items() if "error" in m]
-    if not read:
-        return "".join(out)
-    out.append(charts.memory({rank: m["timeline"] for rank, m in read.items()}, f"{title}: device memory"))
-    keys = ("start_allocated_mb", "peak_allocated_mb", "peak_reserved_mb", "end_allocated_mb", "peak_at_ms",
-            "entries")
-    head = ["rank", "allocated at start MB", "peak allocated MB", "peak reserved MB", "allocated at end MB",
-            "peak at ms", "history entries"]
-    rows = "".join(f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
-                   + "".join(_num(m[k], f"memory.{rank}.{k}") for k in keys) + "</tr>" for rank, m in read.items())
-    out.append("<table class=memory><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + f"</tr>{rows}</table>")
-    for rank, m in read.items():
-        lines = "".join(f"<tr>{_num(a['mb'], f'memory.{rank}.top_at_peak.{k}.mb')}<td class=name>"
-                        f"{escape(' < '.join(a['frames']) or '(no frames recorded)')}</td></tr>"
-                        for k, a in enumerate(m["top_at_peak"]))
-        if lines:
-            out.append(f"<table class=peak data-rank='{escape(rank)}'><tr><th>{escape(rank)}: MB alive at the "
-                       f"peak</th><th class=name>allocated by (innermost first)</th></tr>{lines}</table>")
-    return "".join(out)
-
-
-def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
-    rows = "".join(f"<tr>{_name(o['name'])}{_num(o['ms'], f'operators.{kind}.ms')}"
-                   f"{_num(o['change_pct'], f'operators.{kind}.change_pct', pct=True)}</tr>" for o in ops)
-    return (f"<h3>{escape(heading)}</h3><table class=operators data-kind={kind}><tr><th class=name>operator</th>"
-            f"<th>ms</th><th>vs previous step</th></tr>{rows}</table>")
-
-
-def _name(name: str, limit: int = 110) -> str:
-    """An operator's name; a long kernel signature cut, whole in its tooltip."""
-    shown = name if len(name) <= limit else name[:limit] + "\u2026"
-    return f"<td class=name title='{escape(name)}'>{escape(shown)}</td>"
-
-
-def _files(row: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><td class=name>{escape(f['path'])}</td><td class=name>{escape(f['role'])}"
-                   f"{' ' + escape(f['rank']) if f['rank'] and f['rank'] != f['role'] else ''}"
-                   f"{' ' + escape(f['stage']) if f['stage'] else ''}</td>{_num(f['bytes'], 'bytes')}</tr>"
-                   for f in row["files"])
-    viewer = (" Memory snapshots (.pickle) open in PyTorch's memory viewer, https://pytorch.org/memory_viz "
-              "(drag the file onto it; the page loads its script from the network)."
-              if any(f["role"] == "memory" for f in row["files"]) else "")
-    return (f"<h3>Files</h3><p class=muted>In {escape(row['directory'])}. Open a trace in {escape(PERFETTO)}."
-            f"{escape(viewer)}</p>"
-            f"<table class=files><tr><th class=name>file</th><th class=name>whose</th><th>bytes</th></tr>{rows}</table>")
+    anchor = (f"<a href='#step-{escape(str(step))}'>{escape(str(step))}</a>" if "timeline" in row
+              else escape(str(step if step is not None else "-")))
+    who = row["straggler"] or {}
+    cells = [f"<td data-field=global_step data-value='{json.dumps(step)}'>{anchor}</td>",
+             f"<td class='name nw state-{escape(row['state'] if not row['unreadable'] else 'error')}'>"
+             f"{escape(row['state'])}" + (f"; {len(row['unreadable'])} file(s) unreadable: "
+                                          f"{escape(', '.join(e.split(':')[0] for e in row['unreadable']))}"
+                                          if row["unreadable"] else "") + "</td>",
+             f"<td class='name nw'>{escape(str(row['engine'] or ''))} {escape(str(row['engine_version'] or ''))}</td>",
+             f"<td>{len(row['ranks'])}</td>", cell(row["iterations"], "iterations"), cell(row["mean_ms"], "mean_ms"),
+             cell(row["step_change_pct"], "step_change_pct", pct=True),
+             f"<td class='name nw' data-field=straggler data-value='{escape(json.dumps(row['straggler']))}'>"
+             + (f"{escape(who['rank'])} ({who['share_pct']:g}%)" if who else "") + "</td>",
+             cell(row["imbalance"], "imbalance", unit="x")]
+    for s in stages:
+        n = row["stages"].get(s, {})
+        cells += [cell(n.get("iterations"), f"stages.{s}.iterations"),
+                  cell(n.get("share_pct"), f"stages.{s}.share_pct", unit="%"),
+                  cell(n.get("mean_ms"), f"stages.{s}.mean_ms"), cell(n.get("p90_ms"), f"stages.{s}.p90_ms"),
+                  cell(row["change_pct"].get(s), f"change_pct.{s}", pct=True)]
+    cells += [cell(row["profiler_pauses"], "profiler_pauses"), cell(row["profiler_pause_ms"], "profiler_pause_ms"),
+              f"<td>{row['trace_bytes'] / 1e6:,.2f}</td>",
+              f"<td class='name nw'><a href='{href(row['directory'])}'>folder</a></td>"]
+    return f"<tr data-step='{json.dumps(step)}'>" + "".join(cells) + "</tr>"
 
 
 def _compare(c: dict[str, Any]) -> str:
     a, b = c["steps"]
     rows = "".join("<tr><td class=name>" + escape(s["stage"]) + "</td>" + "".join(
-        _num(s[k], f"compare.{s['stage']}.{k}", pct=k.endswith("pct"))
+        cell(s[k], f"compare.{s['stage']}.{k}", pct=k.endswith("pct"))
         for k in ("iterations_a", "iterations_b", "mean_ms_a", "mean_ms_b", "mean_ms_change_pct")) + "</tr>"
         for s in c["stages"])
     out = [f"<h2 id=compare>Step {b} against step {a}</h2><table><tr><th class=name>stage</th><th>iterations {a}</th>"
@@ -207,10 +145,15 @@ def _compare(c: dict[str, Any]) -> str:
     for kind, heading in (("device", "Device kernels"), ("cpu", "CPU operators (self time)")):
         ops = c["operators"][kind]
         if ops:
-            out.append(f"<h3>{heading}, by change</h3><table class=compare data-kind={kind}><tr><th class=name>"
-                       f"operator</th><th>ms {a}</th><th>ms {b}</th><th>change ms</th><th>change</th></tr>" + "".join(
-                           f"<tr>{_name(o['name'])}" + "".join(
-                               _num(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")
-                               for k in ("a_ms", "b_ms", "change_ms", "change_pct")) + "</tr>" for o in ops)
+            out.append(f"<h3>{heading}, by change per iteration of their stage</h3><table class=compare "
+                       f"data-kind={kind}><tr><th class=name>operator</th><th class=name>stage</th>"
+                       f"<th>ms/iteration {a}</th><th>ms/iteration {b}</th><th>change</th><th>iterations {a}</th>"
+                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class=name></th></tr>"
+                       + "".join(
+                           f"<tr>{name_cell(o['name'])}<td class=name>{escape(o['stage'])}</td>" + "".join(
+                               cell(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")
+                               for k in ("a_per_iteration_ms", "b_per_iteration_ms", "change_pct", "a_iterations",
+                                         "b_iterations", "a_ms", "b_ms"))
+                           + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
                        + "</table>")
     return "".join(out)

@@ -4,8 +4,7 @@ A rank's recorded span splits into its engine iterations, rlprof's own
 profiler pauses and the time between iterations (the engine waiting for
 work); inside it, CPU operator self time (collectives apart) and, where the
 trace has device events, device compute / communication / memcpy and the
-busiest stream's idle time. Operator totals are summed over ranks and
-stages, so two steps compare operator by operator.
+busiest stream's idle time.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from typing import Any
 
 from ..gz import file_size
 from ..naming import ASCEND_SUFFIX, parse, parse_ascend_folder
-from ..summary import TraceStats, summed_operators
+from ..trace_stats import TraceStats
 from ..time_split import DEVICE_CLASSES, is_communication
 
-TOP_OPERATORS = 15
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 
 
@@ -56,23 +54,6 @@ def _device_of(stats: list[TraceStats]) -> dict[str, float] | None:
     return out
 
 
-def operator_totals(stats: list[TraceStats]) -> dict[str, dict[str, float]]:
-    """Milliseconds per operator over every rank and stage: device kernels, and CPU operators by self time."""
-    device, cpu = summed_operators(stats)
-    return {"device": {k: _ms(v) for k, v in device.items()}, "cpu": {k: _ms(v) for k, v in cpu.items()}}
-
-
-def top_operators(totals: dict[str, dict[str, float]], before: dict[str, dict[str, float]] | None,
-                  n: int = TOP_OPERATORS) -> dict[str, list[dict[str, Any]]]:
-    """The ``n`` busiest of each kind, each with its change against the step ``before`` (None: absent there)."""
-    out = {}
-    for kind, ops in totals.items():
-        earlier = (before or {}).get(kind, {})
-        out[kind] = [{"name": name, "ms": ms, "change_pct": _change(earlier.get(name), ms)}
-                     for name, ms in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
-    return out
-
-
 def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:
     """Each trace file of the step: path below the step folder, size, whose it is."""
     out = []
@@ -84,10 +65,6 @@ def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:
                     "role": name.role if name else "other",
                     "rank": name.label if name else None, "stage": name.stage if name else None})
     return out
-
-
-def _change(before: float | None, now: float) -> float | None:
-    return round(100.0 * (now - before) / before, 1) if before else None
 
 
 def _ms(us: float) -> float:

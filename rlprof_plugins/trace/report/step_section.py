@@ -1,0 +1,145 @@
+"""One step's section of the report page: where each rank's time went, its iterations, operators, memory, files.
+
+Operators are listed per iteration of their stage beside their totals, with
+the iteration counts next to every change and ``new``/``gone`` marked
+(``step_numbers.operator_changes``), so a step that recorded more
+iterations does not read as slower. Each file links to itself, relative to
+the page.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any, Callable
+
+from . import charts
+from .ranks import PERFETTO
+
+
+def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
+    """A table cell with the JSON value in ``data-value``."""
+    raw = json.dumps(value)
+    if value is None:
+        text, cls = "", ""
+    elif pct:
+        text, cls = f"{value:+.1f}%", (" class=up" if value > 0 else " class=down" if value < 0 else "")
+    elif isinstance(value, float):
+        text, cls = f"{value:,.3f}".rstrip("0").rstrip("."), ""
+    else:
+        text, cls = f"{value:,}" if isinstance(value, int) else str(value), ""
+    return (f"<td{span}{cls} data-field=\"{escape(field)}\" data-value='{escape(raw)}'>"
+            f"{escape(text)}{unit if text else ''}</td>")
+
+
+def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -> str:
+    step = row["global_step"]
+    title = f"step {step}" if step is not None else "traces"
+    parts = [f"<details id='step-{escape(str(step))}' data-step='{json.dumps(step)}'{' open' if open_ else ''}>"
+             f"<summary>{escape(title)}: {escape(row['state'])}, {len(row['ranks'])} rank(s), "
+             f"{row['iterations']} iteration(s), {', '.join(sorted(row['stages'])) or 'no stage'}</summary>"]
+    if row["error"]:
+        parts.append(f"<div class='note bad'>{escape(row['error'])}</div>")
+    parts += [f"<div class='note bad' data-unreadable>unreadable: {escape(error)}"
+              + (f" (read: {escape(', '.join(row['ranks']))})" if row["ranks"] else "") + "</div>"
+              for error in row["unreadable"]]
+    if row["without_iterations"]:
+        parts.append(f"<div class=note>no engine iteration in {escape(', '.join(row['without_iterations']))}: "
+                     "its operators are counted (as between iterations), its iterations are not</div>")
+    if row["missing_ranks"]:
+        parts.append(f"<div class=note>missing rank(s): {escape(', '.join(row['missing_ranks']))}</div>")
+    if row["rank_time"]:
+        parts.append(_ranks(row))
+    if row["timeline"]:
+        parts.append("<h3>Iterations</h3>" + charts.timeline(row["timeline"], f"{title}: iteration timeline"))
+    for kind, heading in (("device", "Top device kernels"), ("cpu", "Top CPU operators (self time)")):
+        if row["operators"].get(kind):
+            parts.append(_operators(row["operators"][kind], f"{heading}, all ranks", kind))
+    if row.get("memory"):
+        parts.append(_memory(row["memory"], title))
+    parts.append(_files(row, href))
+    return "".join(parts) + "</details>"
+
+
+def _ranks(row: dict[str, Any]) -> str:
+    times = row["rank_time"]
+    out = ["<h3>Where each rank's time went</h3>",
+           charts.stacked({r: {"iterations": t["iterations_ms"], "pause": t["pause_ms"], "between": t["between_ms"]}
+                           for r, t in times.items()}, ["iterations", "pause", "between"], "time per rank")]
+    devices = {r: {k[:-3]: v for k, v in t["device"].items()} for r, t in times.items() if t["device"]}
+    if devices:
+        out.append(charts.stacked(devices, ["compute", "communication", "memcpy", "idle"], "device time per rank"))
+    head = ["rank", "span ms", "iterations ms", "rlprof pauses ms", "between iterations ms", "CPU ops ms",
+            "CPU collectives ms", "slowest in iterations"] + (
+        ["device compute ms", "communication ms", "memcpy ms", "idle ms"] if devices else [])
+    rows = []
+    for rank, t in times.items():
+        cells = [f"<td class=name>{escape(rank)}</td>"] + [
+            cell(t[k], f"rank_time.{rank}.{k}") for k in ("span_ms", "iterations_ms", "pause_ms", "between_ms",
+                                                          "cpu_ops_ms", "cpu_comm_ms")]
+        cells.append(cell(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}"))
+        if devices:
+            cells += [cell((t["device"] or {}).get(k), f"rank_time.{rank}.device.{k}")
+                      for k in ("compute_ms", "communication_ms", "memcpy_ms", "idle_ms")]
+        rows.append(f"<tr data-rank='{escape(rank)}'>" + "".join(cells) + "</tr>")
+    out.append("<table class=ranks><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
+               + "".join(rows) + "</table>")
+    return "".join(out)
+
+
+def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
+    """Each rank's device memory over the window, and what was alive at its peak."""
+    read = {rank: m for rank, m in ranks.items() if "error" not in m}
+    out = ["<h3>Device memory over the window</h3>"]
+    out += [f"<div class='note bad'>{escape(rank)}: {escape(m['path'])}: {escape(m['error'])}</div>"
+            for rank, m in ranks.items() if "error" in m]
+    if not read:
+        return "".join(out)
+    out.append(charts.memory({rank: m["timeline"] for rank, m in read.items()}, f"{title}: device memory"))
+    keys = ("start_allocated_mb", "peak_allocated_mb", "peak_reserved_mb", "end_allocated_mb", "peak_at_ms",
+            "entries")
+    head = ["rank", "allocated at start MB", "peak allocated MB", "peak reserved MB", "allocated at end MB",
+            "peak at ms", "history entries"]
+    rows = "".join(f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
+                   + "".join(cell(m[k], f"memory.{rank}.{k}") for k in keys) + "</tr>" for rank, m in read.items())
+    out.append("<table class=memory><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + f"</tr>{rows}</table>")
+    for rank, m in read.items():
+        lines = "".join(f"<tr>{cell(a['mb'], f'memory.{rank}.top_at_peak.{k}.mb')}<td class=name>"
+                        f"{escape(' < '.join(a['frames']) or '(no frames recorded)')}</td></tr>"
+                        for k, a in enumerate(m["top_at_peak"]))
+        if lines:
+            out.append(f"<table class=peak data-rank='{escape(rank)}'><tr><th>{escape(rank)}: MB alive at the "
+                       f"peak</th><th class=name>allocated by (innermost first)</th></tr>{lines}</table>")
+    return "".join(out)
+
+
+def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
+    keys = ("per_iteration_ms", "before_per_iteration_ms", "change_pct", "iterations", "before_iterations", "ms")
+    rows = "".join(f"<tr>{name_cell(o['name'])}<td class=name>{escape(o['stage'])}</td>"
+                   + "".join(cell(o[k], f"operators.{kind}.{k}", pct=k == "change_pct") for k in keys)
+                   + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
+    return (f"<h3>{escape(heading)}</h3><table class=operators data-kind={kind}><tr><th class=name>operator</th>"
+            "<th class=name>stage</th><th>ms per iteration</th><th>previous step</th><th>change per iteration</th>"
+            "<th>iterations</th><th>previous iterations</th><th>total ms</th><th class=name></th></tr>"
+            f"{rows}</table>")
+
+
+def name_cell(name: str, limit: int = 110) -> str:
+    """An operator's name; a long kernel signature cut, whole in its tooltip."""
+    shown = name if len(name) <= limit else name[:limit] + "\u2026"
+    return f"<td class=name title='{escape(name)}'>{escape(shown)}</td>"
+
+
+def _files(row: dict[str, Any], href: Callable[[str], str]) -> str:
+    folder = row["directory"]
+    rows = "".join(f"<tr><td class=name><a href='{href(folder + '/' + f['path'])}'>{escape(f['path'])}</a></td>"
+                   f"<td class=name>{escape(f['role'])}"
+                   f"{' ' + escape(f['rank']) if f['rank'] and f['rank'] != f['role'] else ''}"
+                   f"{' ' + escape(f['stage']) if f['stage'] else ''}</td>{cell(f['bytes'], 'bytes')}</tr>"
+                   for f in row["files"])
+    viewer = (" Memory snapshots (.pickle) open in PyTorch's memory viewer, https://pytorch.org/memory_viz "
+              "(drag the file onto it; the page loads its script from the network)."
+              if any(f["role"] == "memory" for f in row["files"]) else "")
+    return (f"<h3>Files</h3><p class=muted>In <a href='{href(folder)}'>{escape(folder)}</a>. Open a trace in "
+            f"{escape(PERFETTO)}.{escape(viewer)}</p>"
+            f"<table class=files><tr><th class=name>file</th><th class=name>whose</th><th>bytes</th></tr>{rows}</table>")

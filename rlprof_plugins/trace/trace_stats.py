@@ -1,0 +1,202 @@
+"""One streaming pass over a rank's trace: its iterations, its operators, and which iteration each ran in.
+
+For each trace (one rank, one stage or the whole session) the pass collects:
+
+- the engine iterations (``iteration_names``: rlprof's ranges, else the
+  engine's own annotations, else ``ProfilerStep#N``), each with its stage
+  (``step_numbers.stage_label``), start and duration;
+- device kernels / memcpys by total time, and CPU operators (``cpu_op``) by
+  *self* time (their time minus their nested operators', per thread), so
+  nested ops are not counted twice; and the same per stage: a CPU operator
+  counts for the iteration it started in (outside every iteration:
+  ``step_numbers.BETWEEN``), a kernel for the last iteration started before
+  it (kernels run behind the CPU that launched them);
+- rlprof's own profiler pauses (``rlprof::profiler pause``), apart.
+
+Attributing operators needs the iterations, which a trace may list after
+them, so each operator's start, self time and name are kept in flat arrays
+for the pass (about 20 bytes an operator) and placed at its end. A trace
+that cannot be read gives its ``error``, not an exception: the step keeps
+its other ranks.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import codec
+from .clock import ts_ns
+from .gz import file_size
+from .iteration_names import SOURCES, iteration_of
+from .naming import DEVICE_WORK_CATS
+from .parallel import pool, processes_for
+from .pauses import PAUSE_CAT, PAUSE_NAME
+from .progress import Ticker, to_stderr
+from .reader import TraceReader
+from .step_numbers import BETWEEN, stage_label
+from .time_split import DeviceTime, SelfTimes
+
+CPU_OP_CATS = frozenset({"cpu_op"})
+# torch records annotations as user annotations; torch_npu as framework ops.
+ITERATION_CATS = frozenset({"user_annotation", "cpu_op"})  # not gpu_user_annotation: the same range on a stream
+
+
+@dataclass
+class TraceStats:
+    rank: str
+    stage: str | None
+    path: Path
+    busy_us: float = 0.0  # summed iteration durations
+    first_us: float | None = None
+    last_us: float | None = None
+    device_ops: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpu_self: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # {stage or BETWEEN: {"device": {name: us}, "cpu": {name: us}}}: the operators of each stage's iterations
+    stage_ops: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    events: int = 0
+    cpu_out_of_order: int = 0  # operators counted without nesting (see time_split.SelfTimes)
+    pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``): not engine time
+    pause_us: float = 0.0
+    # each iteration: (key, stage label, duration us, prefill tokens, decode tokens, batch), in start order
+    iteration_list: list[tuple] = field(default_factory=list)
+    source: str | None = None  # which names its iterations were read from (iteration_names.SOURCES)
+    device: DeviceTime = field(default_factory=DeviceTime)  # device work by class, stream idle time
+    error: str | None = None  # the trace could not be read: why
+
+    @property
+    def iterations(self) -> int:
+        return len(self.iteration_list)
+
+    @property
+    def span_us(self) -> float:
+        return (self.last_us - self.first_us) if self.first_us is not None and self.last_us is not None else 0.0
+
+
+class _Placed:
+    """Operators kept for the pass: start, time and name id each, in flat arrays."""
+
+    def __init__(self) -> None:
+        self.starts, self.us, self.names = array("d"), array("d"), array("l")
+        self._ids: dict[str, int] = {}
+        self.by_id: list[str] = []
+
+    def add(self, name: str, start: float, us: float) -> None:
+        i = self._ids.get(name)
+        if i is None:
+            i = self._ids[name] = len(self.by_id)
+            self.by_id.append(name)
+        self.starts.append(start)
+        self.us.append(us)
+        self.names.append(i)
+
+
+_FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid")
+
+
+def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) -> TraceStats:
+    """One trace's numbers; ``report``: a progress line on stderr each second; ``error`` set if unreadable."""
+    st = TraceStats(rank, stage, path)
+    try:
+        _read(st, report)
+    except Exception as e:  # a truncated or corrupt file: named in the step's row, the other ranks kept
+        fresh = TraceStats(rank, stage, path)
+        fresh.error = f"{path.name}: {type(e).__name__}: {e}"
+        return fresh
+    return st
+
+
+def _read(st: TraceStats, report: bool) -> None:
+    ticker = Ticker(to_stderr if report else None, f"{st.rank} {st.path.name}", file_size(st.path))
+    cpu_placed, device_placed = _Placed(), _Placed()
+    cpu = SelfTimes(st.cpu_self, cpu_placed.add)
+    device, device_ops = st.device, st.device_ops
+    found: dict[str, list[tuple]] = defaultdict(list)  # source -> [(start, dur, Named)]
+    first = last = None
+    with TraceReader(st.path) as reader, codec.gc_paused():
+        for batch in reader.batches(_FIELDS):
+            ticker.update(reader.bytes_read)
+            st.events += len(batch)
+            for e in batch:
+                if e.get("ph") != "X":
+                    continue
+                ts, dur = e.get("ts"), e.get("dur", 0)
+                if ts.__class__ is str:  # torch_npu's absolute microseconds
+                    ns = ts_ns(ts)
+                    ts = None if ns is None else ns / 1000.0
+                if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                    continue
+                end = ts + dur
+                if first is None or ts < first:
+                    first = ts
+                if last is None or end > last:
+                    last = end
+                cat = e.get("cat")
+                name = str(e.get("name", ""))
+                if cat in DEVICE_WORK_CATS:
+                    device_ops[name] += dur
+                    device.add((e.get("pid"), e.get("tid")), cat, name, ts, dur)
+                    device_placed.add(name, ts, dur)
+                    continue
+                if name == PAUSE_NAME and cat == PAUSE_CAT:
+                    st.pauses += 1
+                    st.pause_us += dur
+                elif cat in ITERATION_CATS and (named := iteration_of(name)) is not None:
+                    found[named.source].append((ts, dur, named))
+                elif cat in CPU_OP_CATS:
+                    cpu.add((e.get("pid"), e.get("tid")), ts, end, name)
+    cpu.close()
+    st.first_us, st.last_us = first, last
+    st.cpu_out_of_order = cpu.out_of_order
+    source = next((s for s in SOURCES if found.get(s)), None)
+    windows = sorted(found[source], key=lambda item: item[0]) if source else []
+    st.source = source
+    for ordinal, (ts, dur, named) in enumerate(windows):
+        # numbered iterations are the same number on every rank; the engines' own count from the trace's start
+        key = ("", named.index) if named.index is not None else (st.stage or "", ordinal)
+        st.iteration_list.append((key, stage_label(named.stage, st.stage), dur, named.prefill_tokens,
+                                  named.decode_tokens, named.batch))
+        st.busy_us += dur
+    _place(st, windows, cpu_placed, "cpu", inside_only=True)
+    _place(st, windows, device_placed, "device", inside_only=False)
+
+
+def _place(st: TraceStats, windows: list[tuple], placed: _Placed, kind: str, inside_only: bool) -> None:
+    """Each operator to the stage of its iteration: the one it started in (CPU) or the last started (device)."""
+    starts = [w[0] for w in windows]
+    ends = [w[0] + w[1] for w in windows]
+    labels = [item[1] for item in st.iteration_list]
+    totals: dict[tuple[str, int], float] = defaultdict(float)
+    for start, us, name in zip(placed.starts, placed.us, placed.names):
+        i = bisect_right(starts, start) - 1
+        where = BETWEEN if i < 0 or (inside_only and start >= ends[i]) else labels[i]
+        totals[where, name] += us
+    for (where, name), us in totals.items():
+        bucket = st.stage_ops.setdefault(where, {"device": {}, "cpu": {}})[kind]
+        bucket[placed.by_id[name]] = us
+
+
+def stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
+    """``trace_stats`` of every worker trace of a step, per group; in
+    processes (one per trace, up to the cores) when the step is large."""
+    jobs = [(g_index, rf.path, rf.label, g.stage) for g_index, g in enumerate(groups)
+            for rf in g.inputs if rf.role == "worker"]
+    processes = processes_for(len(jobs), sum(file_size(path) for _, path, _, _ in jobs))
+    report = progress is not None
+    if report and jobs:
+        progress(f"reading {len(jobs)} traces ({sum(file_size(j[1]) for j in jobs) / 1e6:,.0f} MB) with "
+                 + (f"{processes} processes" if processes > 1 else "one process"))
+    if processes > 1:
+        with pool(processes) as workers:
+            stats = list(workers.map(trace_stats, *zip(*[(path, label, stage, report)
+                                                         for _, path, label, stage in jobs])))
+    else:
+        stats = [trace_stats(path, label, stage, report) for _, path, label, stage in jobs]
+    out: list[list[TraceStats]] = [[] for _ in groups]
+    for (g_index, *_), st in zip(jobs, stats):
+        out[g_index].append(st)
+    return out
