@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
-.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-sglang bench-sglang-idle clean
+.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures bench-sglang bench-sglang-idle clean
 
 VERL_SITE := .cache/verl-0.9.1
 
@@ -186,6 +186,15 @@ bench-merge: env
 	$(VPY) benchmarks/bench_trace_tools.py
 	$(VPY) benchmarks/bench_align.py
 	$(VPY) benchmarks/bench_report.py
+
+# docs/performance.md, "The step report at a thousand steps": 250, 500 and 1,000 steps x 8 ranks (~10 min).
+bench-report-scale: env
+	$(VPY) benchmarks/bench_report.py --scale 250,500,1000
+
+# tests/fixtures/: the real TP=2 traces, re-recorded from both CPU servers (rlprof's and the engines' own; ~5 min).
+fixtures: env tiny-model
+	rm -rf .cache/fixtures && $(VPY) tests/tools/record_fixtures.py .cache/fixtures
+	@echo "recorded in .cache/fixtures: compare, then copy over tests/fixtures/"
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server, the largest stall, and bursty traffic (~25 min).
 bench-sglang: env tiny-model

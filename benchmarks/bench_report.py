@@ -19,13 +19,21 @@ Then the page: its size, and its load time in headless Chromium (Playwright
 on Debian's ``chromium``, the navigation's duration, median of 3), for this
 root and for a 50-step root of small traces (the size goal: under 5 MB).
 
+``--scale N,N,...`` (issue 45) measures the report against the number of
+steps instead: roots of N steps x 8 ranks of small rlprof traces (12
+iterations a rank, prefill and decode, 40 operators), for each N the cold
+run, the warm run after one more step (goal: <= 1 s), the peak memory of
+each (goal: flat in N) and the page (goal: <= 5 MB) with its load time.
+
 Usage: ``.venv-vllm/bin/python benchmarks/bench_report.py [--steps N] [--mb MB]``
-(``make bench-merge`` runs it with the defaults).
+(``make bench-merge`` runs it with the defaults);
+``... bench_report.py --scale 250,500,1000 --json F`` (``make bench-report-scale``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import sys
@@ -50,6 +58,46 @@ def write_step(root: Path, step: int, mb: float) -> Path:
     return folder
 
 
+def write_small_step(root: Path, step: int, ranks: int = 8, iterations: int = 12) -> None:
+    """One step of ``ranks`` small rank traces: 2 prefills then decodes, 40 operators, rank 3 a little slower."""
+    folder = root / f"global_step_{step}"
+    folder.mkdir(parents=True)
+    for rank in range(ranks):
+        events, ts = [], 1000.0
+        for k in range(iterations):
+            stage = "prefill" if k < 2 else "decode"
+            dur = (9000.0 if stage == "prefill" else 2000.0) * (1.1 if rank == 3 else 1.0) * (1 + (step % 5) / 50)
+            events.append({"ph": "X", "cat": "user_annotation", "pid": rank, "tid": 1, "ts": ts, "dur": dur,
+                           "name": f"rlprof::iteration {k} [{stage}] prefill_tokens={64 if k < 2 else 0} "
+                                   f"decode_tokens={0 if k < 2 else 4} batch=4"})
+            for op in range(40):
+                events.append({"ph": "X", "cat": "cpu_op", "pid": rank, "tid": 1, "name": f"aten::op{op}",
+                               "ts": ts + 1 + op * dur / 41, "dur": dur / 45})
+            ts += dur + 300
+        (folder / f"rank{rank}.{1795366444000000000 + step}.pt.trace.json.gz").write_bytes(
+            gzip.compress(json.dumps({"traceEvents": events}).encode(), compresslevel=1))
+
+
+def scale(counts: list[int], work: Path) -> list[dict]:
+    """The report against the number of steps: cold, warm after one more step, memory, page."""
+    out = []
+    for n in counts:
+        root = work / f"scale-{n}"
+        for step in range(1, n + 1):
+            write_small_step(root, step)
+        cold = run_child(rlprof("report", str(root), "--no-cache", "-q"))
+        run_child(rlprof("report", str(root), "-q"))  # fills the cache
+        write_small_step(root, n + 1)
+        warm = run_child(rlprof("report", str(root), "-q"), repeat=1)
+        again = run_child(rlprof("report", str(root), "-q"), repeat=3)  # nothing new: the cache alone
+        row = {"steps": n, "ranks": 8, "cold": cold, "warm_one_new_step": warm, "warm_nothing_new": again,
+               **page_numbers(root / "report.html")}
+        print(json.dumps({k: v for k, v in row.items()}), flush=True)
+        out.append(row)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def page_numbers(page: Path) -> dict:
     loads = sorted(open_page(page).load_ms for _ in range(3))
     return {"page_kb": round(page.stat().st_size / 1024, 1), "load_ms": round(loads[1], 1)}
@@ -60,9 +108,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--mb", type=float, default=200.0)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--scale", help="comma-separated step counts: the report against the number of steps")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlprof-bench-report-"))
     try:
+        if args.scale:
+            rows = scale([int(n) for n in args.scale.split(",")], work)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+            return 0
         root = work / "root"
         t = time.perf_counter()
         for step in range(1, args.steps + 1):

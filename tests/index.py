@@ -51,6 +51,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.trace.report.compare": ("tests/unit/test_report_command.py",),
     "rlprof_plugins.trace.report.page": ("tests/unit/test_report_command.py",),
     "rlprof_plugins.trace.report.ranks": ("tests/unit/test_report_steps.py",),
+    "rlprof_plugins.trace.report.step_section": ("tests/unit/test_report_command.py", "tests/unit/test_report_truth.py"),
     "rlprof_plugins.patches.__main__": ("tests/unit/test_patch_table.py",),
     "rlprof_plugins.patches.features": ("tests/unit/test_patch_table.py",),
     "rlprof_plugins.patches.http_common": ("tests/e2e/test_vllm_server_access.py", "tests/e2e/test_sglang_server_tp1.py"),

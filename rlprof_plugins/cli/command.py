@@ -130,8 +130,9 @@ def commands() -> tuple[Command, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     every = commands()
-    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof: " + ", ".join(c.name for c in every)
-                                     + " (rlprof COMMAND --help for each)")
+    parser = argparse.ArgumentParser(prog="rlprof", description="rlprof: trace tools, the step report, the engine "
+                                     "diagnosis and fleet control: every command is listed below "
+                                     "(rlprof COMMAND --help for its options)")
     parser.add_argument("--version", action="version", version=f"rlprof-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in every:

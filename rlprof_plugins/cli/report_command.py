@@ -69,9 +69,10 @@ def cmd_report(args) -> int:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("root", help="the trace root holding global_step_N folders, or one step folder")
     p.add_argument("-o", "--output", help="the page to write (default: ROOT/report.html)")
-    p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B)")
+    p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B; must hold --compare's)")
     p.add_argument("--compare", nargs=2, type=int, metavar=("S1", "S2"),
-                   help="two steps side by side, operators and kernels sorted by their change")
+                   help="two different steps side by side: stages, then operators and kernels sorted by the "
+                        "change of their time per iteration")
     p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     p.add_argument("--csv", metavar="DIR", help="also write the numbers as CSV files in DIR")
     p.add_argument("--no-cache", action="store_true",
