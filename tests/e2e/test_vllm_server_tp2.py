@@ -6,6 +6,7 @@ from rlprof_plugins.cli.command import main as rlprof
 from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.hta import hta, hta_ranks
 from tests.helpers.traces import iteration_details, iteration_indices, load_trace, merged_file, rank_folder, rank_traces
+from tests.unit.test_report_truth import agreeing
 
 
 def test_every_rank_every_step_with_window(server_tp2):
@@ -121,7 +122,7 @@ def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
     assert hta(staged / "decode", "iterations")["iterations"] == [1, 2]
 
 
-def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path):
+def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path, capsys):
     """A plain step (no merge), a by-stage one and a merged one from the live TP=2 server, with
     whatever steps the tests before left: ``rlprof report`` names every step, and the page
     (headless Chromium, network off) shows each step's stages and ranks as ``--json`` says."""
@@ -153,6 +154,10 @@ def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path):
     assert {(c["step"], c["rank"]) for c in page.cells if c["rank"]} >= {(s, r) for s in (20, 21, 22)
                                                                        for r in ("rank0", "rank1")}
     assert cells_match_json(page, data) >= len(found) * 12
+    # rlprof summary says the same of every step and stage (one definition: trace/step_numbers.py)
+    capsys.readouterr()
+    assert rlprof(["summary", str(root), "--json", "-q"]) == 0
+    assert (21, "decode") in agreeing(json.loads(capsys.readouterr().out), data)
 
 
 def test_a_start_without_a_step_records_at_the_engines_weight_version(server_tp2):

@@ -20,6 +20,7 @@ import pytest
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.trace.report.cache import CACHE_DIR
 from tests.helpers.browser import cells_match_json, open_page
+from tests.helpers.hta import hta
 from tests.helpers.traces import load_trace
 from tests.unit.test_chunks import workload
 from tests.unit.test_report_steps import FIXTURE
@@ -87,20 +88,25 @@ def test_new_and_gone_operators_are_marked(tmp_path):
     assert {("aten::brand_new", "new"), ("aten::add", "gone")} <= compared
 
 
+def agreeing(summary_json: dict, report_json: dict) -> list[tuple]:
+    """The (step, stage) pairs of both commands' JSON, asserting their numbers are the same."""
+    from_summary = {(step["global_step"], st["stage"]): [st[k] for k in ("iterations", "mean_ms", "p90_ms",
+                                                                          "total_ms", "change_pct")]
+                    for step in summary_json["steps"] for st in step["stages"]}
+    from_report = {(row["global_step"], stage): [n["iterations"], n["mean_ms"], n["p90_ms"], n["total_ms"],
+                                                 row["change_pct"][stage]]
+                   for row in report_json["steps"] for stage, n in row["stages"].items()}
+    assert from_summary == from_report and from_summary, (from_summary, from_report)
+    return sorted(from_report)
+
+
 def test_summary_and_report_agree_on_the_fixture_and_a_recorded_root(tmp_path, capsys):
     stages = {}
     for root in (_copy(FIXTURE, tmp_path / "fixture"), decode_steps(tmp_path / "root", {1: 3, 2: 6})):
         code_s, s = summary(root, capsys)
         code_r, r = report(root)
         assert code_s == code_r == 0
-        from_summary = {(step["global_step"], st["stage"]): [st[k] for k in ("iterations", "mean_ms", "p90_ms",
-                                                                              "total_ms", "change_pct")]
-                        for step in s["steps"] for st in step["stages"]}
-        from_report = {(row["global_step"], stage): [n["iterations"], n["mean_ms"], n["p90_ms"], n["total_ms"],
-                                                     row["change_pct"][stage]]
-                       for row in r["steps"] for stage, n in row["stages"].items()}
-        assert from_summary == from_report and from_summary, (from_summary, from_report)
-        stages[root.name] = sorted(from_report)
+        stages[root.name] = agreeing(s, r)
     # the fixture's step 3 was recorded without by-stage files: its iterations say their stage all the same
     assert stages["fixture"] == [(3, "decode"), (3, "prefill"), (4, "decode"), (4, "prefill")]
     assert stages["root"] == [(1, "decode"), (2, "decode")]
@@ -212,3 +218,15 @@ def test_a_thousand_steps_make_a_small_usable_page(tmp_path):
 def _copy(folder: Path, to: Path) -> Path:
     shutil.copytree(folder, to)
     return to
+
+
+def test_holistic_trace_analysis_finds_the_fixtures_iterations(tmp_path):
+    """The fixtures are recorded with ``ProfilerStep#N`` inside each iteration: HTA, the analysis tool
+    users already have, finds step 3's iterations on both ranks and places operators in each (all but the
+    last: HTA ends an iteration where the next begins, here as on the live server's traces)."""
+    folder = tmp_path / "ranks"
+    shutil.copytree(FIXTURE / "global_step_3" / "ranks", folder)
+    found = hta(folder, "iterations")
+    assert found["ranks"] == [0, 1] and found["iterations"] == [0, 1, 2, 3, 4], found
+    assert set(found["events_per_iteration"]) == {str(k) for k in range(5)}
+    assert all(n > 10 for n in found["events_per_iteration"].values())

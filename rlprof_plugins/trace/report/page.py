@@ -82,23 +82,26 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
                            f"{s}: mean iteration time per step (slowest rank)", s, width=600,
                            marks=len(steps) <= 200)
               for s in stages]
-    head = ["step", "state", "engine", "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
+    engines = {f"{row['engine'] or ''} {row['engine_version'] or ''}".strip() for row in steps}
+    head = ["step", "state"] + (["engine"] if len(engines) > 1 else []) + [
+        "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
     tail = ["rlprof pauses", "pause ms", "trace MB", "files"]
-    per_stage = ["iterations", "share", "mean ms", "p90 ms", "vs previous"]
+    per_stage = ["iters", "share", "mean ms", "p90 ms", "vs previous"]
     header = ("<tr>" + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in head)
               + "".join(f"<th colspan={len(per_stage)} class=nw><span style='color:{charts.colour(s)}'>&#9632;</span> "
                         f"{escape(s)}</th>" for s in stages)
               + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in tail) + "</tr><tr>"
               + "".join(f"<th>{escape(h)}</th>" for _ in stages for h in per_stage) + "</tr>")
     href = _href(base)
-    rows = [_row(row, stages, href) for row in steps]
+    rows = [_row(row, stages, href, len(engines) > 1) for row in steps]
     table = lambda body, ident: f"<table id={ident}>{header}{''.join(body)}</table>"  # noqa: E731
     if len(rows) > NEWEST_ROWS:
         shown = (f"<details data-older><summary>The {len(rows) - NEWEST_ROWS} older steps</summary>"
                  + table(rows[:-NEWEST_ROWS], "older-steps") + "</details>" + table(rows[-NEWEST_ROWS:], "steps"))
     else:
         shown = table(rows, "steps")
-    return ("<h2>Across steps</h2><p class=muted>An iteration's time is its slowest rank's (the engine waits for "
+    one = f" All steps: {escape(engines.pop())}." if len(engines) == 1 and "" not in engines else ""
+    return (f"<h2>Across steps</h2><p class=muted>{one} An iteration's time is its slowest rank's (the engine waits for "
             "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
             "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
             "iterations; imbalance is the slowest rank's iteration time over the fastest's. rlprof's own "
@@ -106,7 +109,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
             f"<div class=charts>{''.join(panels)}</div>" + shown)
 
 
-def _row(row: dict[str, Any], stages: list[str], href) -> str:
+def _row(row: dict[str, Any], stages: list[str], href, engine: bool) -> str:
     step = row["global_step"]
     anchor = (f"<a href='#step-{escape(str(step))}'>{escape(str(step))}</a>" if "timeline" in row
               else escape(str(step if step is not None else "-")))
@@ -116,7 +119,8 @@ def _row(row: dict[str, Any], stages: list[str], href) -> str:
              f"{escape(row['state'])}" + (f"; {len(row['unreadable'])} file(s) unreadable: "
                                           f"{escape(', '.join(e.split(':')[0] for e in row['unreadable']))}"
                                           if row["unreadable"] else "") + "</td>",
-             f"<td class='name nw'>{escape(str(row['engine'] or ''))} {escape(str(row['engine_version'] or ''))}</td>",
+             *([f"<td class='name nw'>{escape(str(row['engine'] or ''))} {escape(str(row['engine_version'] or ''))}"
+                "</td>"] if engine else []),
              f"<td>{len(row['ranks'])}</td>", cell(row["iterations"], "iterations"), cell(row["mean_ms"], "mean_ms"),
              cell(row["step_change_pct"], "step_change_pct", pct=True),
              f"<td class='name nw' data-field=straggler data-value='{escape(json.dumps(row['straggler']))}'>"
@@ -150,7 +154,7 @@ def _compare(c: dict[str, Any]) -> str:
                        f"<th>ms/iteration {a}</th><th>ms/iteration {b}</th><th>change</th><th>iterations {a}</th>"
                        f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class=name></th></tr>"
                        + "".join(
-                           f"<tr>{name_cell(o['name'])}<td class=name>{escape(o['stage'])}</td>" + "".join(
+                           f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>" + "".join(
                                cell(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")
                                for k in ("a_per_iteration_ms", "b_per_iteration_ms", "change_pct", "a_iterations",
                                          "b_iterations", "a_ms", "b_ms"))

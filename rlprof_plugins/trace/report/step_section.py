@@ -115,7 +115,7 @@ def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
 
 def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
     keys = ("per_iteration_ms", "before_per_iteration_ms", "change_pct", "iterations", "before_iterations", "ms")
-    rows = "".join(f"<tr>{name_cell(o['name'])}<td class=name>{escape(o['stage'])}</td>"
+    rows = "".join(f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>"
                    + "".join(cell(o[k], f"operators.{kind}.{k}", pct=k == "change_pct") for k in keys)
                    + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
     return (f"<h3>{escape(heading)}</h3><table class=operators data-kind={kind}><tr><th class=name>operator</th>"

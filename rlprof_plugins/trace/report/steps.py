@@ -66,7 +66,8 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
         row["step_change_pct"] = change_pct(previous_step, row["mean_ms"])
         previous_step = row["mean_ms"] if row["iterations"] else previous_step
         ops, counts = row.pop("stage_operators"), {s: n["iterations"] for s, n in row["stages"].items()}
-        row["operators"] = operator_changes(ops, counts, *(before or (None, None)), n=TOP_OPERATORS)
+        if directory in detailed:
+            row["operators"] = operator_changes(ops, counts, *(before or (None, None)), n=TOP_OPERATORS)
         if row["ranks"]:
             before = (ops, counts)
         if global_step in keep:
