@@ -44,6 +44,7 @@ from . import native_requests
 from .control import CONTROLLER_ATTR, controller_for, controller_of
 from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS
 from .iterations import iteration_info
+from .step_metrics import RECORDER_ATTR, follow_version, recorder_of
 from .wire import decode_command
 
 
@@ -74,7 +75,12 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
             return {"ok": False, "conflict": "SGLang's native profiler is running; stop it first"}
         if command.get("op") == "stop" and native_busy and (ctl is None or not ctl.active):
             return _native_stop(manager)
-        return controller_for(manager, module).handle(command)
+        reply = controller_for(manager, module).handle(command)
+        if command.get("op") == "start" and reply.get("ok"):
+            recorder = manager.__dict__.get(RECORDER_ATTR)
+            if recorder:
+                recorder.started(command.get("global_step"))
+        return reply
     except OptionsError as e:  # e.g. backend "torch" on an Ascend scheduler
         return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
     except Exception as e:  # never raise into the scheduler loop
@@ -119,16 +125,25 @@ def _wrap_profile(wrapped, instance, args, kwargs):
 
 def _run_batch(wrapped, instance, args, kwargs):
     ctl = controller_of(instance)
-    if ctl is None or not ctl.active:
+    active = ctl is not None and ctl.active
+    recorder = recorder_of(instance)
+    if not active and recorder is None:
         return wrapped(*args, **kwargs)
     info = iteration_info(args[0] if args else kwargs.get("batch"))
     if info is None:
         return wrapped(*args, **kwargs)
-    ctl.begin_iteration(info)
+    if recorder is not None:
+        follow_version(recorder)
+        recorder.begin()
+    if active:
+        ctl.begin_iteration(info)
     try:
         return wrapped(*args, **kwargs)
     finally:
-        ctl.end_iteration()
+        if active:
+            ctl.end_iteration()
+        if recorder is not None:
+            recorder.end(info)
 
 
 def _on_idle(wrapped, instance, args, kwargs):

@@ -25,6 +25,7 @@ from rlprof_plugins.session.protocol import unavailable_reply
 from rlprof_plugins.store import manifest
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
+from . import step_metrics
 from .config import options_of, plugin_handles, profiler_config_of
 from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version
 
@@ -133,11 +134,15 @@ def worker_control(obj: Any, command: dict) -> dict:
         return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
     if not plugin_handles(worker_profiler_config(worker)):
         return unavailable_reply("the profiler config is not handled by rlprof")
+    if command.get("op") in step_metrics.STEP_OPS:
+        return step_metrics.step_command(worker, command)
     try:
         ctl = controller_for(worker)
     except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
         return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
-    return ctl.handle(command)
+    reply = ctl.handle(command)
+    step_metrics.started(worker, command, reply)
+    return reply
 
 
 def hooked(worker: Any) -> bool:

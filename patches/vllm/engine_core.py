@@ -6,6 +6,10 @@ Our commands (global step, window, status) are dicts, so EngineCore gets a
 ``collective_rpc`` and returns their replies. It runs on the engine loop
 between steps, like ``profile``.
 
+It also forwards each weight version the engine is given
+(``EngineCore.set_weight_version``, 0.32+) to every worker, where the step
+metrics turn it into the RL step (``step_metrics`` helper).
+
 A stop is answered before torch's profiler stops (that stop takes seconds
 with stacks on and must run on the thread that recorded): in an engine
 process with a busy loop, workers only mark the session stopped, and the
@@ -64,15 +68,30 @@ def rlprof_control(self: Any, command: dict) -> list[dict]:
     return replies
 
 
+def _set_weight_version(wrapped, instance, args, kwargs):
+    """The weight version moved: every worker's step metrics follow it (``step_source: weight_version``)."""
+    out = wrapped(*args, **kwargs)
+    version = args[0] if args else kwargs.get("weight_version")
+    try:
+        instance.model_executor.collective_rpc(worker_control, args=({"op": "weight_version", "version": version},))
+    except Exception as e:  # never raised into the loop: the metrics keep the step they had
+        logger.warning("rlprof: the workers' step metrics did not get weight version %r: %s", version, e)
+    return out
+
+
 ENGINE_CORE_PATCH = Patch(
     name="vllm.engine_core.control",
     engine="vllm",
     versions=VERSIONS,
     module="vllm.v1.engine.core",
     feature=STEP_WINDOWS,
-    why="the native profile utility cannot carry a global step or a status query",
+    why="the native profile utility cannot carry a global step or a status query; the workers never see the "
+        "weight version a trainer sets (step metrics follow it)",
     upstream="a profile utility taking a request object",
     add={"EngineCore." + UTILITY: rlprof_control},
+    # the weight version, kept here from 0.32, moves the workers' step metrics (issue 46)
+    wrap={"EngineCore.set_weight_version": _set_weight_version},
+    optional=("EngineCore.set_weight_version",),
     relies_on={
         "vllm.v1.executor.abstract:Executor.collective_rpc": "signature",
         # the busy loop's idle callbacks complete a deferred stop (0.17+)

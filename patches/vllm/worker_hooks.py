@@ -8,7 +8,8 @@ schedules at least one token; vLLM also calls it with an empty batch, e.g.
 to flush finished requests, and those are not counted) plus the
 ``sample_tokens`` call that completes it when sampling is deferred. An
 empty call says the engine is about to wait for work: the controller's
-``idle`` ends a recording's running chunk there.
+``idle`` ends a recording's running chunk there. Every iteration is also
+timed into the step metrics (``step_metrics``), recorded or not.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from rlprof_plugins.errors import OptionsError
 from ..base import Patch
 from .config import plugin_handles, request_server
 from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, worker_profiler_config
-from .iterations import iteration_info
+from .iterations import iteration_info, quick_info
+from .step_metrics import RECORDER_ATTR, recorder_of
+
+INFO_ATTR = "_rlprof_iteration_info"  # the open iteration's stage and tokens, for the step metrics
+ITERATING_ATTR = "_rlprof_iterating"  # the controller whose session counts the open iteration, or None
 
 
 # ---- wrappers ----------------------------------------------------------
@@ -44,32 +49,52 @@ def _execute_model(wrapped, instance, args, kwargs):
     state = instance.__dict__
     state[FORWARDS_ATTR] = state.get(FORWARDS_ATTR, 0) + 1
     ctl = state.get(CONTROLLER_ATTR)
-    if ctl is None or not ctl.active:
+    active = ctl is not None and ctl.active
+    recorder = state.get(RECORDER_ATTR)
+    if recorder is None:  # built on the first model execution (False: step metrics are off)
+        recorder = recorder_of(instance, worker_profiler_config(instance))
+    if not active and not recorder:
         return wrapped(*args, **kwargs)
-    if instance.__dict__.pop(PENDING_ATTR, False):
-        ctl.end_iteration()  # the previous iteration never reached sample_tokens
-    ctl.begin_iteration(iteration_info(scheduler_output))
+    if state.pop(PENDING_ATTR, False):
+        _end(state, state.get(ITERATING_ATTR))  # the previous iteration never reached sample_tokens
+    info = iteration_info(scheduler_output) if active else quick_info(scheduler_output)
+    if recorder:
+        state[INFO_ATTR] = info
+        recorder.begin()
+    if active:
+        ctl.begin_iteration(info)
+    else:
+        ctl = None
+    state[ITERATING_ATTR] = ctl
     try:
         output = wrapped(*args, **kwargs)
     except BaseException:
-        ctl.end_iteration()
+        _end(state, ctl)
         raise
     if output is None:
-        instance.__dict__[PENDING_ATTR] = True  # sampling is deferred to sample_tokens
+        state[PENDING_ATTR] = True  # sampling is deferred to sample_tokens
     else:
-        ctl.end_iteration()
+        _end(state, ctl)
     return output
 
 
+def _end(state: dict, ctl: Any) -> None:
+    """One iteration over: the session's (when it recorded its start) and the step metrics'."""
+    if ctl is not None:
+        ctl.end_iteration()
+    recorder = state.get(RECORDER_ATTR)
+    if recorder:
+        recorder.end(state.pop(INFO_ATTR, None))
+
+
 def _sample_tokens(wrapped, instance, args, kwargs):
-    if not instance.__dict__.pop(PENDING_ATTR, False):
+    state = instance.__dict__
+    if not state.pop(PENDING_ATTR, False):
         return wrapped(*args, **kwargs)
     try:
         return wrapped(*args, **kwargs)
     finally:
-        ctl = instance.__dict__.get(CONTROLLER_ATTR)
-        if ctl is not None:
-            ctl.end_iteration()
+        _end(state, state.get(ITERATING_ATTR))
 
 
 def _profile(wrapped, instance, args, kwargs):

@@ -90,6 +90,10 @@ class ProfileOptions:
     (``backends.memory_history``; CUDA or Ascend only), with
     ``memory_stacks`` (``python``, or ``all`` with C++ frames: far slower to
     dump) and at most ``memory_max_entries`` events (the newest kept).
+
+    ``step_metrics``: every engine iteration is timed, traced or not, into
+    its RL step's numbers (``session.step_metrics``), written per rank to
+    ``<dir>/steps/<rank>.jsonl`` and served on the engine's ``/metrics``.
     """
 
     step_start: int = 0
@@ -108,6 +112,7 @@ class ProfileOptions:
     memory: bool = memory_history.DEFAULTS["memory"]
     memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
     memory_max_entries: int = memory_history.DEFAULTS["memory_max_entries"]
+    step_metrics: bool = True
     backend: str = "auto"
     backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
 
@@ -229,6 +234,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
                                    memory_history.STACKS),
         memory_max_entries=check_positive("memory_max_entries",
                                           data.get("memory_max_entries", memory_history.DEFAULTS["memory_max_entries"])),
+        step_metrics=check_flag("step_metrics", data.get("step_metrics", True)),
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},
     )

@@ -25,6 +25,7 @@ _STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 # as it is; the manifest, the API-server trace and merged outputs live apart.
 RANKS, FRONTEND, MERGED = "ranks", "frontend", "merged"
 MEMORY = "memory"  # each rank's allocator snapshot over the window (``memory``), apart from the traces
+STEPS_DIR = "steps"  # ``<root>/steps/<rank>.jsonl``: every RL step's metrics, traced or not (``step_metrics``)
 
 
 @dataclass(frozen=True)

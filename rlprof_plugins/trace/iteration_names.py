@@ -32,7 +32,8 @@ from .stages import DECODE, ITERATION_PREFIX, ITERATION_RE, PREFILL, PROFILER_ST
 
 SOURCES = ("rlprof", "vllm", "sglang", "torch")  # the order a trace's iterations are read by
 SOURCE_TITLES = {"rlprof": "rlprof::iteration ranges", "vllm": "vLLM's execute_context_* annotations",
-                 "sglang": "SGLang's step[...] annotations", "torch": "torch.profiler's ProfilerStep#N"}
+                 "sglang": "SGLang's step[...] annotations", "torch": "torch.profiler's ProfilerStep#N",
+                 "step_metrics": "step metrics (steps/<rank>.jsonl, for the steps not traced)"}
 
 _VLLM = re.compile(r"^execute_(?:\d+_)?context_(?P<ctx>\d+)\((?:sq)?(?P<ctx_tokens>\d+)[^)]*\)"
                    r"_generation_(?P<gen>\d+)\((?:sq)?(?P<gen_tokens>\d+)[^)]*\)$")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store.layout import step_folders, step_of
-from .iteration_names import SOURCE_TITLES
+from .iteration_names import SOURCE_TITLES, SOURCES
 from .sources import plan
 from .step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
 from .trace_stats import stats_of
@@ -117,7 +117,8 @@ def render_table(summary: dict[str, Any]) -> str:
         for error in step["unreadable"]:
             lines.append(f"unreadable: {label}: {error}")
         for name in step["without_iterations"]:
-            lines.append(f"{label}: {name} holds no iteration annotation ({', '.join(SOURCE_TITLES.values())})")
+            names = ", ".join(SOURCE_TITLES[source] for source in SOURCES)
+            lines.append(f"{label}: {name} holds no iteration annotation ({names})")
     for u in summary["unplaced"]:
         lines.append(f"not summarised: {u['path']}: {u['reason']}")
     for m in summary.get("missing", []):

@@ -105,10 +105,12 @@ def test_each_chunk_is_written_as_soon_as_it_stopped(tmp_path):
     ctl.idle()
     chunks = tmp_path / "global_step_5" / ".rlprof-chunks"
     deadline = time.time() + 30
-    while not list(chunks.glob("*.json*")) and time.time() < deadline:
+    def written() -> list:  # whole chunk files, not one still being written (``*.tmp``)
+        return [p for p in chunks.glob("*.json*") if not p.name.endswith(".tmp")]
+
+    while not written() and time.time() < deadline:
         time.sleep(0.05)
-    written = list(chunks.glob("*.json*"))
-    assert len(written) == 1, written  # while the session is still recording
+    assert len(written()) == 1, written()  # while the session is still recording
     assert ctl.handle({"op": "status"})["session"]["state"] == "recording"
     recording = ctl._recording
     assert recording is not None and recording.chunks.stopped == []  # the stopped profiler was released

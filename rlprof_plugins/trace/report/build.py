@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...store.layout import write_text_atomic
-from ..iteration_names import SOURCE_TITLES
+from ..iteration_names import SOURCE_TITLES, SOURCES
 from .cache import StepCache
 from .compare import compare
 from .page import render
@@ -75,14 +75,15 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
                 f" (kept: {', '.join(row['ranks'])})" if row["ranks"] else ""))
         if row["without_iterations"]:
             built.notes.append(f"{name}: no engine iteration in {', '.join(row['without_iterations'])}: none of "
-                               f"{'; '.join(SOURCE_TITLES.values())}: its operators are counted, its iterations "
-                               "are not")
+                               f"{'; '.join(SOURCE_TITLES[source] for source in SOURCES)}: its operators are counted, "
+                               "its iterations are not")
         for m in row.get("memory", {}).values():
             if "error" in m:
                 built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
         if row["missing_ranks"]:
             built.notes.append(f"{name} lacks rank(s) {', '.join(row['missing_ranks'])} "
                                "(`rlprof collect` gathers a step spanning nodes)")
+    built.notes += [f"step metrics: {w}" for w in report["warnings"]]
     if pair:
         built.compared = compare(report, *pair)
     if cache.write_error:

@@ -83,7 +83,8 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
                            marks=len(steps) <= 200)
               for s in stages]
     engines = {f"{row['engine'] or ''} {row['engine_version'] or ''}".strip() for row in steps}
-    head = ["step", "state"] + (["engine"] if len(engines) > 1 else []) + [
+    measured = any(row.get("measured") or not row.get("traced", True) for row in steps)
+    head = ["step", "state"] + (["trace"] if measured else []) + (["engine"] if len(engines) > 1 else []) + [
         "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
     tail = ["rlprof pauses", "pause ms", "trace MB", "files"]
     per_stage = ["iters", "share", "mean ms", "p90 ms", "vs previous"]
@@ -93,7 +94,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
               + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in tail) + "</tr><tr>"
               + "".join(f"<th>{escape(h)}</th>" for _ in stages for h in per_stage) + "</tr>")
     href = _href(base)
-    rows = [_row(row, stages, href, len(engines) > 1) for row in steps]
+    rows = [_row(row, stages, href, len(engines) > 1, measured) for row in steps]
     table = lambda body, ident: f"<table id={ident}>{header}{''.join(body)}</table>"  # noqa: E731
     if len(rows) > NEWEST_ROWS:
         shown = (f"<details data-older><summary>The {len(rows) - NEWEST_ROWS} older steps</summary>"
@@ -109,7 +110,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
             f"<div class=charts>{''.join(panels)}</div>" + shown)
 
 
-def _row(row: dict[str, Any], stages: list[str], href, engine: bool) -> str:
+def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: bool) -> str:
     step = row["global_step"]
     anchor = (f"<a href='#step-{escape(str(step))}'>{escape(str(step))}</a>" if "timeline" in row
               else escape(str(step if step is not None else "-")))
@@ -119,6 +120,8 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool) -> str:
              f"{escape(row['state'])}" + (f"; {len(row['unreadable'])} file(s) unreadable: "
                                           f"{escape(', '.join(e.split(':')[0] for e in row['unreadable']))}"
                                           if row["unreadable"] else "") + "</td>",
+             *([f"<td class='name nw' data-trace='{json.dumps(row.get('traced', True))}'>"
+                f"{'traced' if row.get('traced', True) else 'metrics only'}</td>"] if measured else []),
              *([f"<td class='name nw'>{escape(str(row['engine'] or ''))} {escape(str(row['engine_version'] or ''))}"
                 "</td>"] if engine else []),
              f"<td>{len(row['ranks'])}</td>", cell(row["iterations"], "iterations"), cell(row["mean_ms"], "mean_ms"),

@@ -8,6 +8,9 @@ each iteration its slowest rank's; the step's mean and its change; the
 straggler and the imbalance; operators per iteration of their stage against
 the previous step read. rlprof's own profiler pauses are counted apart.
 
+Steps measured by ``step_metrics`` and not traced get rows of their own
+(``measured_rows``); a traced step carries its measured numbers beside.
+
 A step whose traces cannot be read keeps its row, with the reason in
 ``error``; a rank file that cannot be read is named in ``unreadable`` and
 the step keeps its other ranks: the report never drops what it found.
@@ -30,6 +33,7 @@ from ..step_numbers import (change_pct, imbalance, operator_changes, slowest_ite
 from ..summary import step_dirs
 from ..trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
+from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
 from .ranks import files_of, rank_time
 
@@ -51,14 +55,23 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
     found = [(s, d) for s, d in step_dirs(root) if s is not None or trace_files(d) or memory_files(d)]
     if cache is not None:
         cache.forget_others([d for _, d in found])
+    measured, warnings = measured_steps(root)
+    traced = {s for s, _ in found}
+    found = sorted(found + [(s, None) for s in measured if s not in traced],
+                   key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
     chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
-    detailed = {d for _, d in chosen[-DETAILED:]} | {d for s, d in chosen if s in keep}
+    with_trace = [(s, d) for s, d in chosen if d is not None]
+    detailed = {d for _, d in with_trace[-DETAILED:]} | {d for s, d in with_trace if s in keep}
     rows: list[dict[str, Any]] = []
     previous: dict[str, float] = {}  # stage -> the last mean iteration ms seen
     previous_step = None
     before = None  # (stage operators, iterations per stage) of the last step read
     for global_step, directory in chosen:
-        row = dict(_cached_row(global_step, directory, progress, cache))
+        if directory is None:
+            row = measured_row(global_step, measured[global_step], root)
+        else:
+            row = dict(_cached_row(global_step, directory, progress, cache))
+            row["traced"], row["measured"] = True, measured.get(global_step)
         row["change_pct"] = {}
         for stage, numbers in row["stages"].items():
             row["change_pct"][stage] = change_pct(previous.get(stage), numbers["mean_ms"])
@@ -68,7 +81,7 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
         ops, counts = row.pop("stage_operators"), {s: n["iterations"] for s, n in row["stages"].items()}
         if directory in detailed:
             row["operators"] = operator_changes(ops, counts, *(before or (None, None)), n=TOP_OPERATORS)
-        if row["ranks"]:
+        if row["ranks"] and row["traced"]:
             before = (ops, counts)
         if global_step in keep:
             row["_stage_ops"] = ops  # for --compare; not part of the report's JSON
@@ -76,7 +89,7 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
             for key in DETAILS:
                 row.pop(key, None)
         rows.append(row)
-    return {"root": str(root), "steps": rows, "steps_found": [s for s, _ in found]}
+    return {"root": str(root), "steps": rows, "steps_found": [s for s, _ in found], "warnings": warnings}
 
 
 def _cached_row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,

@@ -1,0 +1,114 @@
+"""Always-on step metrics: every engine iteration timed into the open RL step's aggregates (issue 46).
+
+Tracing every step costs too much; timing every iteration does not: two
+clock reads and a few additions on the engine thread, no allocation, no I/O.
+Per rank and per RL global step it keeps, for each stage (the rule of
+``trace.stages``): the iterations, their summed, largest and bucketed times
+(``BUCKETS_MS``, the boundaries of a Prometheus histogram, so p50 and p90 come
+from the buckets and ranks and restarts combine exactly), the prompt and
+generated tokens and the batch sizes; and the rank's busy time (inside
+iterations) and idle time (between them). When the step changes (a new
+weight version, a start naming ``global_step``, ``mark_step``) the finished
+step goes to the ``sink`` as one plain record (``store.step_log.StepLog`` writes it
+off the engine thread).
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from typing import Any, Callable
+
+from ..store.step_log import BUCKETS_MS
+from ..trace.stages import IterationInfo
+
+_BOUNDS_NS = tuple(b * 1e6 for b in BUCKETS_MS[:-1])
+UNKNOWN = "all"  # an iteration whose stage the engine did not say
+
+
+class StageTimes:
+    """One stage's iterations of one step on one rank."""
+
+    __slots__ = ("iterations", "total_ns", "max_ns", "prefill_tokens", "decode_tokens", "batch", "counts")
+
+    def __init__(self) -> None:
+        self.iterations = 0
+        self.total_ns = self.max_ns = 0
+        self.prefill_tokens = self.decode_tokens = self.batch = 0
+        self.counts = [0] * len(BUCKETS_MS)
+
+    def add(self, ns: int, info: IterationInfo | None) -> None:
+        self.iterations += 1
+        self.total_ns += ns
+        if ns > self.max_ns:
+            self.max_ns = ns
+        self.counts[bisect_left(_BOUNDS_NS, ns)] += 1
+        if info is not None:
+            self.prefill_tokens += info.prefill_tokens
+            self.decode_tokens += info.decode_tokens
+            self.batch += info.batch_size
+
+    def record(self) -> dict[str, Any]:
+        return {"iterations": self.iterations, "total_ms": round(self.total_ns / 1e6, 3),
+                "max_ms": round(self.max_ns / 1e6, 3), "prefill_tokens": self.prefill_tokens,
+                "decode_tokens": self.decode_tokens, "batch_sum": self.batch, "counts": list(self.counts)}
+
+
+class StepMetrics:
+    """A rank's open step: ``begin``/``end`` around each engine iteration on the engine thread,
+    ``set_step`` when the RL step changes. The sink gets each finished step's record."""
+
+    def __init__(self, rank: str, sink: Callable[[dict], None], clock: Callable[[], int] = time.perf_counter_ns,
+                 wall: Callable[[], float] = time.time) -> None:
+        self.rank, self._sink, self._clock, self._wall = rank, sink, clock, wall
+        self.step: int | None = None
+        self.source: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._stages: dict[str, StageTimes] = {}
+        self._busy_ns = self._idle_ns = 0
+        self._started: int | None = None
+        self._last_end: int | None = None
+        self._first_wall: float | None = None
+
+    def begin(self) -> None:
+        now = self._clock()
+        if self._last_end is not None:
+            self._idle_ns += now - self._last_end
+        elif self._first_wall is None:
+            self._first_wall = self._wall()
+        self._started = now
+
+    def end(self, info: IterationInfo | None) -> None:
+        started = self._started
+        if started is None:
+            return
+        now = self._clock()
+        ns = now - started
+        self._started, self._last_end = None, now
+        self._busy_ns += ns
+        stage = info.stage if info is not None else UNKNOWN
+        times = self._stages.get(stage)
+        if times is None:
+            times = self._stages[stage] = StageTimes()
+        times.add(ns, info)
+
+    def set_step(self, step: int | None, source: str) -> None:
+        """The RL step from now on; the one before is finished (if it ran any iteration)."""
+        if step == self.step:
+            return
+        self.flush()
+        self.step, self.source = step, source
+
+    def flush(self) -> None:
+        """Hand the open step's record to the sink and start it afresh (a step with no iteration: nothing)."""
+        if not self._stages:
+            return
+        record = {"global_step": self.step, "step_source": self.source, "rank": self.rank,
+                  "started_at": round(self._first_wall or self._wall(), 3), "ended_at": round(self._wall(), 3),
+                  "iterations": sum(t.iterations for t in self._stages.values()),
+                  "busy_ms": round(self._busy_ns / 1e6, 3), "idle_ms": round(self._idle_ns / 1e6, 3),
+                  "stages": {stage: t.record() for stage, t in sorted(self._stages.items())}}
+        self._reset()
+        self._sink(record)

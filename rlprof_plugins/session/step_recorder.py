@@ -1,0 +1,95 @@
+"""A rank's step metrics as the engine patches drive them: time each iteration, follow the RL step.
+
+The patches call ``begin``/``end`` around every engine iteration (traced or
+not) and tell where the RL step moves: a start request naming its
+``global_step``, the engine's weight version (``step_source:
+weight_version``: version + ``trainer_step_offset``, as for traced steps),
+or an explicit mark. Every call is guarded: a failure is logged once and
+step metrics stop for this rank; serving never sees it.
+"""
+
+from __future__ import annotations
+
+import atexit
+from pathlib import Path
+from typing import Any, Callable
+
+from .._log import logger
+from ..config.options import ProfileOptions
+from ..steps.weight_version import step_of
+from ..steps.which_step import WEIGHT_VERSION
+from ..store.layout import STEPS_DIR
+from ..trace.stages import IterationInfo
+from ..store.step_log import StepLog
+from .step_metrics import StepMetrics
+
+
+class StepRecorder:
+    """One rank's ``StepMetrics`` and the ``StepLog`` it writes to."""
+
+    def __init__(self, root: str | Path, rank: str, options: ProfileOptions) -> None:
+        self.log = StepLog(Path(root) / STEPS_DIR, rank)
+        self.metrics = StepMetrics(rank, self.log.put)
+        self.offset = options.trainer_step_offset
+        self.by_version = options.step_source == WEIGHT_VERSION
+        self._version: Any = object()  # the last weight version seen
+        self.read_version: Callable[[], Any] | None = None  # where the engine reads it each iteration, if it does
+        self.failed: str | None = None
+        atexit.register(self.close)  # the open step is written when the engine process ends
+
+    # ---- the engine thread, every iteration ------------------------------
+    def begin(self) -> None:
+        if self.failed is None:
+            try:
+                self.metrics.begin()
+            except Exception as e:
+                self._fail(e)
+
+    def end(self, info: IterationInfo | None) -> None:
+        if self.failed is None:
+            try:
+                self.metrics.end(info)
+            except Exception as e:
+                self._fail(e)
+
+    # ---- where the RL step moves ----------------------------------------
+    def weight_version(self, version: Any) -> None:
+        """The engine's weight version now (cheap when unchanged); a step only with ``weight_version``."""
+        if not self.by_version or version == self._version or self.failed is not None:
+            return
+        self._version = version
+        choice = step_of(version, self.offset)
+        if choice.global_step is not None:
+            self._set(choice.global_step, "weight_version")
+
+    def started(self, global_step: Any) -> None:
+        """A start request named its step (any step source): iterations count for it from now on."""
+        if isinstance(global_step, int) and not isinstance(global_step, bool) and global_step >= 0:
+            self._set(global_step, "request")
+
+    def mark(self, global_step: int) -> None:
+        self._set(global_step, "mark_step")
+
+    def close(self) -> None:
+        try:
+            self.metrics.flush()
+        finally:
+            self.log.close()
+
+    def _set(self, step: int, source: str) -> None:
+        if self.failed is None:
+            try:
+                self.metrics.set_step(step, source)
+            except Exception as e:
+                self._fail(e)
+
+    def _fail(self, e: BaseException) -> None:
+        self.failed = f"{type(e).__name__}: {e}"
+        logger.warning("rlprof: step metrics stopped on %s: %s (serving goes on)", self.metrics.rank, self.failed)
+
+
+def recorder_for(root: str | None, rank: str, options: ProfileOptions) -> StepRecorder | None:
+    """A rank's recorder, or None: ``step_metrics`` off, or no directory configured."""
+    if not options.step_metrics or not root:
+        return None
+    return StepRecorder(root, rank, options)

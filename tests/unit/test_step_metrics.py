@@ -1,0 +1,144 @@
+"""Always-on step metrics (``session.step_metrics``): the engine thread's aggregates, the per-rank
+JSON lines written off that thread, torn lines and restarts, and the report's rows for steps measured
+and not traced. The clock is the real one; the iterations are real sleeps of known length."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.cli.command import main as rlprof
+from rlprof_plugins.config.options import parse_options
+from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.session.step_metrics import StepMetrics
+from rlprof_plugins.store.step_log import BUCKETS_MS
+from rlprof_plugins.trace.measured import measured_numbers, quantile_ms
+from rlprof_plugins.session.step_recorder import recorder_for
+from rlprof_plugins.store.step_log import StepLog, read_steps
+from rlprof_plugins.trace.stages import IterationInfo
+
+PREFILL = IterationInfo(prefill_tokens=12, decode_tokens=0, batch_size=1)
+DECODE = IterationInfo(prefill_tokens=0, decode_tokens=4, batch_size=4)
+
+
+def run(recorder, infos, ms: float = 2.0) -> None:
+    for info in infos:
+        recorder.begin()
+        time.sleep(ms / 1000)
+        recorder.end(info)
+
+
+def test_each_step_is_one_record_of_its_stages_tokens_and_times():
+    records = []
+    m = StepMetrics("rank0", records.append)
+    m.set_step(3, "request")
+    for info in (PREFILL, DECODE, DECODE, DECODE):
+        m.begin()
+        time.sleep(0.002)
+        m.end(info)
+    m.set_step(4, "weight_version")  # step 3 is finished
+    (r,) = records
+    assert (r["global_step"], r["step_source"], r["rank"], r["iterations"]) == (3, "request", "rank0", 4)
+    decode = r["stages"]["decode"]
+    assert (decode["iterations"], decode["decode_tokens"], decode["batch_sum"]) == (3, 12, 12)
+    assert 6.0 <= decode["total_ms"] < 60 and decode["max_ms"] >= 2.0 and sum(decode["counts"]) == 3
+    assert r["stages"]["prefill"]["prefill_tokens"] == 12 and r["busy_ms"] >= 8.0 and r["idle_ms"] >= 0
+    m.set_step(5, "weight_version")  # nothing ran in step 4: no record
+    assert len(records) == 1
+
+
+def test_the_log_appends_off_the_engine_thread_and_reads_back_past_a_torn_line(tmp_path):
+    log = StepLog(tmp_path / "steps", "rank0")
+    writer_threads = set()
+    real_append = log._append
+
+    def spy(line):
+        writer_threads.add(threading.current_thread().name)
+        real_append(line)
+
+    log._append = spy
+    for step in (1, 2):
+        log.put({"global_step": step, "rank": "rank0", "started_at": 1.0, "ended_at": 2.0, "iterations": 1,
+                 "busy_ms": 1.0, "idle_ms": 0.0, "stages": {}})
+    log.close()
+    assert writer_threads == {"rlprof-step-log-rank0"}
+    path = tmp_path / "steps" / "rank0.jsonl"
+    with path.open("a") as f:
+        f.write('{"global_step": 3, "rank": "ra')  # a crash mid-write
+    records, warnings = read_steps(tmp_path)
+    assert sorted(records) == [1, 2] and len(warnings) == 1 and "rank0.jsonl:3" in warnings[0]
+    again = StepLog(tmp_path / "steps", "rank0")  # a restarted server appends
+    again.put({"global_step": 2, "rank": "rank0", "started_at": 3.0, "ended_at": 4.0, "iterations": 2,
+               "busy_ms": 2.0, "idle_ms": 1.0, "stages": {}})
+    again.close()
+    records, _ = read_steps(tmp_path)
+    assert records[2]["rank0"]["iterations"] == 3 and records[2]["rank0"]["ended_at"] == 4.0  # combined
+
+
+def test_a_full_log_rotates_once_so_the_folder_stays_bounded(tmp_path):
+    log = StepLog(tmp_path, "rank0", max_bytes=400)
+    for step in range(20):
+        log.put({"global_step": step, "rank": "rank0", "pad": "x" * 50})
+    log.close()
+    sizes = sorted(p.stat().st_size for p in tmp_path.iterdir())
+    assert len(sizes) == 2 and max(sizes) <= 400
+
+
+def test_percentiles_from_the_buckets_and_the_slowest_rank():
+    counts = [0] * len(BUCKETS_MS)
+    counts[3] = 9  # nine iterations in (2, 4] ms
+    counts[6] = 1  # one in (16, 32]
+    assert quantile_ms(counts, 0.5, largest=20.0) == 4.0 and quantile_ms(counts, 0.95, largest=20.0) == 20.0
+    stage = {"iterations": 10, "total_ms": 50.0, "max_ms": 20.0, "prefill_tokens": 0, "decode_tokens": 40,
+             "batch_sum": 40, "counts": counts}
+    ranks = {"rank0": {"busy_ms": 50.0, "started_at": 1.0, "ended_at": 2.0, "stages": {"decode": stage}},
+             "rank1": {"busy_ms": 40.0, "started_at": 1.0, "ended_at": 2.0,
+                       "stages": {"decode": {**stage, "total_ms": 40.0}}}}
+    n = measured_numbers(ranks)
+    assert n["stages"]["decode"]["mean_ms"] == 5.0 and n["imbalance"] == 1.25 and n["straggler"]["rank"] == "rank0"
+    assert n["stages"]["decode"]["mean_batch"] == 4.0
+
+
+@pytest.mark.parametrize("value", [0, "yes", None])
+def test_the_key_is_validated(value):
+    with pytest.raises(OptionsError) as e:
+        parse_options({"step_metrics": value})
+    assert e.value.key == "step_metrics"
+
+
+def test_recorder_follows_starts_and_the_weight_version(tmp_path):
+    assert recorder_for(str(tmp_path), "rank0", parse_options({"step_metrics": False})) is None
+    assert recorder_for(None, "rank0", parse_options({})) is None
+    rec = recorder_for(str(tmp_path), "rank0", parse_options({"step_source": "weight_version"}))
+    rec.weight_version("default")  # not an integer: no step yet
+    run(rec, [DECODE])
+    for version in ("1", "1", "2"):
+        rec.weight_version(version)  # version v is step v + 1 (trainer_step_offset)
+        run(rec, [PREFILL, DECODE])
+    rec.started(9)
+    run(rec, [DECODE])
+    rec.close()
+    records, _ = read_steps(tmp_path)
+    assert {step: r["rank0"]["iterations"] for step, r in records.items()} == {None: 1, 2: 4, 3: 2, 9: 1}
+    assert records[2]["rank0"]["step_source"] == "weight_version" and records[9]["rank0"]["step_source"] == "request"
+
+
+def test_the_report_gives_every_measured_step_a_row(tmp_path):
+    rec = recorder_for(str(tmp_path), "rank0", parse_options({}))
+    for step in (1, 2, 3):
+        rec.started(step)
+        run(rec, [PREFILL, DECODE, DECODE], ms=1.0)
+    rec.close()
+    out = tmp_path.parent / "measured.json"
+    assert rlprof(["report", str(tmp_path), "-q", "--json", str(out), "--csv", str(tmp_path.parent / "csv")]) == 0
+    data = json.loads(out.read_text())
+    assert [(s["global_step"], s["state"], s["traced"]) for s in data["steps"]] == [
+        (1, "measured", False), (2, "measured", False), (3, "measured", False)]
+    assert all(s["stages"]["decode"]["iterations"] == 2 for s in data["steps"])
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("metrics only") == 3
+    steps_csv = (tmp_path.parent / "csv" / "steps.csv").read_text().splitlines()
+    assert sum(1 for line in steps_csv if ",decode," in line) == 3
+    assert Path(data["steps"][0]["directory"]).name == "steps"
