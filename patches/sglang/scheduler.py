@@ -44,7 +44,7 @@ from . import native_requests
 from .control import CONTROLLER_ATTR, controller_for, controller_of
 from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS
 from .iterations import iteration_info
-from .step_metrics import RECORDER_ATTR, follow_version, recorder_of
+from .step_metrics import follow_version, recorder_of
 from .wire import decode_command
 
 
@@ -77,8 +77,8 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
             return _native_stop(manager)
         reply = controller_for(manager, module).handle(command)
         if command.get("op") == "start" and reply.get("ok"):
-            recorder = manager.__dict__.get(RECORDER_ATTR)
-            if recorder:
+            recorder = recorder_of(manager, module)
+            if recorder is not None:
                 recorder.started(command.get("global_step"))
         return reply
     except OptionsError as e:  # e.g. backend "torch" on an Ascend scheduler
@@ -147,6 +147,9 @@ def _run_batch(wrapped, instance, args, kwargs):
 
 
 def _on_idle(wrapped, instance, args, kwargs):
+    recorder = recorder_of(instance)
+    if recorder is not None:  # a version set while no batch runs still ends the step
+        follow_version(recorder)
     ctl = controller_of(instance)
     if ctl is not None and ctl.active:
         # A stop answered earlier completes here, on this thread; a recording's running chunk

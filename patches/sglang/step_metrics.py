@@ -26,8 +26,9 @@ RECORDER_ATTR = "_rlprof_step_recorder"
 _OFF = False  # cached: this scheduler records no step metrics
 
 
-def recorder_of(scheduler: Any) -> StepRecorder | None:
-    """The scheduler's recorder, built on its first batch; None when off (or when building it failed)."""
+def recorder_of(scheduler: Any, module: Any = None) -> StepRecorder | None:
+    """The scheduler's recorder, built on its first batch or command; None when off (or when building
+    it failed). ``scheduler``: the scheduler, or its profiler manager with the scheduler's ``module``."""
     manager = getattr(scheduler, "profiler_manager", None) or scheduler
     found = manager.__dict__.get(RECORDER_ATTR)
     if found is not None:
@@ -36,7 +37,7 @@ def recorder_of(scheduler: Any) -> StepRecorder | None:
     try:
         config = from_environment()
         if config is not None:
-            module = sys.modules[type(scheduler).__module__]
+            module = module or sys.modules[type(scheduler).__module__]
             recorder = recorder_for(config.torch_profiler_dir, sglang_rank_label(parallel_of(manager, module)),
                                     config.options)
             if recorder is not None and recorder.by_version:

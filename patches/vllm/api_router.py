@@ -124,6 +124,7 @@ def install_router(app, cfg, args) -> None:
         ", API key required" if tokens and options_of(cfg).routes_require_api_key else "",
     )
     app.include_router(router)
+    _add_step_series(cfg)
     app.add_exception_handler(
         unauthorized,
         lambda request, exc: JSONResponse(
@@ -132,6 +133,19 @@ def install_router(app, cfg, args) -> None:
                                                                   "(Authorization: Bearer <key>)"}},
         ),
     )
+
+
+def _add_step_series(cfg) -> None:
+    """rlprof's step series on vLLM's ``/metrics`` (prometheus_client's global registry, which the API
+    server serves when it runs as one process), read from the ranks' files at each scrape."""
+    if not options_of(cfg).step_metrics or not getattr(cfg, "torch_profiler_dir", None):
+        return
+    try:
+        from rlprof_plugins.store.step_series import register
+
+        register(cfg.torch_profiler_dir)
+    except Exception as e:  # /metrics keeps vLLM's own series
+        logger.warning("rlprof: step series not added to /metrics: %s: %s", type(e).__name__, e)
 
 
 def _wrap_attach_router(wrapped, instance, args, kwargs):

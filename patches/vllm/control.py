@@ -132,16 +132,17 @@ def worker_control(obj: Any, command: dict) -> dict:
     worker = getattr(obj, "worker", obj)
     if not hooked(worker):
         return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
-    if not plugin_handles(worker_profiler_config(worker)):
+    config = worker_profiler_config(worker)
+    if not plugin_handles(config):
         return unavailable_reply("the profiler config is not handled by rlprof")
     if command.get("op") in step_metrics.STEP_OPS:
-        return step_metrics.step_command(worker, command)
+        return step_metrics.step_command(worker, config, command)
     try:
         ctl = controller_for(worker)
     except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
         return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
     reply = ctl.handle(command)
-    step_metrics.started(worker, command, reply)
+    step_metrics.started(worker, config, command, reply)
     return reply
 
 

@@ -41,9 +41,10 @@ def recorder_of(worker: Any, config: Any) -> StepRecorder | None:
     return recorder
 
 
-def step_command(worker: Any, command: dict) -> dict:
-    """``weight_version`` (from the EngineCore) or ``mark_step`` (a trainer's mark) on one worker."""
-    recorder = worker.__dict__.get(RECORDER_ATTR) or None
+def step_command(worker: Any, config: Any, command: dict) -> dict:
+    """``weight_version`` (from the EngineCore) or ``mark_step`` (a trainer's mark) on one worker
+    (which may not have run a model yet: a trainer sets the first version before any traffic)."""
+    recorder = recorder_of(worker, config)
     if recorder is None:
         return {"ok": True, "step_metrics": False}
     if command["op"] == "weight_version":
@@ -53,8 +54,9 @@ def step_command(worker: Any, command: dict) -> dict:
     return {"ok": True, "step_metrics": True, "global_step": recorder.metrics.step}
 
 
-def started(worker: Any, command: dict, reply: dict) -> None:
+def started(worker: Any, config: Any, command: dict, reply: dict) -> None:
     """A start that went through names its step: the recorder counts for it from now on."""
-    recorder = worker.__dict__.get(RECORDER_ATTR) or None
-    if recorder is not None and command.get("op") == "start" and isinstance(reply, dict) and reply.get("ok"):
-        recorder.started(command.get("global_step"))
+    if command.get("op") == "start" and isinstance(reply, dict) and reply.get("ok"):
+        recorder = recorder_of(worker, config)
+        if recorder is not None:
+            recorder.started(command.get("global_step"))

@@ -59,8 +59,9 @@ class StepMetrics:
     ``set_step`` when the RL step changes. The sink gets each finished step's record."""
 
     def __init__(self, rank: str, sink: Callable[[dict], None], clock: Callable[[], int] = time.perf_counter_ns,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, on_step: Callable[[Any], None] | None = None) -> None:
         self.rank, self._sink, self._clock, self._wall = rank, sink, clock, wall
+        self._on_step = on_step  # told each new step (the state the /metrics series read)
         self.step: int | None = None
         self.source: str | None = None
         self._reset()
@@ -100,6 +101,8 @@ class StepMetrics:
             return
         self.flush()
         self.step, self.source = step, source
+        if self._on_step is not None:
+            self._on_step(step)
 
     def flush(self) -> None:
         """Hand the open step's record to the sink and start it afresh (a step with no iteration: nothing)."""

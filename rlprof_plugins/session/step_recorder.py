@@ -29,7 +29,7 @@ class StepRecorder:
 
     def __init__(self, root: str | Path, rank: str, options: ProfileOptions) -> None:
         self.log = StepLog(Path(root) / STEPS_DIR, rank)
-        self.metrics = StepMetrics(rank, self.log.put)
+        self.metrics = StepMetrics(rank, self.log.put, on_step=self.log.put_step)
         self.offset = options.trainer_step_offset
         self.by_version = options.step_source == WEIGHT_VERSION
         self._version: Any = object()  # the last weight version seen

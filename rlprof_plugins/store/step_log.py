@@ -30,6 +30,7 @@ BUCKETS_MS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 10
               float("inf"))
 MAX_BYTES = 64 << 20
 SUFFIX = ".jsonl"
+STATE_SUFFIX = ".state.json"  # the step open now and the finished steps' running totals (``step_series``)
 
 
 class StepLog:
@@ -42,13 +43,18 @@ class StepLog:
         self.written = 0
         self.error: str | None = None
         self._checked = False
+        self.state = RunningTotals(rank)
         self._thread = threading.Thread(target=self._run, name=f"rlprof-step-log-{rank}", daemon=True)
         self._thread.start()
         atexit.register(self.close)
 
     def put(self, record: dict[str, Any]) -> None:
         """On the engine thread: never blocks, never raises."""
-        self._queue.put(record)
+        self._queue.put(("record", record))
+
+    def put_step(self, step: Any) -> None:
+        """The step open now (on the engine thread, as ``put``)."""
+        self._queue.put(("step", step))
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, then stop (at exit, and in tests)."""
@@ -58,12 +64,18 @@ class StepLog:
 
     def _run(self) -> None:
         while True:
-            record = self._queue.get()
-            if record is None:
+            message = self._queue.get()
+            if message is None:
                 return
+            kind, value = message
             try:
-                self._append(json.dumps(record, separators=(",", ":")) + "\n")
-                self.written += 1
+                if kind == "record":
+                    self._append(json.dumps(value, separators=(",", ":")) + "\n")
+                    self.written += 1
+                    self.state.add(value)
+                else:
+                    self.state.global_step = value
+                self.state.write(self.path.with_name(self.path.name[:-len(SUFFIX)] + STATE_SUFFIX))
             except Exception as e:  # a full disk: say so once, keep serving
                 if self.error is None:
                     log.warning("rlprof: step metrics not written to %s: %s", self.path, e)
@@ -85,6 +97,34 @@ class StepLog:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+
+class RunningTotals:
+    """What the ``/metrics`` series read: the open step and the finished steps' totals since start."""
+
+    def __init__(self, rank: str) -> None:
+        self.rank, self.global_step, self.steps = rank, None, 0
+        self.busy_ms = self.idle_ms = 0.0
+        self.stages: dict[str, dict[str, Any]] = {}
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.steps += 1
+        self.busy_ms += record.get("busy_ms", 0.0)
+        self.idle_ms += record.get("idle_ms", 0.0)
+        for stage, t in record.get("stages", {}).items():
+            mine = self.stages.setdefault(stage, {"iterations": 0, "total_ms": 0.0, "prefill_tokens": 0,
+                                                  "decode_tokens": 0, "counts": [0] * len(BUCKETS_MS)})
+            for key in ("iterations", "total_ms", "prefill_tokens", "decode_tokens"):
+                mine[key] += t.get(key, 0)
+            mine["counts"] = [a + b for a, b in zip(mine["counts"], t.get("counts", []))]
+
+    def write(self, path: Path) -> None:
+        data = {"rank": self.rank, "global_step": self.global_step, "steps": self.steps,
+                "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3), "stages": self.stages}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_text(json.dumps(data))
+        os.replace(temporary, path)
 
 
 def _ends_a_line(path: Path) -> bool:

@@ -7,17 +7,22 @@ of 1..5; only version 3 is traced (a start naming no step: version 3 + the
 default offset 1 = global step 4). ``rlprof report ROOT --csv`` then lists
 global steps 2..6, each with a ``decode`` row of iterations > 0: step 4 from
 its trace, the others from ``steps/<rank>.jsonl`` alone, written by every
-rank (TP=2) off the engine thread.
+rank (TP=2) off the engine thread. The engine's own ``/metrics`` (vLLM always,
+SGLang with ``--enable-metrics``) carries rlprof's series, and a real
+Prometheus scraping it answers ``rlprof_global_step`` with the step each rank
+is in (version 6 + the offset: 7) and the iterations of every finished step.
 """
 
 import csv
 import json
 import time
+from pathlib import Path
 
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
 from tests.helpers import sglang_server
+from tests.helpers.prometheus import Prometheus
 from tests.helpers.vllm_server import start_server
 
 CONFIG = {"torch_profiler_with_stack": False, "step_source": "weight_version"}
@@ -55,6 +60,31 @@ def drive(server, root) -> dict:
     return {int(r["global_step"]): r for r in rows if r["stage"] == "decode"}
 
 
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "rlprof-steps.json"
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """Each panel's query, Grafana's ``$__rate_interval`` as a window a 1 s scrape fills."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [(p["title"], t["expr"].replace("$__rate_interval", "15s")) for p in panels for t in p["targets"]]
+
+
+def scraped(server, tmp_path, ranks: int) -> None:
+    """The engine's /metrics, scraped by a real Prometheus, queried as a dashboard does."""
+    text = server.get("/metrics").text
+    assert "rlprof_global_step{" in text and "rlprof_iteration_seconds_bucket{" in text, text[-2000:]
+    prometheus = Prometheus(tmp_path / "prometheus", server.url.removeprefix("http://"))
+    try:
+        steps = prometheus.wait_for("rlprof_global_step")
+        assert len(steps) == ranks and {float(r["value"][1]) for r in steps} == {7.0}, steps
+        decode = prometheus.wait_for('sum(rlprof_iteration_seconds_count{stage="decode"})')
+        assert float(decode[0]["value"][1]) > 0
+        for title, expression in dashboard_queries():  # every panel of docs/grafana/rlprof-steps.json has data
+            assert prometheus.wait_for(expression), title
+    finally:
+        prometheus.stop()
+
+
 def check(rows: dict, root, ranks: int) -> None:
     assert sorted(rows) == [2, 3, 4, 5, 6], sorted(rows)
     assert all(int(r["iterations"]) > 0 for r in rows.values()), rows
@@ -75,6 +105,7 @@ def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
     server.name = "vLLM"
     try:
         check(drive(server, root), root, ranks=2)
+        scraped(server, tmp_path, ranks=2)
     finally:
         server.stop()
 
@@ -83,9 +114,11 @@ def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
     if not sglang_server.available():
         pytest.skip("SGLang environment (.venv-sglang) not built: make env")
     root = tmp_path / "traces"
-    server = sglang_server.start_server(tmp_path, {"torch_profiler_dir": str(root), **CONFIG}, tp=2)
+    server = sglang_server.start_server(tmp_path, {"torch_profiler_dir": str(root), **CONFIG}, tp=2,
+                                        extra=["--enable-metrics"])
     server.name = "SGLang"
     try:
         check(drive(server, root), root, ranks=2)
+        scraped(server, tmp_path, ranks=2)
     finally:
         server.stop()

@@ -82,8 +82,9 @@ def test_a_full_log_rotates_once_so_the_folder_stays_bounded(tmp_path):
     for step in range(20):
         log.put({"global_step": step, "rank": "rank0", "pad": "x" * 50})
     log.close()
-    sizes = sorted(p.stat().st_size for p in tmp_path.iterdir())
-    assert len(sizes) == 2 and max(sizes) <= 400
+    sizes = sorted(p.stat().st_size for p in tmp_path.glob("rank0.jsonl*"))
+    assert len(sizes) == 2 and max(sizes) <= 400  # the log and its one rotation; beside them the state file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.jsonl", "rank0.jsonl.1", "rank0.state.json"]
 
 
 def test_percentiles_from_the_buckets_and_the_slowest_rank():
@@ -126,19 +127,51 @@ def test_recorder_follows_starts_and_the_weight_version(tmp_path):
 
 
 def test_the_report_gives_every_measured_step_a_row(tmp_path):
-    rec = recorder_for(str(tmp_path), "rank0", parse_options({}))
-    for step in (1, 2, 3):
-        rec.started(step)
-        run(rec, [PREFILL, DECODE, DECODE], ms=1.0)
-    rec.close()
+    for rank, ms in (("rank0", 1.0), ("rank1", 3.0)):
+        rec = recorder_for(str(tmp_path), rank, parse_options({}))
+        for step in (1, 2, 3):
+            rec.started(step)
+            run(rec, [PREFILL, DECODE, DECODE], ms=ms)
+        rec.close()
     out = tmp_path.parent / "measured.json"
     assert rlprof(["report", str(tmp_path), "-q", "--json", str(out), "--csv", str(tmp_path.parent / "csv")]) == 0
     data = json.loads(out.read_text())
     assert [(s["global_step"], s["state"], s["traced"]) for s in data["steps"]] == [
         (1, "measured", False), (2, "measured", False), (3, "measured", False)]
     assert all(s["stages"]["decode"]["iterations"] == 2 for s in data["steps"])
+    assert all(s["straggler"]["rank"] == "rank1" and s["imbalance"] > 1.5 for s in data["steps"])
     page = (tmp_path / "report.html").read_text()
-    assert page.count("metrics only") == 3
+    assert page.count("metrics only") == 3 and page.count("rank1 (by busy time)") == 3
     steps_csv = (tmp_path.parent / "csv" / "steps.csv").read_text().splitlines()
     assert sum(1 for line in steps_csv if ",decode," in line) == 3
     assert Path(data["steps"][0]["directory"]).name == "steps"
+
+
+def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path):
+    """What a scrape of /metrics shows, read from the ranks' state files (prometheus_client's own text
+    format, parsed back by its own parser): the step now, and the finished steps' histogram and tokens."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rlprof_plugins.store.step_series import register
+
+    for rank in ("rank0", "rank1"):
+        rec = recorder_for(str(tmp_path), rank, parse_options({}))
+        rec.started(4)
+        run(rec, [PREFILL, DECODE, DECODE], ms=1.0)
+        rec.started(5)  # step 4 finished; 5 is open and has run nothing yet
+        rec.log.close()
+    registry = CollectorRegistry()
+    register(tmp_path, registry)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(generate_latest(registry).decode())
+               for s in family.samples}
+    for rank in ("rank0", "rank1"):
+        assert samples[("rlprof_global_step", (("rank", rank),))] == 5
+        assert samples[("rlprof_iteration_seconds_count", (("rank", rank), ("stage", "decode")))] == 2
+        assert samples[("rlprof_iteration_seconds_bucket", (("le", "+Inf"), ("rank", rank), ("stage", "decode")))] == 2
+        assert samples[("rlprof_iteration_seconds_sum", (("rank", rank), ("stage", "decode")))] >= 0.002
+        assert samples[("rlprof_tokens_total", (("kind", "generated"), ("rank", rank), ("stage", "decode")))] == 8
+        assert samples[("rlprof_tokens_total", (("kind", "prompt"), ("rank", rank), ("stage", "prefill")))] == 12
+        assert samples[("rlprof_steps_total", (("rank", rank),))] == 1
+    assert not any("global_step=" in str(labels) for _, labels in samples)  # no label per step

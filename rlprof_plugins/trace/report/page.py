@@ -127,7 +127,7 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
              f"<td>{len(row['ranks'])}</td>", cell(row["iterations"], "iterations"), cell(row["mean_ms"], "mean_ms"),
              cell(row["step_change_pct"], "step_change_pct", pct=True),
              f"<td class='name nw' data-field=straggler data-value='{escape(json.dumps(row['straggler']))}'>"
-             + (f"{escape(who['rank'])} ({who['share_pct']:g}%)" if who else "") + "</td>",
+             + (f"{escape(who['rank'])} ({_share(who)})" if who else "") + "</td>",
              cell(row["imbalance"], "imbalance", unit="x")]
     for s in stages:
         n = row["stages"].get(s, {})
@@ -139,6 +139,11 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
               f"<td>{row['trace_bytes'] / 1e6:,.2f}</td>",
               f"<td class='name nw'><a href='{href(row['directory'])}'>folder</a></td>"]
     return f"<tr data-step='{json.dumps(step)}'>" + "".join(cells) + "</tr>"
+
+
+def _share(straggler: dict[str, Any]) -> str:
+    """Of its iterations (traced), or by busy time (measured: no iteration is matched across ranks)."""
+    return f"{straggler['share_pct']:g}%" if straggler.get("share_pct") is not None else "by busy time"
 
 
 def _compare(c: dict[str, Any]) -> str:

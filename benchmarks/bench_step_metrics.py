@@ -1,0 +1,94 @@
+"""Benchmark: what always-on step metrics cost the engine thread (issue 46, item 7).
+
+1. **Per iteration** (microbenchmark, one process): vLLM's wrapped
+   ``execute_model`` with no session, step metrics off (the worker's recorder
+   cached as off) against on (a real ``StepRecorder`` writing to a temporary
+   folder), on a scheduler output of 8 decoding requests; and the recorder's
+   own ``begin``/``end`` alone. ns per call, best of 5 x 200,000.
+2. **Throughput** (``idle_hook_ab.py``): one in-process vLLM engine serving
+   rounds of 8 x 64-token generations, alternating the worker hook applied
+   (the plugin loaded with ``torch_profiler_dir``: step metrics on, no
+   session) and reverted (as if absent). Goal: tokens/s ratio >= 0.99.
+
+Usage: ``.venv-vllm/bin/python benchmarks/bench_step_metrics.py [--rounds 5] [--json F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+from types import SimpleNamespace
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel
+
+
+def per_iteration(folder: Path) -> dict:
+    import wrapt
+
+    from rlprof_plugins.config.options import parse_options
+    from rlprof_plugins.patches.vllm.step_metrics import RECORDER_ATTR
+    from rlprof_plugins.patches.vllm.worker_hooks import _execute_model
+    from rlprof_plugins.session.step_recorder import StepRecorder
+    from rlprof_plugins.trace.stages import IterationInfo
+
+    class Worker:
+        def execute_model(self, scheduler_output):
+            return scheduler_output
+
+    class Wrapped(Worker):
+        pass
+
+    wrapt.wrap_function_wrapper(Wrapped, "execute_model", _execute_model)
+    output = SimpleNamespace(num_scheduled_tokens={f"r{k}": 1 for k in range(8)}, total_num_scheduled_tokens=8,
+                             scheduled_new_reqs=[])
+    bare, off, on = Worker(), Wrapped(), Wrapped()
+    off.__dict__[RECORDER_ATTR] = False
+    recorder = StepRecorder(folder, "rank0", parse_options({}))
+    recorder.started(1)
+    on.__dict__[RECORDER_ATTR] = recorder
+    n = 200_000
+
+    def best(call) -> float:
+        return min(timeit.repeat(call, number=n, repeat=5)) / n * 1e9
+
+    info = IterationInfo(0, 8, 8)
+
+    def recorder_only():
+        recorder.begin()
+        recorder.end(info)
+
+    out = {"bare_ns": best(lambda: bare.execute_model(output)), "metrics_off_ns": best(lambda: off.execute_model(output)),
+           "metrics_on_ns": best(lambda: on.execute_model(output)), "recorder_only_ns": best(recorder_only)}
+    recorder.close()
+    out["added_ns"] = out["metrics_on_ns"] - out["metrics_off_ns"]
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json")
+    parser.add_argument("--no-engine", action="store_true", help="the microbenchmark only")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {"per_iteration": per_iteration(Path(tmp) / "steps")}
+        print(json.dumps(out), flush=True)
+        if not args.no_engine:
+            from benchmarks.bench_vllm_profiling import idle_hook_ab
+
+            out["idle_ab"] = idle_hook_ab(Path(tmp), rounds=args.rounds)
+            steps = sorted((Path(tmp) / "ab").rglob("*.jsonl"))
+            out["idle_ab"]["step_files"] = [p.name for p in steps]
+    print(json.dumps(out, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The step metrics as Prometheus series, read from the ranks' state files when ``/metrics`` is scraped.
+
+Each rank's log thread keeps ``steps/<rank>.state.json`` (``step_log``):
+the step open now and the running totals of every finished step. A scrape
+reads those small files in the process serving ``/metrics`` (vLLM's API
+server, SGLang's HTTP server), so it never touches an engine thread or
+waits on one. The series (no label grows with the step number):
+
+- ``rlprof_global_step{rank}``: the RL step each rank is in now;
+- ``rlprof_iteration_seconds{stage,rank}``: a histogram of iteration times
+  (the record's buckets), ``_count`` the iterations, ``_sum`` their time;
+- ``rlprof_tokens_total{stage,kind,rank}``: prompt and generated tokens;
+- ``rlprof_steps_total{rank}``, ``rlprof_busy_seconds_total{rank}``,
+  ``rlprof_idle_seconds_total{rank}``.
+
+Counters restart with the engine, as Prometheus expects of counters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+from .layout import STEPS_DIR
+from .step_log import BUCKETS_MS, STATE_SUFFIX
+
+
+class StepSeries:
+    """A ``prometheus_client`` collector over ``root/steps/*.state.json``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.folder = Path(root) / STEPS_DIR
+
+    def states(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(self.folder.glob(f"*{STATE_SUFFIX}")):
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # being replaced, or gone: the next scrape reads it
+        return out
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        states = self.states()
+        step = GaugeMetricFamily("rlprof_global_step", "The RL global step each rank is in now (rlprof step "
+                                 "metrics)", labels=["rank"])
+        times = HistogramMetricFamily("rlprof_iteration_seconds", "Engine iteration time, per stage (every "
+                                      "iteration, traced or not)", labels=["stage", "rank"])
+        tokens = CounterMetricFamily("rlprof_tokens", "Tokens scheduled, per stage: prompt or generated",
+                                     labels=["stage", "kind", "rank"])
+        steps = CounterMetricFamily("rlprof_steps", "RL steps finished (their numbers written)", labels=["rank"])
+        busy = CounterMetricFamily("rlprof_busy_seconds", "Time inside engine iterations", labels=["rank"])
+        idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
+        for state in states:
+            rank = str(state.get("rank"))
+            if isinstance(state.get("global_step"), int):
+                step.add_metric([rank], state["global_step"])
+            steps.add_metric([rank], state.get("steps", 0))
+            busy.add_metric([rank], state.get("busy_ms", 0.0) / 1000.0)
+            idle.add_metric([rank], state.get("idle_ms", 0.0) / 1000.0)
+            for stage, t in sorted(state.get("stages", {}).items()):
+                cumulative, seen = [], 0
+                for bound, count in zip(BUCKETS_MS, t["counts"]):
+                    seen += count
+                    cumulative.append(("+Inf" if math.isinf(bound) else repr(bound / 1000.0), seen))
+                times.add_metric([stage, rank], cumulative, t["total_ms"] / 1000.0)
+                tokens.add_metric([stage, "prompt", rank], t.get("prefill_tokens", 0))
+                tokens.add_metric([stage, "generated", rank], t.get("decode_tokens", 0))
+        yield from (step, times, tokens, steps, busy, idle)
+
+
+def register(root: str | Path, registry: Any = None) -> StepSeries:
+    """Add the series to ``registry`` (default: prometheus_client's global one)."""
+    if registry is None:
+        from prometheus_client import REGISTRY as registry
+    series = StepSeries(root)
+    registry.register(series)
+    return series
