@@ -152,7 +152,7 @@ def idle_hook_ab(tmp: Path, rounds: int = 5) -> dict:
     script = Path(__file__).with_name("idle_hook_ab.py")
     proc = subprocess.run([sys.executable, str(script), str(TINY_MODEL), str(tmp / "ab"), str(rounds)],
                           capture_output=True, text=True, timeout=900, cwd=REPO,
-                          env=cpu_env(VLLM_ENABLE_V1_MULTIPROCESSING="0", PYTHONPATH=str(REPO)))
+                          env=cpu_env(VLLM_ENABLE_V1_MULTIPROCESSING="0"))  # the installed wheel, patches/ in it
     line = [x for x in proc.stdout.splitlines() if x.startswith("AB ")]
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
     return json.loads(line[-1][3:])

@@ -44,6 +44,14 @@ def status_step(raw_request) -> int | None:
     return None if step is None else int(step)
 
 
+def step_answer(global_step: int, replies: list) -> dict:
+    """``POST /profile_step``'s answer: the step, and whether each rank's step metrics took it."""
+    ranks = [r if isinstance(r, dict) else {"ok": False, "error": str(r)} for r in replies or []]
+    return {"status": "marked" if ranks and all(r.get("ok") for r in ranks) else "not_marked",
+            "global_step": global_step, "ranks": ranks,
+            "step_metrics": any(r.get("step_metrics") for r in ranks)}
+
+
 def stop_status(result: dict) -> str:
     return "already_finished" if result.get("already_finished") else "stopped"
 

@@ -23,13 +23,14 @@ them, never ignored.
 
 from typing import Any
 
+from rlprof_plugins.config.requests import parse_mark_step
 from rlprof_plugins.errors import RequestError
 from rlprof_plugins.session.protocol import check_wait, local_piece
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
-                           status_step, stop_status)
+                           status_step, stop_status, step_answer)
 from .facts import VERSIONS
 from .sessions import start, status, stop_is_native, until_written, uses_rlprof
 from .start_requests import server_config
@@ -84,6 +85,14 @@ def build_routes(module: Any, native: dict):
             return error_response(e)
         return JSONResponse(result)
 
+    async def profile_step(raw_request: Request):
+        try:
+            step = parse_mark_step(await json_body(raw_request))
+            replies = await send(manager(), {"op": "mark_step", "global_step": step})
+        except Exception as e:
+            return error_response(e)
+        return JSONResponse(step_answer(step, replies))
+
     async def profile_file(raw_request: Request):
         try:
             step, rank, path = file_query(raw_request)
@@ -96,7 +105,7 @@ def build_routes(module: Any, native: dict):
             return error_response(e)
 
     return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
-            "/profile_file": profile_file}
+            "/profile_file": profile_file, "/profile_step": profile_step}
 
 
 async def _native_start(endpoint, body: dict):
@@ -126,7 +135,7 @@ def _install_routes(module: Any):
     for path, endpoint in endpoints.items():
         if level is not None:
             endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
-        methods = ["GET"] if path not in found else sorted(found[path][1].methods)
+        methods = sorted(found[path][1].methods) if path in found else ["POST" if path == "/profile_step" else "GET"]
         route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/')}")
         if path in found:
             routes[found[path][0]] = route
@@ -184,7 +193,8 @@ HTTP_PATCH = Patch(
     # /metrics with rlprof's step series beside SGLang's (issue 46)
     wrap={"add_prometheus_middleware": _add_prometheus_middleware},
     optional=("add_prometheus_middleware",),
-    install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file (added)",),
+    install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file, "
+                     "/profile_step (added)",),
     relies_on={
         "app": "present",
         "_global_state": "present",

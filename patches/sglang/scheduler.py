@@ -75,6 +75,11 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
             return {"ok": False, "conflict": "SGLang's native profiler is running; stop it first"}
         if command.get("op") == "stop" and native_busy and (ctl is None or not ctl.active):
             return _native_stop(manager)
+        if command.get("op") == "mark_step":  # a trainer's step for the step metrics, not a session
+            recorder = recorder_of(manager, module)
+            if recorder is not None:
+                recorder.mark(int(command["global_step"]))
+            return {"ok": True, "step_metrics": recorder is not None, "global_step": command["global_step"]}
         reply = controller_for(manager, module).handle(command)
         if command.get("op") == "start" and reply.get("ok"):
             recorder = recorder_of(manager, module)

@@ -23,13 +23,14 @@ from dataclasses import replace
 from rlprof_plugins._log import logger
 from rlprof_plugins.session.protocol import check_wait
 from rlprof_plugins.errors import UnavailableError
-from rlprof_plugins.config.requests import parse_start
+from rlprof_plugins.config.requests import parse_mark_step, parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
-                           status_step, stop_status)
+                           status_step, stop_status, step_answer)
 from . import sessions, weight_reader
+from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
@@ -97,6 +98,16 @@ def build_router(profiler_config, tokens: list[str]):
         except Exception as e:
             return error_response(e)
         return JSONResponse(result)
+
+    @router.post("/profile_step")
+    async def profile_step(raw_request: Request):
+        try:
+            step = parse_mark_step(await json_body(raw_request))
+            replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
+                UTILITY, {"op": "mark_step", "global_step": step})
+        except Exception as e:
+            return error_response(e)
+        return JSONResponse(step_answer(step, replies))
 
     @router.get("/profile_file")
     async def profile_file(raw_request: Request):

@@ -43,6 +43,20 @@ def stop_answer(path: str, reply: Reply) -> ServerResult:
     return result
 
 
+def mark_answer(path: str, reply: Reply) -> ServerResult:
+    """``POST /profile_step``: ok when every rank took the step (a rank without step metrics still
+    answers ok, saying so in ``step_metrics``)."""
+    result = _base(reply)
+    body = reply.body if isinstance(reply.body, dict) else {}
+    if reply.status == 200 and body.get("status") == "marked":
+        result.ok, result.global_step, result.state = True, body.get("global_step"), "marked"
+    else:
+        result.error = failure(path, reply) if body.get("status") != "not_marked" else (
+            "not every rank took the step: " + "; ".join(str(r.get("error") or r.get("unavailable") or r)
+                                                       for r in body.get("ranks", []) if not r.get("ok")))
+    return result
+
+
 def _fill(result: ServerResult, body: dict) -> None:
     result.state = body.get("state")
     result.global_step = body.get("global_step")

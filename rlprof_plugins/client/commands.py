@@ -51,7 +51,8 @@ def _urls(args) -> list[str]:
 
 def _profiler(args) -> RolloutProfiler:
     return RolloutProfiler(_urls(args), router=args.router, api_key=args.api_key, router_api_key=args.router_api_key,
-                           request_timeout=args.request_timeout, wait_timeout=args.timeout)
+                           request_timeout=args.request_timeout,
+                           wait_timeout=getattr(args, "timeout", WAIT_TIMEOUT_S))  # ``step`` does not wait
 
 
 def _finish(args, results: list[FleetResult]) -> int:
@@ -88,6 +89,10 @@ def cmd_status(args) -> int:
     profiler = _profiler(args)
     result = profiler.wait(args.global_step) if args.wait else profiler.status(args.global_step)
     return _finish(args, [result])
+
+
+def cmd_step(args) -> int:
+    return _finish(args, [_profiler(args).mark_step(args.step)])
 
 
 def cmd_collect(args) -> int:
@@ -163,6 +168,11 @@ def _status_arguments(p: argparse.ArgumentParser) -> None:
     _wait_timeout(p)
 
 
+def _step_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("step", type=_step, help="the RL global step the servers' step metrics count from now on")
+    _common(p)
+
+
 def _collect_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--global-step", type=_step, required=True, help="the step to collect")
@@ -175,12 +185,14 @@ def _wait_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, help="seconds --wait waits at most (default 600)")
 
 
-# ``start``, ``stop``, ``status`` and ``collect`` on the ``rlprof`` command line.
+# ``start``, ``stop``, ``status``, ``step`` and ``collect`` on the ``rlprof`` command line.
 COMMANDS = (
     Command("start", "start profiling a global step on every server (exit 1 if any failed)", _start_arguments,
             cmd_start),
     Command("stop", "stop the running session on every server (exit 1 if any failed)", _stop_arguments, cmd_stop),
     Command("status", "every server's profiling session (exit 1 if any failed)", _status_arguments, cmd_status),
+    Command("step", "mark the RL global step on every server: its step metrics count iterations for it from "
+                    "now on (exit 1 if any failed)", _step_arguments, cmd_step),
     Command("collect", "one step's files from a server, from every node its ranks ran on, into one folder "
                        "(then rlprof merge)", _collect_arguments, cmd_collect),
 )

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import RequestError
 from ..config.options import check_count, check_flag
-from .answers import session_answer, settled, stop_answer
+from .answers import mark_answer, session_answer, settled, stop_answer
 from .discovery import DiscoveryError, Server, normalise, router_servers, unique
 from .http import API_KEY_ENV, DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, Reply, call
 from .results import FleetError, FleetResult, ServerResult
@@ -234,6 +234,13 @@ class RolloutProfiler:
                 self._report(part, raising=raising)
 
     # ---- plumbing ---------------------------------------------------------------
+    def mark_step(self, global_step: int, *, servers: Iterable[Server | str] | None = None) -> FleetResult:
+        """The RL step every rank's step metrics count from now on, on every server (for trainers
+        whose servers hold no weight version and that start no profile: one light call a step)."""
+        body = {"global_step": check_step("global_step", global_step)}
+        return self._act("mark", global_step, servers,
+                         lambda s: self._call(s, "POST", "/profile_step", body=body), mark_answer)
+
     def _targets(self, servers: Iterable[Server | str] | None) -> list[Server]:
         if servers is None:
             return self.servers()
@@ -269,4 +276,5 @@ class RolloutProfiler:
 
 
 def path_of(action: str) -> str:
-    return {"start": "/start_profile", "stop": "/stop_profile"}.get(action, "/profile_status")
+    paths = {"start": "/start_profile", "stop": "/stop_profile", "mark": "/profile_step"}
+    return paths.get(action, "/profile_status")

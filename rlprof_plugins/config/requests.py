@@ -271,3 +271,13 @@ def _profile_id(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise RequestError("profile_id", f"must be a non-empty string, got {value!r}")
     return value
+
+
+def parse_mark_step(body: Any) -> int:
+    """``POST /profile_step {"global_step": N}``: the RL step every rank's step metrics count from now
+    on (trainers that version nothing); N an integer >= 0, else a 400 naming the field."""
+    step = body.get("global_step") if isinstance(body, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise RequestError("global_step", f"an integer >= 0 is required, got {step!r}")
+    return step
+

@@ -20,14 +20,14 @@ from bisect import bisect_left
 from typing import Any, Callable
 
 from ..store.step_log import BUCKETS_MS
-from ..trace.stages import IterationInfo
+from ..trace.stages import DECODE, PREFILL, IterationInfo
 
 _BOUNDS_NS = tuple(b * 1e6 for b in BUCKETS_MS[:-1])
 UNKNOWN = "all"  # an iteration whose stage the engine did not say
 
 
 class StageTimes:
-    """One stage's iterations of one step on one rank."""
+    """One stage's iterations of one step on one rank (``StepMetrics.end`` adds to it, inline)."""
 
     __slots__ = ("iterations", "total_ns", "max_ns", "prefill_tokens", "decode_tokens", "batch", "counts")
 
@@ -36,17 +36,6 @@ class StageTimes:
         self.total_ns = self.max_ns = 0
         self.prefill_tokens = self.decode_tokens = self.batch = 0
         self.counts = [0] * len(BUCKETS_MS)
-
-    def add(self, ns: int, info: IterationInfo | None) -> None:
-        self.iterations += 1
-        self.total_ns += ns
-        if ns > self.max_ns:
-            self.max_ns = ns
-        self.counts[bisect_left(_BOUNDS_NS, ns)] += 1
-        if info is not None:
-            self.prefill_tokens += info.prefill_tokens
-            self.decode_tokens += info.decode_tokens
-            self.batch += info.batch_size
 
     def record(self) -> dict[str, Any]:
         return {"iterations": self.iterations, "total_ms": round(self.total_ns / 1e6, 3),
@@ -89,11 +78,23 @@ class StepMetrics:
         ns = now - started
         self._started, self._last_end = None, now
         self._busy_ns += ns
-        stage = info.stage if info is not None else UNKNOWN
+        if info is None:
+            stage, prefill, decode, batch = UNKNOWN, 0, 0, 0
+        else:
+            prefill, decode, batch = info
+            stage = PREFILL if prefill > 0 else DECODE  # trace.stages' rule, without the property call
         times = self._stages.get(stage)
         if times is None:
             times = self._stages[stage] = StageTimes()
-        times.add(ns, info)
+        # StageTimes.add, inlined: this runs on the engine thread every iteration
+        times.iterations += 1
+        times.total_ns += ns
+        if ns > times.max_ns:
+            times.max_ns = ns
+        times.counts[bisect_left(_BOUNDS_NS, ns)] += 1
+        times.prefill_tokens += prefill
+        times.decode_tokens += decode
+        times.batch += batch
 
     def set_step(self, step: int | None, source: str) -> None:
         """The RL step from now on; the one before is finished (if it ran any iteration)."""

@@ -12,7 +12,7 @@ iterations can still be found.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -25,9 +25,9 @@ ITERATION_RE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class IterationInfo:
-    """What the engine scheduled in one iteration."""
+class IterationInfo(NamedTuple):
+    """What the engine scheduled in one iteration (a named tuple: made on the engine thread every
+    iteration the step metrics count, where a frozen dataclass cost about four times as much)."""
 
     prefill_tokens: int
     decode_tokens: int

@@ -11,6 +11,8 @@ rank (TP=2) off the engine thread. The engine's own ``/metrics`` (vLLM always,
 SGLang with ``--enable-metrics``) carries rlprof's series, and a real
 Prometheus scraping it answers ``rlprof_global_step`` with the step each rank
 is in (version 6 + the offset: 7) and the iterations of every finished step.
+Then the trainer marks steps itself (``RolloutProfiler.mark_step``, ``rlprof
+step``), as one that versions nothing would.
 """
 
 import csv
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
+from rlprof_plugins.client import RolloutProfiler
 from tests.helpers import sglang_server
 from tests.helpers.prometheus import Prometheus
 from tests.helpers.vllm_server import start_server
@@ -85,6 +88,25 @@ def scraped(server, tmp_path, ranks: int) -> None:
         prometheus.stop()
 
 
+def marked(server, root, ranks: int) -> None:
+    """A trainer that versions nothing marks its steps (the client and ``rlprof step``); bad input is a 400."""
+    bad = server.post("/profile_step", {"global_step": "x"})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "global_step", bad.text
+    result = RolloutProfiler([server.url]).mark_step(20)
+    assert result.ok, result
+    for _ in range(2):
+        server.complete(max_tokens=4)
+    assert rlprof(["step", "21", "--url", server.url]) == 0  # step 20 is finished
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        found = [json.loads(line) for p in (root / "steps").glob("*.jsonl") for line in p.read_text().splitlines()]
+        twenty = [r for r in found if r["global_step"] == 20]
+        if len(twenty) >= ranks:
+            break
+        time.sleep(0.5)
+    assert len(twenty) == ranks and all(r["step_source"] == "mark_step" and r["iterations"] > 0 for r in twenty)
+
+
 def check(rows: dict, root, ranks: int) -> None:
     assert sorted(rows) == [2, 3, 4, 5, 6], sorted(rows)
     assert all(int(r["iterations"]) > 0 for r in rows.values()), rows
@@ -106,6 +128,7 @@ def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
     try:
         check(drive(server, root), root, ranks=2)
         scraped(server, tmp_path, ranks=2)
+        marked(server, root, ranks=2)
     finally:
         server.stop()
 
@@ -120,5 +143,6 @@ def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
     try:
         check(drive(server, root), root, ranks=2)
         scraped(server, tmp_path, ranks=2)
+        marked(server, root, ranks=2)
     finally:
         server.stop()

@@ -54,7 +54,7 @@ def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | 
     if compared:
         body.append(_compare(compared))
     detailed = [row for row in steps if "timeline" in row]
-    older = [row["global_step"] for row in steps if "timeline" not in row]
+    older = [row["global_step"] for row in steps if "timeline" not in row and row.get("traced", True)]
     if older:
         body.append(f"<p class=muted>Details of {len(older)} older step(s) are left out of this page to keep it small: "
                     f"<code>rlprof report {escape(report['root'])} --steps A-B</code> shows any of them in full.</p>")
@@ -82,7 +82,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
                            f"{s}: mean iteration time per step (slowest rank)", s, width=600,
                            marks=len(steps) <= 200)
               for s in stages]
-    engines = {f"{row['engine'] or ''} {row['engine_version'] or ''}".strip() for row in steps}
+    engines = {f"{row['engine'] or ''} {row['engine_version'] or ''}".strip() for row in steps} - {""}
     measured = any(row.get("measured") or not row.get("traced", True) for row in steps)
     head = ["step", "state"] + (["trace"] if measured else []) + (["engine"] if len(engines) > 1 else []) + [
         "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
@@ -101,7 +101,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
                  + table(rows[:-NEWEST_ROWS], "older-steps") + "</details>" + table(rows[-NEWEST_ROWS:], "steps"))
     else:
         shown = table(rows, "steps")
-    one = f" All steps: {escape(engines.pop())}." if len(engines) == 1 and "" not in engines else ""
+    one = f" All steps: {escape(engines.pop())}." if len(engines) == 1 else ""
     return (f"<h2>Across steps</h2><p class=muted>{one} An iteration's time is its slowest rank's (the engine waits for "
             "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
             "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
