@@ -28,22 +28,13 @@ sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the install
 
 
 def per_iteration(folder: Path) -> dict:
-    import wrapt
-
+    from benchmarks.bench_vllm_profiling import hooked_worker_classes
     from rlprof_plugins.config.options import parse_options
     from rlprof_plugins.patches.vllm.step_metrics import RECORDER_ATTR
-    from rlprof_plugins.patches.vllm.worker_hooks import _execute_model
     from rlprof_plugins.session.step_recorder import StepRecorder
     from rlprof_plugins.trace.stages import IterationInfo
 
-    class Worker:
-        def execute_model(self, scheduler_output):
-            return scheduler_output
-
-    class Wrapped(Worker):
-        pass
-
-    wrapt.wrap_function_wrapper(Wrapped, "execute_model", _execute_model)
+    Worker, Wrapped = hooked_worker_classes()
     output = SimpleNamespace(num_scheduled_tokens={f"r{k}": 1 for k in range(8)}, total_num_scheduled_tokens=8,
                              scheduled_new_reqs=[])
     bare, off, on = Worker(), Wrapped(), Wrapped()

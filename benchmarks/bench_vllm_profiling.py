@@ -158,8 +158,8 @@ def idle_hook_ab(tmp: Path, rounds: int = 5) -> dict:
     return json.loads(line[-1][3:])
 
 
-def hook_cost() -> dict:
-    """ns per call: the wrapped execute_model with no session vs the bare method."""
+def hooked_worker_classes() -> tuple[type, type]:
+    """A worker with an ``execute_model`` that does nothing, bare and with rlprof's worker hook."""
     import wrapt
 
     from rlprof_plugins.patches.vllm.worker_hooks import _execute_model
@@ -172,6 +172,12 @@ def hook_cost() -> dict:
         pass
 
     wrapt.wrap_function_wrapper(Wrapped, "execute_model", _execute_model)
+    return Worker, Wrapped
+
+
+def hook_cost() -> dict:
+    """ns per call: the wrapped execute_model with no session vs the bare method."""
+    Worker, Wrapped = hooked_worker_classes()
     bare, wrapped, n = Worker(), Wrapped(), 200_000
     t_bare = min(timeit.repeat(lambda: bare.execute_model(1), number=n, repeat=5)) / n
     t_wrapped = min(timeit.repeat(lambda: wrapped.execute_model(1), number=n, repeat=5)) / n

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlencode
 
-from ..store.layout import session_dir
+from ..store.layout import STEPS_DIR, session_dir
 from ..store.manifest import write_collected
+from ..store.step_log import SUFFIX as STEP_LOG
 from .http import DEFAULT_TIMEOUT_S, call, headers
 
 FINISHED = ("done", "failed")
@@ -41,10 +42,11 @@ class Collected:
     bytes: int = 0
     nodes: list[dict] = field(default_factory=list)
     state: str | None = None
+    steps: list[str] = field(default_factory=list)  # the ranks' step metrics (steps/<rank>.jsonl), refreshed
 
     def to_json(self) -> dict:
         return {"directory": str(self.directory), "files": self.files, "bytes": self.bytes, "nodes": self.nodes,
-                "state": self.state}
+                "state": self.state, "steps": self.steps}
 
 
 def _relative(path: str, directory: str) -> str:
@@ -111,4 +113,13 @@ def collect(url: str, global_step: int, output: str | os.PathLike, *, api_key: s
     if manifests:
         write_collected(target, manifests, [{k: n.get(k) for k in ("node", "host", "directory", "ranks")}
                                             for n in out.nodes])
+    for rank in status["ranks"]:  # each rank's step metrics, every step it ran, into <output>/steps/
+        name = f"{STEPS_DIR}/{rank['rank']}{STEP_LOG}"
+        query = {"global_step": global_step, "rank": rank["rank"], "path": name}
+        try:
+            out.bytes += _download(url, query, Path(output) / name, api_key, timeout)
+            out.steps.append(str(Path(output) / name))
+        except CollectError as e:  # step metrics off there, or a release without them: the traces stand
+            if "HTTP 404" not in str(e):
+                raise
     return out

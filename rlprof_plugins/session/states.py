@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..store.layout import read_piece, session_dir
+from ..store.layout import STEPS_DIR, read_piece, session_dir
 from ..store.manifest import MANIFEST
+from ..store.step_log import SUFFIX as STEP_LOG
 from ..config.requests import StartRequest
 from .window import StepWindow
 
@@ -141,8 +142,9 @@ class Session:
     def answer(self, command: dict[str, Any], rank: str) -> dict[str, Any]:
         """The commands about this session's files. ``roster``: where every rank
         writes (a server spanning nodes; the front end sends it once all started);
-        ``read``: a piece of one of this rank's written files, for ``rlprof collect``
-        through the head node (the only way to another node's disk a trainer has)."""
+        ``read``: a piece of one of this rank's written files, or of its step metrics
+        (``steps/<rank>.jsonl``), for ``rlprof collect`` through the head node (the
+        only way to another node's disk a trainer has)."""
         if command.get("op") == "roster":
             if command.get("session_id") != self.request.session_id:
                 return {}
@@ -151,10 +153,15 @@ class Session:
         if command.get("rank") != rank:
             return {}  # another rank's file
         path = str(command.get("path") or "")
+        offset, length = int(command.get("offset") or 0), min(int(command.get("length") or READ_MAX), READ_MAX)
+        if path == f"{STEPS_DIR}/{rank}{STEP_LOG}":  # its step metrics, beside the step folders of its root
+            steps = self.directory.parent / STEPS_DIR / f"{rank}{STEP_LOG}"
+            if not steps.is_file():
+                return {"missing": f"{rank} has no step metrics ({steps})"}
+            return read_piece(steps, offset, length)
         listed = path in [f["path"] for f in self.files] and self.state in (DONE, FAILED)
         if not listed and path != MANIFEST:  # its own files once written, and its folder's manifest
             return {"missing": f"{rank} has no written file {path!r} in global step {self.global_step}"}
-        offset, length = int(command.get("offset") or 0), min(int(command.get("length") or READ_MAX), READ_MAX)
         return read_piece(self.directory / path, offset, length)
 
     def manifest_section(self) -> dict[str, Any]:

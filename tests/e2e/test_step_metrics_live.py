@@ -125,12 +125,7 @@ def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
     server = start_server(tmp_path, {"profiler": "torch", "torch_profiler_dir": str(root), **CONFIG}, tp=2,
                           env={"VLLM_SERVER_DEV_MODE": "1"})
     server.name = "vLLM"
-    try:
-        check(drive(server, root), root, ranks=2)
-        scraped(server, tmp_path, ranks=2)
-        marked(server, root, ranks=2)
-    finally:
-        server.stop()
+    measure_trace_scrape_mark(server, root, tmp_path)
 
 
 def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
@@ -140,9 +135,14 @@ def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
     server = sglang_server.start_server(tmp_path, {"torch_profiler_dir": str(root), **CONFIG}, tp=2,
                                         extra=["--enable-metrics"])
     server.name = "SGLang"
+    measure_trace_scrape_mark(server, root, tmp_path)
+
+
+def measure_trace_scrape_mark(server, root, tmp_path, ranks: int = 2) -> None:
+    """The whole story on one server (TP=2), which is stopped after."""
     try:
-        check(drive(server, root), root, ranks=2)
-        scraped(server, tmp_path, ranks=2)
-        marked(server, root, ranks=2)
+        check(drive(server, root), root, ranks=ranks)
+        scraped(server, tmp_path, ranks=ranks)
+        marked(server, root, ranks=ranks)
     finally:
         server.stop()

@@ -11,6 +11,7 @@ and ``rlprof merge`` making one checked trace of both ranks.
 """
 
 import json
+import time
 
 import pytest
 
@@ -66,6 +67,14 @@ def test_node_local_folders_are_true_and_collect_merges_both_ranks(two_nodes, tm
     # one node's folder alone: the merge names the rank that is elsewhere
     assert rlprof(["merge", str(folders[0]), "--quiet", "--strict", "-o", str(tmp_path / "half.json.gz")]) == 1
 
+    # step 3's metrics finished on both nodes (a mark moves every rank to step 4), to be collected too
+    assert head.post("/profile_step", {"global_step": 4}).json()["status"] == "marked"
+    node_steps = {rank: head.trace_dir.parent / f"node{rank[-1]}" / "steps" / f"{rank}.jsonl"
+                  for rank in ("rank0", "rank1")}
+    deadline = time.time() + 30
+    while not all(p.exists() for p in node_steps.values()) and time.time() < deadline:
+        time.sleep(0.2)
+
     # gathered through the head's HTTP server, then merged
     out = tmp_path / "collected"
     assert rlprof(["collect", "--url", head.url, "--global-step", "3", "-o", str(out)]) == 0
@@ -77,6 +86,9 @@ def test_node_local_folders_are_true_and_collect_merges_both_ranks(two_nodes, tm
     for rank in ("rank0", "rank1"):  # byte for byte what each node wrote
         assert traces[rank].read_bytes() == next(folders[int(rank[-1])].rglob(traces[rank].name)).read_bytes()
     assert rlprof(["merge", str(step), "--quiet", "--strict"]) == 0
+    for rank, node_file in node_steps.items():  # each rank's step metrics, from its own node, byte for byte
+        collected = (out / "steps" / f"{rank}.jsonl").read_bytes()
+        assert collected == node_file.read_bytes() and b'"global_step":3' in collected, rank
     merged = merged_file(step)
     report = check(merged)
     assert report.ok and report.ranks >= 2, report.errors

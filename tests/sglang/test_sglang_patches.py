@@ -31,16 +31,21 @@ def test_every_patch_applies_and_reverts_on_the_installed_release():
     assert {p.name for p in SGLANG_PATCHES} - {p.name for p in installed} == {"sglang.scheduler.profiler_mixin"}
     for patch in installed:
         module = importlib.import_module(patch.module)
-        before = {t.split(".")[0]: dict(vars(getattr(module, t.split(".")[0]))) for t in patch.wrap}
+        methods = [t for t in patch.wrap if "." in t]
+        functions = {t: getattr(module, t, None) for t in patch.wrap if "." not in t}  # module-level
+        before = {t.split(".")[0]: dict(vars(getattr(module, t.split(".")[0]))) for t in methods}
         assert apply_guarded(patch, module, sglang_version()), patch.name
         assert patch.applied
+        assert all(getattr(module, t) is not f for t, f in functions.items() if f is not None), patch.name
         patch.revert()
         for cls_name, attrs in before.items():
             now = vars(getattr(module, cls_name))
-            for target in patch.wrap:
+            for target in methods:
                 attr = target.split(".", 1)[1]
                 if target.split(".")[0] == cls_name:
                     assert now.get(attr) is attrs.get(attr), target
+        for target, original in functions.items():
+            assert getattr(module, target, None) is original, target
 
 
 def test_profiler_config_flag_coexists_with_other_plugins_hooks(patched):
