@@ -12,7 +12,7 @@ worker from its profiler config (none without ``torch_profiler_dir``, with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rlprof_plugins._log import logger
 from rlprof_plugins.session.step_recorder import StepRecorder, recorder_for
@@ -24,13 +24,15 @@ RECORDER_ATTR = "_rlprof_step_recorder"
 STEP_OPS = ("weight_version", "mark_step")  # commands for the recorder, not the profiling session
 
 
-def recorder_of(worker: Any, config: Any) -> StepRecorder | None:
-    """The worker's recorder, built on its first model execution; None when off."""
+def recorder_of(worker: Any, read_config: Callable[[], Any]) -> StepRecorder | None:
+    """The worker's recorder, built on its first model execution (or command) from the config
+    ``read_config`` gives; None when off."""
     found = worker.__dict__.get(RECORDER_ATTR)
     if found is not None:
         return found or None
     recorder = None
     try:
+        config = read_config()
         if config is not None and plugin_handles(config):
             recorder = recorder_for(getattr(config, "torch_profiler_dir", None), rank_label(worker.rank),
                                     options_of(config))
@@ -44,7 +46,7 @@ def recorder_of(worker: Any, config: Any) -> StepRecorder | None:
 def step_command(worker: Any, config: Any, command: dict) -> dict:
     """``weight_version`` (from the EngineCore) or ``mark_step`` (a trainer's mark) on one worker
     (which may not have run a model yet: a trainer sets the first version before any traffic)."""
-    recorder = recorder_of(worker, config)
+    recorder = recorder_of(worker, lambda: config)
     if recorder is None:
         return {"ok": True, "step_metrics": False}
     if command["op"] == "weight_version":
@@ -57,6 +59,6 @@ def step_command(worker: Any, config: Any, command: dict) -> dict:
 def started(worker: Any, config: Any, command: dict, reply: dict) -> None:
     """A start that went through names its step: the recorder counts for it from now on."""
     if command.get("op") == "start" and isinstance(reply, dict) and reply.get("ok"):
-        recorder = recorder_of(worker, config)
+        recorder = recorder_of(worker, lambda: config)
         if recorder is not None:
             recorder.started(command.get("global_step"))

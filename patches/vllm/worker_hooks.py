@@ -52,7 +52,7 @@ def _execute_model(wrapped, instance, args, kwargs):
     active = ctl is not None and ctl.active
     recorder = state.get(RECORDER_ATTR)
     if recorder is None:  # built on the first model execution (False: step metrics are off)
-        recorder = recorder_of(instance, worker_profiler_config(instance))
+        recorder = recorder_of(instance, lambda: worker_profiler_config(instance))
     if not active and not recorder:
         return wrapped(*args, **kwargs)
     if state.pop(PENDING_ATTR, False):

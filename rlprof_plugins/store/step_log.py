@@ -104,11 +104,14 @@ class RunningTotals:
 
     def __init__(self, rank: str) -> None:
         self.rank, self.global_step, self.steps = rank, None, 0
+        self.last_step: int | None = None  # the newest finished step with a number
         self.busy_ms = self.idle_ms = 0.0
         self.stages: dict[str, dict[str, Any]] = {}
 
     def add(self, record: dict[str, Any]) -> None:
         self.steps += 1
+        if isinstance(record.get("global_step"), int):
+            self.last_step = record["global_step"]
         self.busy_ms += record.get("busy_ms", 0.0)
         self.idle_ms += record.get("idle_ms", 0.0)
         for stage, t in record.get("stages", {}).items():
@@ -119,7 +122,7 @@ class RunningTotals:
             mine["counts"] = [a + b for a, b in zip(mine["counts"], t.get("counts", []))]
 
     def write(self, path: Path) -> None:
-        data = {"rank": self.rank, "global_step": self.global_step, "steps": self.steps,
+        data = {"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step, "steps": self.steps,
                 "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3), "stages": self.stages}
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")

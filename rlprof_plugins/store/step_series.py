@@ -6,7 +6,9 @@ reads those small files in the process serving ``/metrics`` (vLLM's API
 server, SGLang's HTTP server), so it never touches an engine thread or
 waits on one. The series (no label grows with the step number):
 
-- ``rlprof_global_step{rank}``: the RL step each rank is in now;
+- ``rlprof_global_step{rank}``: the newest RL step each rank finished (the
+  step whose numbers the series hold last); ``rlprof_current_step{rank}``:
+  the step its iterations count for now;
 - ``rlprof_iteration_seconds{stage,rank}``: a histogram of iteration times
   (the record's buckets), ``_count`` the iterations, ``_sum`` their time;
 - ``rlprof_tokens_total{stage,kind,rank}``: prompt and generated tokens;
@@ -46,8 +48,10 @@ class StepSeries:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         states = self.states()
-        step = GaugeMetricFamily("rlprof_global_step", "The RL global step each rank is in now (rlprof step "
-                                 "metrics)", labels=["rank"])
+        step = GaugeMetricFamily("rlprof_global_step", "The newest RL global step each rank finished: the one "
+                                 "whose numbers these series hold last", labels=["rank"])
+        current = GaugeMetricFamily("rlprof_current_step", "The RL global step each rank's iterations count for "
+                                    "now", labels=["rank"])
         times = HistogramMetricFamily("rlprof_iteration_seconds", "Engine iteration time, per stage (every "
                                       "iteration, traced or not)", labels=["stage", "rank"])
         tokens = CounterMetricFamily("rlprof_tokens", "Tokens scheduled, per stage: prompt or generated",
@@ -57,8 +61,10 @@ class StepSeries:
         idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
         for state in states:
             rank = str(state.get("rank"))
+            if isinstance(state.get("last_step"), int):
+                step.add_metric([rank], state["last_step"])
             if isinstance(state.get("global_step"), int):
-                step.add_metric([rank], state["global_step"])
+                current.add_metric([rank], state["global_step"])
             steps.add_metric([rank], state.get("steps", 0))
             busy.add_metric([rank], state.get("busy_ms", 0.0) / 1000.0)
             idle.add_metric([rank], state.get("idle_ms", 0.0) / 1000.0)
@@ -70,7 +76,7 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t["total_ms"] / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.get("prefill_tokens", 0))
                 tokens.add_metric([stage, "generated", rank], t.get("decode_tokens", 0))
-        yield from (step, times, tokens, steps, busy, idle)
+        yield from (step, current, times, tokens, steps, busy, idle)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

@@ -9,8 +9,9 @@ global steps 2..6, each with a ``decode`` row of iterations > 0: step 4 from
 its trace, the others from ``steps/<rank>.jsonl`` alone, written by every
 rank (TP=2) off the engine thread. The engine's own ``/metrics`` (vLLM always,
 SGLang with ``--enable-metrics``) carries rlprof's series, and a real
-Prometheus scraping it answers ``rlprof_global_step`` with the step each rank
-is in (version 6 + the offset: 7) and the iterations of every finished step.
+Prometheus scraping it answers ``rlprof_global_step`` with 6 on each rank (the
+newest step finished: version 6 ended step 6), ``rlprof_current_step`` with 7,
+and every query of the Grafana dashboard with data.
 Then the trainer marks steps itself (``RolloutProfiler.mark_step``, ``rlprof
 step``), as one that versions nothing would.
 """
@@ -78,8 +79,10 @@ def scraped(server, tmp_path, ranks: int) -> None:
     assert "rlprof_global_step{" in text and "rlprof_iteration_seconds_bucket{" in text, text[-2000:]
     prometheus = Prometheus(tmp_path / "prometheus", server.url.removeprefix("http://"))
     try:
-        steps = prometheus.wait_for("rlprof_global_step")
-        assert len(steps) == ranks and {float(r["value"][1]) for r in steps} == {7.0}, steps
+        steps = prometheus.wait_for("rlprof_global_step")  # version 6 finished step 6 (5 + the offset 1)
+        assert len(steps) == ranks and {float(r["value"][1]) for r in steps} == {6.0}, steps
+        current = prometheus.wait_for("rlprof_current_step")  # and iterations now count for step 7
+        assert {float(r["value"][1]) for r in current} == {7.0}, current
         decode = prometheus.wait_for('sum(rlprof_iteration_seconds_count{stage="decode"})')
         assert float(decode[0]["value"][1]) > 0
         for title, expression in dashboard_queries():  # every panel of docs/grafana/rlprof-steps.json has data

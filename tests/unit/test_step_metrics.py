@@ -167,7 +167,8 @@ def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path)
                for family in text_string_to_metric_families(generate_latest(registry).decode())
                for s in family.samples}
     for rank in ("rank0", "rank1"):
-        assert samples[("rlprof_global_step", (("rank", rank),))] == 5
+        assert samples[("rlprof_global_step", (("rank", rank),))] == 4  # the newest finished step
+        assert samples[("rlprof_current_step", (("rank", rank),))] == 5
         assert samples[("rlprof_iteration_seconds_count", (("rank", rank), ("stage", "decode")))] == 2
         assert samples[("rlprof_iteration_seconds_bucket", (("le", "+Inf"), ("rank", rank), ("stage", "decode")))] == 2
         assert samples[("rlprof_iteration_seconds_sum", (("rank", rank), ("stage", "decode")))] >= 0.002
