@@ -15,11 +15,11 @@ PYTEST_ARGS ?=
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
-.PHONY: env browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle clean
+.PHONY: env nvtx-recorder browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder
 
 # Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
 # extra, drives it: no browser download), and Debian's Prometheus, the real scraper of the step
@@ -132,6 +132,13 @@ $(VERL_SITE)/.installed: tests/requirements/verl-0.9.1-imports.txt | $(VENV_VLLM
 	$(VPY) -m pip install -q --no-deps --target $(VERL_SITE) -r tests/requirements/verl-0.9.1-imports.txt
 	touch $@
 
+# The NVTX injection library the tests read Nsight Systems' ranges with (tests/helpers/nvtx_log.py):
+# built with cc from NVTX's public headers (the nvtx sdist's include/, fetched once).
+nvtx-recorder: .cache/nvtx-recorder/libnvtx_recorder.so
+
+.cache/nvtx-recorder/libnvtx_recorder.so: tests/tools/nvtx_recorder.c tests/helpers/nvtx_log.py
+	$(PYTHON) tests/helpers/nvtx_log.py
+
 tiny-model: $(TINY_MODEL)/config.json
 
 $(TINY_MODEL)/config.json: tests/tools/build_tiny_model.py | env
@@ -211,5 +218,8 @@ bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"
 
 # docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
+bench-nvtx: env
+	$(VPY) benchmarks/bench_nvtx.py
+
 bench-sglang-idle: env tiny-model
 	$(VPY) benchmarks/bench_sglang_idle.py

@@ -12,4 +12,6 @@ CONFIG_KEYS = "rlprof profiler-config keys"  # vLLM's --profiler-config, extende
 ENV_CONFIG = "rlprof configuration from RLPROF_PROFILER_CONFIG"  # vLLM before --profiler-config
 SERVER_ARGUMENT = "the --profiler-config server argument"  # SGLang
 IN_PROCESS_CALLS = "rlprof sessions from SGLang's in-process calls"
+# vLLM's "profiler": "cuda" where the platform has no CUDA (NVTX ranges only: backends.cuda_profiler)
+CUDA_PROFILER_ANYWHERE = "the cuda profiler's NVTX ranges on a platform without CUDA"
 TRAINER_STEPS = "global-step folders from the trainer's weights version (verl)"

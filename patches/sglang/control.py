@@ -92,7 +92,8 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         cuda = torch.cuda.is_available()
         # On Ascend SGLang swaps torch.profiler for torch_npu's; the npu
         # backend records with torch_npu's own API and options instead.
-        kind = which_backend.resolve(config.options.backend, which_backend.device_type())
+        # "profiler": "cuda" (and a request's CUDA_PROFILER) records with the cuda backend.
+        kind = which_backend.resolve(config.options.backend, which_backend.device_type(), config.profiler)
         node, nodes = node_of()
         ctl = ProfilerController(
             root_dir=config.torch_profiler_dir or ".",  # every start names its directory

@@ -45,6 +45,14 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "no SGLang release rlprof supports lacks it"),
 )
 
+# The backends a session records with on each release, and what picks each (rlprof doctor's "backends").
+BACKENDS: tuple[tuple[str, str, str], ...] = (
+    ("torch", "", "activities CPU/GPU (auto, on every device but Ascend)"),
+    ("npu", "", "an Ascend device (auto), or \"backend\": \"npu\""),
+    ("cuda", "", "activities [\"CUDA_PROFILER\"] in a start request, or \"profiler\": \"cuda\" in --profiler-config "
+                 "(docs/nsys.md)"),
+)
+
 # Frontends that bypass the HTTP server and TokenizerManager rlprof patches (patches/bypassing_frontends.py).
 # gRPC mode is a server argument: the launcher patch (server_args.py) sets GRPC_MODE_ENV for the schedulers.
 GRPC_MODE_ENV = "RLPROF_SGLANG_GRPC_MODE"

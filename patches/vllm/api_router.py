@@ -31,7 +31,7 @@ from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_quer
                            status_step, stop_status, step_answer)
 from . import sessions, weight_reader
 from .control import UTILITY
-from .config import env_profiler_config, options_of, plugin_handles, request_server
+from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 
@@ -149,12 +149,12 @@ def install_router(app, cfg, args) -> None:
 def _add_step_series(cfg) -> None:
     """rlprof's step series on vLLM's ``/metrics`` (prometheus_client's global registry, which the API
     server serves when it runs as one process), read from the ranks' files at each scrape."""
-    if not options_of(cfg).step_metrics or not getattr(cfg, "torch_profiler_dir", None):
+    if not options_of(cfg).step_metrics:
         return
     try:
         from rlprof_plugins.store.step_series import register
 
-        register(cfg.torch_profiler_dir)
+        register(root_of(cfg))
     except Exception as e:  # /metrics keeps vLLM's own series
         logger.warning("rlprof: step series not added to /metrics: %s: %s", type(e).__name__, e)
 

@@ -23,7 +23,9 @@ from rlprof_plugins.store import reaping
 from ..base import Patch
 from ..features import STEP_WINDOWS
 from . import sessions, weight_reader
-from .config import options_of, plugin_handles
+from .config import options_of, plugin_handles, root_of
+
+NEEDS = 'needs "profiler": "torch" with a local torch_profiler_dir, or "profiler": "cuda"'
 from .facts import VERSIONS
 
 
@@ -31,7 +33,7 @@ def _wrap_async_start(wrapped, instance, args, kwargs):
     cfg = sessions.config_of(instance)
     if not plugin_handles(cfg):
         if needs_rlprof(VLLM, kwargs):
-            raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
+            raise UnavailableError(STEP_WINDOWS, NEEDS)
         return wrapped(*args, **kwargs)
     fields = sessions.call_fields(args, kwargs)
     if weight_reader.wanted(options_of(cfg), fields):
@@ -65,12 +67,12 @@ def _wrap_llm_start(wrapped, instance, args, kwargs):
     cfg = sessions.config_of(instance.llm_engine)
     if not plugin_handles(cfg):
         if needs_rlprof(VLLM, kwargs):
-            raise UnavailableError(STEP_WINDOWS, 'needs "profiler": "torch" with a local torch_profiler_dir')
+            raise UnavailableError(STEP_WINDOWS, NEEDS)
         return wrapped(*args, **kwargs)
     fields = sessions.call_fields(args, kwargs)
     version = weight_reader.read_sync(instance.llm_engine) if weight_reader.wanted(options_of(cfg), fields) else None
     request = sessions.start_request(cfg, fields, version)
-    reaping.reap_all(Path(request.output_dir or cfg.torch_profiler_dir))
+    reaping.reap_all(Path(request.output_dir or root_of(cfg)))
     result = combine(sessions.call_sync(instance, request.to_command()))
     roster = roster_command(result)
     if roster is not None:

@@ -74,15 +74,29 @@ def _is_uri(path: str) -> bool:
 def plugin_handles(cfg: Any) -> bool:
     """Whether rlprof runs the sessions of this profiler config.
 
-    Only the torch profiler writing to a local directory, without vLLM's own
-    torch.profiler schedule (wait/warmup iterations), is taken over; any
+    The torch profiler writing to a local directory, and the cuda profiler
+    (Nsight Systems: rlprof marks the windows with NVTX ranges and capture
+    ranges, ``backends.cuda_profiler``), each without vLLM's own
+    torch.profiler schedule (wait/warmup iterations), are taken over; any
     other configuration keeps vLLM's native path untouched.
     """
-    if cfg is None or getattr(cfg, "profiler", None) != "torch" or not getattr(cfg, "torch_profiler_dir", None):
-        return False
-    if _is_uri(getattr(cfg, "torch_profiler_dir", "") or ""):
+    profiler = getattr(cfg, "profiler", None)
+    if profiler == "torch":
+        directory = getattr(cfg, "torch_profiler_dir", None) or ""
+        if not directory or _is_uri(directory):
+            return False
+    elif profiler != "cuda":
         return False
     return not (getattr(cfg, "wait_iterations", 0) or getattr(cfg, "warmup_iterations", 0))
+
+
+DEFAULT_ROOT = "/tmp"  # where a config naming no directory puts its step folders (SGLang's default)
+
+
+def root_of(cfg: Any) -> str:
+    """The root of this config's step folders: ``torch_profiler_dir``, else (the cuda
+    profiler, where vLLM refuses that key) rlprof's ``output_dir``, else ``/tmp``."""
+    return getattr(cfg, "torch_profiler_dir", None) or options_of(cfg).output_dir or DEFAULT_ROOT
 
 
 def options_of(cfg: Any) -> ProfileOptions:
@@ -133,7 +147,7 @@ def device() -> str:
 
 def request_server(cfg: Any) -> Server:
     """What a vLLM server contributes to a start request's meaning (``requests.parse_start``)."""
-    return Server(engine="vllm", defaults=options_of(cfg), output_root=cfg.torch_profiler_dir, device=device(),
+    return Server(engine="vllm", defaults=options_of(cfg), output_root=root_of(cfg), device=device(),
                   check_prefix=validate_prefix)
 
 
@@ -141,10 +155,15 @@ def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
     if not ours:
         return
     key = next(iter(ours))
-    if cfg.profiler != "torch":
-        raise OptionsError(key, f"needs \"profiler\": \"torch\" (got {cfg.profiler!r})")
-    if _is_uri(cfg.torch_profiler_dir):
+    if cfg.profiler not in ("torch", "cuda"):
+        raise OptionsError(key, f"needs \"profiler\": \"torch\" or \"cuda\" (got {cfg.profiler!r})")
+    if cfg.profiler == "torch" and _is_uri(cfg.torch_profiler_dir):
         raise OptionsError(key, "needs a local torch_profiler_dir, not a URI")
+    if cfg.profiler == "torch" and "output_dir" in ours:
+        raise OptionsError("output_dir", "is for a profiler with no directory of its own (\"cuda\"); with "
+                                         "\"torch\", torch_profiler_dir names the root of the step folders")
+    if cfg.profiler == "cuda" and ours.get("backend", "auto") not in ("auto", "cuda"):
+        raise OptionsError("backend", f'{ours["backend"]!r} contradicts "profiler": "cuda"; leave backend at auto')
     for native in ("delay_iterations", "max_iterations", "wait_iterations", "warmup_iterations"):
         if getattr(cfg, native, 0):
             raise OptionsError(key, f"cannot be combined with {native}; use step_start/step_end alone")

@@ -26,7 +26,7 @@ from rlprof_plugins.store import manifest
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
 from . import step_metrics
-from .config import options_of, plugin_handles, profiler_config_of
+from .config import options_of, plugin_handles, profiler_config_of, root_of
 from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version
 
 UTILITY = "rlprof_control"  # the EngineCore utility the engine_core patch adds
@@ -85,12 +85,13 @@ def rank_suffix(worker: Any) -> str:
 
 
 def backend_factory(cfg: Any, options: Any) -> Any:
-    """The session backend of this worker: torch.profiler, or torch_npu on
-    Ascend (vllm-ascend's platform says ``npu``) or when asked for."""
+    """The session backend of this worker: torch.profiler, torch_npu on
+    Ascend (vllm-ascend's platform says ``npu``) or when asked for, or
+    Nsight Systems' ranges with ``"profiler": "cuda"``."""
     from vllm.platforms import current_platform
 
     settings = torch_settings(cfg)
-    kind = which_backend.resolve(options.backend, current_platform.device_type)
+    kind = which_backend.resolve(options.backend, current_platform.device_type, getattr(cfg, "profiler", None))
     return which_backend.factory(kind, BuildContext(
         lambda table, overrides: with_overrides(settings, overrides, write_table=table), options,
         settings.extra_metadata))
@@ -112,11 +113,11 @@ def controller_for(worker: Any) -> ProfilerController:
         suffix = rank_suffix(worker)
         factory = backend_factory(cfg, options_of(cfg))
         ctl = ProfilerController(
-            root_dir=cfg.torch_profiler_dir,
+            root_dir=root_of(cfg),
             worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
             rank_name=rank_label(worker.rank),  # the rank's one name; its files keep vLLM's suffix
             backend_factory=factory,
-            manifest_header=manifest_header(worker.vllm_config, cfg.torch_profiler_dir),
+            manifest_header=manifest_header(worker.vllm_config, root_of(cfg)),
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),
             node=node_of(worker.vllm_config),
         )

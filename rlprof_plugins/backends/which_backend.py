@@ -1,8 +1,10 @@
 """Which backend records a session: the ``backend`` key, resolved per device.
 
 ``auto`` (the default) records with torch_npu on Ascend and with
-torch.profiler everywhere else. Windows, stages, step folders, manifest and
-status live in the session controller and do not depend on this choice.
+torch.profiler everywhere else; the engine's own word for Nsight Systems
+(vLLM's ``"profiler": "cuda"``, SGLang's ``CUDA_PROFILER`` activity) picks
+``cuda``. Windows, stages, step folders, manifest and status live in the
+session controller and do not depend on this choice.
 """
 
 from __future__ import annotations
@@ -37,8 +39,14 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve(backend: str, device: str) -> str:
-    """The backend that records on ``device`` (an engine's device type)."""
+def resolve(backend: str, device: str, profiler: str | None = "torch") -> str:
+    """The backend that records on ``device`` (an engine's device type), for the
+    engine's ``profiler`` (``cuda``: Nsight Systems, whatever the device)."""
+    if profiler == "cuda":
+        if backend not in ("auto", "cuda"):
+            raise OptionsError("backend", f'{backend!r} contradicts "profiler": "cuda" (Nsight Systems records; '
+                                          'rlprof marks its ranges): leave backend at auto')
+        backend = "cuda"
     if backend == "auto":
         return next((k.name for k in KINDS.values() if device in k.devices), "torch")
     why = KINDS[backend].refuses.get(device)
@@ -47,9 +55,23 @@ def resolve(backend: str, device: str) -> str:
     return backend
 
 
-def factory(kind: str, context: BuildContext) -> Callable[[bool, dict], Backend]:
+def factory(kind: str, context: BuildContext) -> Callable[..., Backend]:
     """A session controller's ``backend_factory`` for the resolved ``kind``:
     a fresh backend per session, built from ``context`` (a request's torch
-    overrides have no meaning for a backend that is not torch's)."""
-    build = KINDS[kind].build
-    return lambda table, overrides: build(context, table, overrides)
+    overrides have no meaning for a backend that is not torch's), or of the
+    kind a request asks for (``backend``: SGLang's ``CUDA_PROFILER`` asks for ``cuda``)."""
+    def build(table: bool, overrides: dict, backend: str | None = None) -> Backend:
+        return KINDS[backend or kind].build(context, table, overrides)
+
+    return build
+
+
+def for_request(backends: Callable[..., Backend], request: Any) -> Backend:
+    """A fresh backend for one session's ``StartRequest``: of the kind it asks for
+    (``backend``), told the step it records where it names its ranges by it (``name_session``)."""
+    asked = {"backend": request.backend} if getattr(request, "backend", None) else {}
+    backend = backends(request.operator_table, dict(request.torch_overrides or {}), **asked)
+    name_session = getattr(backend, "name_session", None)
+    if name_session is not None:
+        name_session(request.global_step, request.session_id)
+    return backend

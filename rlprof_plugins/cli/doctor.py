@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from .. import __version__
 from . import compatibility as compat
 from .._env import allowed_by, on
+from .doctor_backends import backend_lines, backends
 from ..patches.engines import ENGINES, tested_releases
 
 
@@ -76,6 +77,7 @@ class EngineReport(Verdict):
     environment: list[str] = field(default_factory=list)
     configure: str = ""
     frontends: list[dict] = field(default_factory=list)  # those that bypass the patched API server
+    backends: list[dict] = field(default_factory=list)  # the recorders a session can use (doctor_backends)
 
 
 def _version(engine: str) -> tuple[str | None, str | None]:
@@ -223,6 +225,7 @@ def diagnose(engine: str, *, dry_run: bool = True) -> EngineReport:
     report.plugin_loading = _plugin_loading(engine, version)
     report.environment = _environment(engine, version)
     report.configure = compat.how_to_configure(engine, version)
+    report.backends = backends(engine, version, probe=dry_run)
     report.frontends = [{"frontend": f.name, "chosen_by": f.chosen_by, "in_release": f.exists_in(version),
                          "in_use": f.in_use(), "works": f.works, "lacks": f.lacks}
                         for f in getattr(ENGINES[engine], "FRONTENDS", ())]
@@ -260,6 +263,7 @@ def render(report: EngineReport) -> str:
         reason = f": {f['reason']}" if f["reason"] and not f["available"] else ""
         lines.append(f"    [{mark}] {f['feature']}{reason}")
     lines += report.patch_lines()
+    lines += backend_lines(report.backends)
     lines.append(f"  plugin: {report.plugin_loading}")
     for note in report.environment:
         lines.append(f"  environment: {note}")

@@ -34,7 +34,7 @@ ACTIVITY_ALIASES = {"GPU": "CUDA"}
 _FLAGS = NATIVE_DEFAULTS  # key: default, vLLM's for the same keys
 TORCH_KEYS = ("profiler", "torch_profiler_dir", "torch_profiler_activities", *_FLAGS)
 ALL_KEYS = TORCH_KEYS + OUR_KEYS
-PROFILERS = ("torch",)
+PROFILERS = ("torch", "cuda")  # "cuda": Nsight Systems records, rlprof marks (backends.cuda_profiler)
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,18 @@ def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
         raise OptionsError("torch_profiler_dir", f"must be a local directory (rlprof writes step folders), got {directory!r}")
     activities = data.get("torch_profiler_activities")
     flags = {key: check_flag(key, data.get(key, default)) for key, default in _FLAGS.items()}
+    options = parse_options({k: v for k, v in data.items() if k in OUR_KEYS})
+    if profiler == "cuda" and options.backend not in ("auto", "cuda"):
+        raise OptionsError("backend", f'{options.backend!r} contradicts "profiler": "cuda"; leave backend at auto')
+    directory = os.path.abspath(os.path.expanduser(directory)) if directory else None
+    if directory and options.output_dir and options.output_dir != directory:
+        raise OptionsError("output_dir", f"is {options.output_dir!r} but torch_profiler_dir is {directory!r}: "
+                                         "both name the root of the step folders; give one")
     return ProfilerConfig(
-        torch_profiler_dir=os.path.abspath(os.path.expanduser(directory)) if directory else None,
+        torch_profiler_dir=directory or options.output_dir,
         torch_profiler_activities=None if activities is None else parse_activities("torch_profiler_activities", activities),
         profiler=profiler,
-        options=parse_options({k: v for k, v in data.items() if k in OUR_KEYS}),
+        options=options,
         **flags,
     )
 

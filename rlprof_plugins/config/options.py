@@ -68,6 +68,10 @@ class ProfileOptions:
     table needs the whole session) or the npu backend (torch_npu's stop does
     not post-process on that thread).
 
+    ``output_dir``: the root of the step folders for a profiler whose own
+    configuration names none (vLLM's ``"profiler": "cuda"``, where vLLM refuses
+    ``torch_profiler_dir``); unset: ``/tmp``, as SGLang's default.
+
     ``allowed_output_dirs``: directories besides the configured one that a
     start request's ``output_dir`` may name (SGLang's field, accepted on both
     engines); rlprof never writes anywhere else.
@@ -106,6 +110,7 @@ class ProfileOptions:
     stop_wait_seconds: int = 120
     chunk_iterations: int | str = CHUNK_AUTO
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
+    output_dir: str | None = None
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
     step_source: str = "request"
@@ -191,13 +196,22 @@ def check_window(step_start: int, step_end: int | None, error=OptionsError) -> N
 
 def check_directories(key: str, value: Any, error=OptionsError) -> tuple[str, ...]:
     """A list of local directories, as absolute paths (``~`` expanded)."""
-    import os
-
     if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) and d for d in value):
         raise error(key, f"must be a list of directory paths, got {value!r}")
-    if any("://" in d for d in value):
-        raise error(key, f"must be local directories (rlprof writes step folders), got {value!r}")
-    return tuple(os.path.abspath(os.path.expanduser(d)) for d in value)
+    return tuple(check_directory(key, d, error) for d in value)
+
+
+def check_directory(key: str, value: Any, error=OptionsError) -> str | None:
+    """A local directory as an absolute path (``~`` expanded), or None."""
+    import os
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise error(key, f"must be a directory path, got {value!r}")
+    if "://" in value:
+        raise error(key, f"must be a local directory (rlprof writes step folders), got {value!r}")
+    return os.path.abspath(os.path.expanduser(value))
 
 
 def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
@@ -226,6 +240,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
         chunk_iterations=check_chunking("chunk_iterations", data.get("chunk_iterations", CHUNK_AUTO)),
         max_pause_ms=check_positive("max_pause_ms", data.get("max_pause_ms", DEFAULT_MAX_PAUSE_MS)),
+        output_dir=check_directory("output_dir", data.get("output_dir")),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_integer("trainer_step_offset", data.get("trainer_step_offset", 1)),
         step_source=check_choice("step_source", data.get("step_source", "request"), STEP_SOURCES),

@@ -22,6 +22,7 @@ from .options import check_flag
 PROFILER_KWARGS = {"record_shapes": "record_shapes", "profile_memory": "with_memory", "with_stack": "with_stack",
                    "with_flops": "with_flops", "with_modules": "with_modules"}
 MEM = "MEM"  # SGLang's activity for the allocator's memory history
+CUDA_PROFILER = "CUDA_PROFILER"  # SGLang's activity for Nsight Systems: the cuda backend (backends.cuda_profiler)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Recorded:
     torch_overrides: dict[str, Any]
     trace: bool = True
     memory: bool = False
+    backend: str | None = None  # a backend this session asks for (CUDA_PROFILER: cuda); None: the server's
 
 
 def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
@@ -55,9 +57,12 @@ def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: boo
     host of ``device``."""
     overrides: dict[str, Any] = parse_profiler_kwargs(given.get("profiler_kwargs"))
     activities = given.get("activities")
+    backend = _asked_backend(activities, device)
+    if backend is not None:  # the cuda backend records the session; MEM beside it, the memory history
+        activities = [a for a in activities if a.upper() != CUDA_PROFILER]
     mem = isinstance(activities, (list, tuple)) and any(isinstance(a, str) and a.upper() == MEM for a in activities)
     trace = True
-    if "activities" in given:
+    if "activities" in given and backend is None:
         traced = [a for a in activities if not (isinstance(a, str) and a.upper() == MEM)] if mem else activities
         trace = bool(traced) or not mem
         if trace:
@@ -79,4 +84,22 @@ def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: boo
         why = memory_history.unavailable(device)
         if why:
             raise RequestError("activities" if mem else "memory", why)
-    return Recorded(overrides, trace, memory)
+    return Recorded(overrides, trace, memory, backend)
+
+
+def _asked_backend(activities: Any, device: str) -> str | None:
+    """``cuda`` for SGLang's ``CUDA_PROFILER`` activity: Nsight Systems records the session
+    and rlprof marks it (NVTX ranges, a capture range). torch.profiler's activities beside it
+    would be a second profiler over the same window: refused, naming the field."""
+    if not isinstance(activities, (list, tuple)):
+        return None
+    names = [a.upper() for a in activities if isinstance(a, str)]
+    if CUDA_PROFILER not in names:
+        return None
+    other = [a for a in activities if not (isinstance(a, str) and a.upper() in (CUDA_PROFILER, MEM))]
+    if other:
+        raise RequestError("activities", f"CUDA_PROFILER (Nsight Systems) records alone, with MEM at most; "
+                                         f"got {list(activities)!r}: ask for torch's {other!r} in another session")
+    if device == "npu":
+        raise RequestError("activities", "CUDA_PROFILER captures CUDA devices; this Ascend host has none")
+    return "cuda"

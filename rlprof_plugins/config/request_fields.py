@@ -62,7 +62,8 @@ FIELDS = (
           "stage, where SGLang counts that many of each stage). 0: unset"),
     Field("activities", (SGLANG,), "list",
           "`CPU`, `GPU`/`CUDA`, `XPU` for this session, `MEM` the memory history (as `memory`; `[\"MEM\"]` "
-          "alone: no trace, as on SGLang); a device this host lacks: 400 naming `activities`"),
+          "alone: no trace, as on SGLang), `CUDA_PROFILER` Nsight Systems (the cuda backend: NVTX ranges and "
+          "one capture range; alone or with `MEM`); a device this host lacks or a mix: 400 naming `activities`"),
     Field("with_stack", (SGLANG,), "bool", "Python stacks for this session"),
     Field("record_shapes", (SGLANG,), "bool", "operator input shapes for this session"),
     Field("profile_by_stage", (SGLANG,), "bool", "as `by_stage`"),

@@ -54,6 +54,7 @@ class StartRequest:
     # Per-request torch.profiler settings, as TorchSettings field names.
     torch_overrides: dict[str, Any] | None = None
     trace: bool = True  # a trace is recorded (SGLang's activities ["MEM"]: the memory history alone)
+    backend: str | None = None  # the backend this session asks for (SGLang's CUDA_PROFILER: cuda); None: the server's
     # The allocator's memory history over the window (``memory``, SGLang's MEM), and how.
     memory: bool = False
     memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
@@ -153,6 +154,7 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         output_dir=output_dir,
         torch_overrides=recorded.torch_overrides or None,
         trace=recorded.trace,
+        backend=recorded.backend,
         memory=recorded.memory,
         memory_stacks=server.defaults.memory_stacks,
         memory_max_entries=server.defaults.memory_max_entries,

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from .._log import logger
 from ..backends import Backend
 from ..backends.memory_history import host_allocator
+from ..backends.which_backend import for_request
 from ..errors import RequestError
 from .chunk_plan import StopCosts
 from .engine_hooks import EngineHooks
@@ -176,7 +177,7 @@ class ProfilerController(EngineHooks):
         s.recording_started_at = time.time()
 
     def _new_backend(self, s: Session) -> Backend:
-        return self._backend_factory(s.request.operator_table, dict(s.request.torch_overrides or {}))
+        return for_request(self._backend_factory, s.request)
 
     def _next_chunk(self, s: Session, recording: Recording) -> None:
         """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""

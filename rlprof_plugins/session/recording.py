@@ -20,6 +20,7 @@ from typing import Any, Callable, ContextManager
 
 from ..backends import Backend, RecordingKept
 from ..backends.memory_history import MemoryHistory, MemorySettings, TraceOff
+from ..backends.which_backend import for_request
 from ..store.layout import Placement
 from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
@@ -76,14 +77,13 @@ class Recording:
 
     @classmethod
     def of_session(cls, request: Any, directory: Path, *, name: str, rank: str,
-                   backends: Callable[[bool, dict], Backend], costs: StopCosts,
+                   backends: Callable[..., Backend], costs: StopCosts,
                    allocator: Callable[[], Any]) -> "Recording":
         """A worker session's recording as its ``StartRequest`` asks: a fresh backend
-        (``backends(operator_table, torch overrides)``; none for a memory-only
-        session), chunks planned by this rank's measured stop ``costs``, and
-        the memory history of the ``allocator()``'s device where asked."""
+        (``which_backend.for_request``; none for a memory-only session), chunks planned by this
+        rank's measured stop ``costs``, and the memory history of the ``allocator()``'s device where asked."""
         r = request
-        backend = backends(r.operator_table, dict(r.torch_overrides or {})) if r.trace else TraceOff()
+        backend = for_request(backends, r) if r.trace else TraceOff()
         plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend))
         memory = MemoryHistory(allocator(), MemorySettings(r.memory_stacks, r.memory_max_entries)) \
             if r.memory else None

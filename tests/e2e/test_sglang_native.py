@@ -4,9 +4,11 @@ launch naming the key."""
 
 import gzip
 import json
+import re
 
 import pytest
 
+from tests.helpers import nvtx_log
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces
 
 
@@ -15,7 +17,9 @@ def sglang_plain(tmp_path_factory):
     from tests.helpers.sglang_server import start_server
 
     tmp = tmp_path_factory.mktemp("sglang-plain")
-    server = start_server(tmp, None)
+    # NVTX ranges go to tmp/nvtx (tests/helpers/nvtx_log.py): only CUDA_PROFILER sessions emit any
+    server = start_server(tmp, None, env=nvtx_log.environment(tmp / "nvtx"))
+    server.nvtx_dir = tmp / "nvtx"
     yield server
     server.stop()
 
@@ -49,6 +53,29 @@ def test_rlprof_fields_work_without_configuration(sglang_plain, tmp_path):
     # from now on this server's stops go through rlprof: a stop with nothing running is a clear 409
     assert sglang_plain.post("/stop_profile").status_code == 200  # acknowledges the window's end
     assert sglang_plain.post("/stop_profile").status_code == 409
+
+
+def test_cuda_profiler_marks_global_step_38_with_its_iterations(sglang_plain, tmp_path):
+    """SGLang's Nsight activity through rlprof: every scheduler (not only the base GPU's) opens a
+    global_step_38 range in the rlprof domain holding the session's iterations, as Nsight Systems would
+    see them; no CUDA here, so the capture calls are skipped (tests/unit/test_cuda_backend.py)."""
+    out = tmp_path / "nsys"
+    body = {"global_step": 38, "output_dir": str(out), "activities": ["CUDA_PROFILER"], "num_steps": 3}
+    r = sglang_plain.post("/start_profile", body)
+    assert r.status_code == 200, r.text
+    sglang_plain.complete(max_tokens=6)
+    status = sglang_plain.wait_state()
+    assert status["state"] == "done", status
+    ranges = nvtx_log.read(sglang_plain.nvtx_dir)
+    (step,) = [r for r in ranges if r.domain == "rlprof" and r.name == "global_step_38"]
+    names = [r.name for r in nvtx_log.inside(ranges, step)]
+    assert [int(re.match(r"rlprof::iteration (\d+) ", n).group(1)) for n in names] == [0, 1, 2], names
+    assert step.pid != sglang_plain.process.pid  # the scheduler's process
+    (capture,) = (out / "global_step_38" / "ranks").glob("*.nsys.json")
+    assert json.loads(capture.read_text())["iterations"] == {"count": 3, "first": 0, "last": 2}
+    assert sglang_plain.post("/stop_profile").status_code == 200  # acknowledges the window's end
+    mixed = sglang_plain.post("/start_profile", {**body, "global_step": 39, "activities": ["GPU", "CUDA_PROFILER"]})
+    assert mixed.status_code == 400 and mixed.json()["error"]["field"] == "activities", mixed.text
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

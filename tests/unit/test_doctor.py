@@ -62,3 +62,20 @@ def test_verl_is_reported_next_to_the_engines(capsys, monkeypatch):
     assert rlprof(["doctor", "--engine", "verl"]) == 1
     out, err = capsys.readouterr()
     assert "verl: not installed" in out and "verl is not installed" in err
+
+
+def test_backends_per_release_and_host(capsys):
+    """Each release's backends and what picks them: cuda (Nsight Systems) from vLLM 0.13, where
+    ``"profiler": "cuda"`` exists; on this CPU host its NVTX ranges only; npu without torch_npu: no."""
+    from rlprof_plugins.cli.doctor_backends import backends
+
+    on_032 = {b["backend"]: b for b in backends("vllm", "0.32.0")}
+    assert on_032["cuda"]["available"] and "\"profiler\": \"cuda\"" in on_032["cuda"]["reason"]
+    assert "NVTX ranges only" in on_032["cuda"]["reason"]  # torch sees no CUDA device here
+    assert not on_032["npu"]["available"] and "torch_npu" in on_032["npu"]["reason"]
+    env_era = {b["backend"]: b for b in backends("vllm", "0.12.0")}
+    assert not env_era["cuda"]["available"] and "0.13" in env_era["cuda"]["reason"]
+    assert "CUDA_PROFILER" in {b["backend"]: b for b in backends("sglang", "0.5.23")}["cuda"]["reason"]
+    assert rlprof(["doctor", "--engine", "vllm", "--no-import"]) == 0
+    out = capsys.readouterr().out
+    assert "  backends:\n    [yes] torch: " in out and "    [yes] cuda: " in out

@@ -34,7 +34,8 @@ def test_request_overrides_win():
 
 @pytest.mark.parametrize("data, key", [
     ('{"step_strat": 1}', "step_strat"),
-    ('{"profiler": "cuda"}', "profiler"),
+    ('{"profiler": "nsys"}', "profiler"),
+    ('{"profiler": "cuda", "backend": "npu"}', "backend"),
     ('{"torch_profiler_dir": "gs://bucket/x"}', "torch_profiler_dir"),
     ('{"torch_profiler_activities": ["TPU"]}', "torch_profiler_activities"),
     ('{"torch_profiler_with_stack": "yes"}', "torch_profiler_with_stack"),

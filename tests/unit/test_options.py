@@ -9,7 +9,7 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
     assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
-                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "allowed_output_dirs", "trainer_step_offset", "step_source", "memory", "memory_stacks",
+                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "output_dir", "allowed_output_dirs", "trainer_step_offset", "step_source", "memory", "memory_stacks",
                         "memory_max_entries", "step_metrics", "backend", "npu_profiler_level", "npu_aic_metrics",
                         "npu_export_type", "npu_data_simplification", "npu_with_modules", "npu_with_stack",
                         "npu_with_memory", "npu_record_shapes", "npu_analyse")
@@ -47,7 +47,7 @@ def test_typo_is_rejected_with_suggestion():
         ({"keep_last_steps": -1}, "keep_last_steps", ">= 0"),
         ({"routes_require_api_key": None}, "routes_require_api_key", "true or false"),
         ({"allowed_output_dirs": "/tmp/x"}, "allowed_output_dirs", "list of directory paths"),
-        ({"allowed_output_dirs": ["s3://bucket"]}, "allowed_output_dirs", "local directories"),
+        ({"allowed_output_dirs": ["s3://bucket"]}, "allowed_output_dirs", "local directory"),
         ({"trainer_step_offset": 1.5}, "trainer_step_offset", "integer"),
         ({"trainer_step_offset": "1"}, "trainer_step_offset", "integer"),
         ({"trainer_step_offset": True}, "trainer_step_offset", "integer"),

@@ -175,8 +175,8 @@ def test_command_round_trip(tmp_path):
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
                    "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True,
                    "chunk_iterations": 0, "max_pause_ms": 200, "output_dir": None, "torch_overrides": None,
-                   "trace": True, "memory": False, "memory_stacks": "python", "memory_max_entries": 100000,
-                   "start_at": None, "step_source": "request"}
+                   "trace": True, "backend": None, "memory": False, "memory_stacks": "python",
+                   "memory_max_entries": 100000, "start_at": None, "step_source": "request"}
 
 
 def test_chunk_iterations_from_the_request_or_the_server(tmp_path):
