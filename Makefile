@@ -15,11 +15,11 @@ PYTEST_ARGS ?=
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
-.PHONY: env nvtx-recorder browser report-screenshot tiny-model demo demo-sglang test unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
+.PHONY: env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder $(GPU_KIT_DEPS)/.downloaded compat-releases
 
 # Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
 # extra, drives it: no browser download), and Debian's Prometheus, the real scraper of the step
@@ -132,6 +132,28 @@ $(VERL_SITE)/.installed: tests/requirements/verl-0.9.1-imports.txt | $(VENV_VLLM
 	$(VPY) -m pip install -q --no-deps --target $(VERL_SITE) -r tests/requirements/verl-0.9.1-imports.txt
 	touch $@
 
+# The GPU proof kit (docs/gpu.md): the wheel, its dependencies as manylinux wheels for CPython 3.10-3.12
+# (downloaded once, beside the rest of `make env`) and examples/gpu_check.py; `make gpu-check` runs it
+# here with GPU_PYTHON (a Python with torch; DEVICE: cuda, cpu or auto).
+GPU_KIT := .gpu-kit
+GPU_KIT_DEPS := .cache/gpu-kit-deps
+GPU_PYTHON ?= $(VPY)
+DEVICE ?= auto
+
+$(GPU_KIT_DEPS)/.downloaded: examples/gpu_check.py
+	$(PYTHON) examples/gpu_check.py deps $(GPU_KIT_DEPS)
+
+gpu-kit: $(DIST)/.built $(GPU_KIT_DEPS)/.downloaded
+	$(PYTHON) examples/gpu_check.py kit $(GPU_KIT) --wheel "$$(ls $(DIST)/*.whl)" --deps $(GPU_KIT_DEPS)
+
+gpu-check: gpu-kit
+	$(GPU_PYTHON) $(GPU_KIT)/gpu_check.py check --device $(DEVICE) --out gpu-check
+
+# The engine releases `make test`'s contract tests run (CI_SUBSET), fetched and unpacked into .cache/
+# beside the rest of the environment rather than during the tests (tests/compat/releases.py).
+compat-releases:
+	$(PYTHON) tests/compat/releases.py --ci-subset >/dev/null
+
 # The NVTX injection library the tests read Nsight Systems' ranges with (tests/helpers/nvtx_log.py):
 # built with cc from NVTX's public headers (the nvtx sdist's include/, fetched once).
 nvtx-recorder: .cache/nvtx-recorder/libnvtx_recorder.so
@@ -159,6 +181,10 @@ report-screenshot: demo
 test: env tiny-model
 	$(VPY) -m pytest $(PYTEST_ARGS)
 	$(SPY) -m pytest tests/sglang $(PYTEST_ARGS)
+
+# The variants `make test` leaves out for CI's time (marked `extended`: docs/testing.md).
+test-extended: env tiny-model
+	$(VPY) -m pytest -m extended $(PYTEST_ARGS)
 
 unit: env
 	$(VPY) -m pytest tests/unit $(PYTEST_ARGS)

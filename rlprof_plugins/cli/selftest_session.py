@@ -4,7 +4,9 @@ The controller, backend choice, request parsing, chunks, stage split,
 stitch, export and memory snapshot are the ones engine processes run; only
 the engine is the self-test's own model. What the files hold is read back
 the way users read them: ``rlprof check`` on each trace, the summary, the
-step report, the memory snapshot as the report reads it.
+step report, the memory snapshot as the report reads it, and the proof
+checks (``selftest_proof``: kernels in every iteration, torch's memory
+viewer, the merged trace, the report's device time).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..trace.check import check
 from ..trace.pauses import PAUSE_NAME, ROTATION
 from ..trace.reader import TraceReader
 from ..trace.stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
+from .selftest_proof import prove
 
 CHUNKS = 4  # the window is recorded in about this many chunks, so the stitch runs
 WAIT_SECONDS = 300
@@ -144,6 +147,7 @@ def _read_back(test: Any, status: dict, schedule: list[str], memory: bool, memor
              else f"{test.device}: no CUDA kernels or CUPTI flows to count")
     _memory(test, folder, status, memory, memory_why)
     _summary_and_report(test, folder)
+    prove(test, folder, traces)  # the GPU proof kit's checks (docs/gpu.md)
 
 
 def _count(traces: list[Path]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ wheel; their sources import on CPU with ``VLLM_TARGET_DEVICE=cpu`` (shared
 engine notes, section 6), which ``contract_environment`` sets.
 
     python -m tests.compat.releases vllm 0.12.0.post2   # fetch one
+    python tests/compat/releases.py --ci-subset         # fetch what `make test` runs (make env)
 """
 
 from __future__ import annotations
@@ -33,10 +34,14 @@ INSTALLED = {"vllm": "0.32.0", "sglang": "0.5.23"}  # in .venv-vllm / .venv-sgla
 
 
 def distribution(engine: str, version: str) -> str:
-    from packaging.version import Version
-
     last = LAST_CPU_BUILD.get(engine)
-    return engine if last and Version(version) > Version(last) else DISTRIBUTION[engine]
+    return engine if last and _release(version) > _release(last) else DISTRIBUTION[engine]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``0.12.0.post2`` -> (0, 12, 0): enough to order the releases above (no packaging needed: make env
+    runs this with the system Python)."""
+    return tuple(int(part) for part in version.split(".")[:3])
 
 
 def contract_environment(engine: str, version: str) -> dict[str, str]:
@@ -84,5 +89,25 @@ def ensure(engine: str, version: str) -> Path | None:
     return target
 
 
+def ci_subset() -> list[tuple[str, str]]:
+    """The releases ``make test`` runs (each engine's ``CI_SUBSET``), read from patches/<engine>/facts.py
+    without importing it (``make env`` fetches them before any environment exists)."""
+    import ast
+
+    out = []
+    for engine in DISTRIBUTION:
+        tree = ast.parse((ROOT / "patches" / engine / "facts.py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CI_SUBSET" for t in node.targets):
+                out += [(engine, v) for v in ast.literal_eval(node.value) if v != INSTALLED[engine]]
+    return out
+
+
 if __name__ == "__main__":
-    print(ensure(sys.argv[1], sys.argv[2]))
+    if sys.argv[1:] == ["--ci-subset"]:  # make env: the CI subset's wheels, beside the rest of the environment
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            print(*pool.map(lambda release: ensure(*release), ci_subset()), sep="\n")
+    else:
+        print(ensure(sys.argv[1], sys.argv[2]))

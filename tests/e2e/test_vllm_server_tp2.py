@@ -108,7 +108,8 @@ def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
         body = {"global_step": step, "step_start": 0, "step_end": 4, "by_stage": by_stage}
         assert server_tp2.post("/start_profile", body).status_code == 200
         server_tp2.complete(max_tokens=8)
-        assert server_tp2.wait_state()["state"] == "done"
+        status = server_tp2.wait_state()
+        assert status["state"] == "done", status
     whole = server_tp2.trace_dir / "global_step_14"
     assert list((whole / "frontend").glob("*.async_llm.*")) and merged_file(whole).exists()
     assert hta_ranks(whole / "ranks") == [0, 1]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.helpers.traces import load_trace, pause_events
 
-BURSTS, CONCURRENT, TOKENS, GAP_S = 3, 3, 24, 0.5
+BURSTS, CONCURRENT, TOKENS, GAP_S = 2, 3, 24, 0.3  # enough idle for one torch session to record millions of events
 MAX_PAUSE_MS = 200  # rlprof's default budget
 LIMIT_MB = 4096  # the acceptance: the engine process stays under 4 GB on the tiny model
 

@@ -81,7 +81,7 @@ class VllmServer:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def wait_state(self, states=("done", "failed"), timeout: float = 60) -> dict:
+    def wait_state(self, states=("done", "failed"), timeout: float = 180) -> dict:
         deadline = time.time() + timeout
         while True:
             status = self.get("/profile_status").json()
@@ -124,7 +124,7 @@ def launch(server_cls, name: str, tmp: Path, log_path: Path, port: int, command:
                 return server
         except requests.RequestException:
             pass
-        time.sleep(1)
+        time.sleep(0.25)
     server.stop()
     raise RuntimeError(f"{name} did not become healthy in {timeout}s:\n{server.log()[-4000:]}")
 

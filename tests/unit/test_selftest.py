@@ -34,7 +34,9 @@ def test_the_installed_command_profiles_the_model_and_says_what_works(tmp_path):
     assert states == {"CUDA graph decode": "skipped", "session start": "ok", "recording and export": "ok",
                       "stage traces": "ok", "chunks, stitched": "ok", "pauses marked in the trace": "ok",
                       "rlprof check": "ok", "kernels and flow events": "skipped", "memory snapshot": "skipped",
-                      "rlprof summary": "ok", "rlprof report": "ok"}
+                      "rlprof summary": "ok", "rlprof report": "ok", "kernels in every iteration": "skipped",
+                      "memory snapshot in torch's viewer": "skipped", "merged trace checked": "ok",
+                      "device time in the report": "skipped"}
     assert result["ok"] and result["device"] == "cpu"
     assert "cpu" in next(p["detail"] for p in result["parts"] if p["name"] == "memory snapshot")
     for cost in ("iteration, not profiled", "iteration, recording", "pauses on the engine thread",
@@ -65,6 +67,7 @@ def test_the_memory_part_reads_back_the_snapshot(tmp_path, monkeypatch):
     parts = {p.name: p for p in result.parts}
     assert result.ok, [vars(p) for p in result.parts]
     assert parts["memory snapshot"].state == "ok"
+    assert parts["memory snapshot in torch's viewer"].state == "ok"  # torch's own _memory_viz reads it
     assert "pauses marked in the trace" in parts and parts["pauses marked in the trace"].state == "ok"
     snapshot = pickle.loads((tmp_path / "global_step_0" / "memory" / "rank0.pickle").read_bytes())
     allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
@@ -75,3 +78,30 @@ def test_the_memory_part_reads_back_the_snapshot(tmp_path, monkeypatch):
 def test_a_device_this_host_lacks_is_named():
     with pytest.raises(CliError, match="--device cuda: no such device here"):
         selftest.resolve_device("cuda")
+
+
+def test_kernels_are_counted_in_the_iteration_that_launched_them(tmp_path):
+    """A CUDA-shaped trace: a kernel belongs to the iteration whose runtime call (same correlation id)
+    started in it, wherever the device ran it; a replayed graph's kernels carry its launch's id."""
+    import gzip
+    import json
+
+    from rlprof_plugins.cli.selftest_proof import kernels_per_iteration
+
+    def x(name, ts, dur, cat="cpu_op", **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args}
+
+    events = [x("rlprof::iteration 0 [prefill] prefill_tokens=8 decode_tokens=0 batch=1", 0, 100),
+              x("cudaLaunchKernel", 10, 5, "cuda_runtime", correlation=1),
+              x("cudaLaunchKernel", 20, 5, "cuda_runtime", correlation=2),
+              x("rlprof::iteration 1 [decode] prefill_tokens=0 decode_tokens=1 batch=1", 200, 100),
+              x("cudaGraphLaunch", 210, 5, "cuda_runtime", correlation=3),
+              x("rlprof::iteration 2 [decode] prefill_tokens=0 decode_tokens=1 batch=1", 400, 100),
+              x("gemm", 150, 50, "kernel", correlation=1),  # runs after its iteration ended: still its own
+              x("gemv", 160, 5, "kernel", correlation=2),
+              x("graph_gemv", 230, 5, "kernel", correlation=3), x("graph_add", 240, 5, "kernel", correlation=3),
+              x("orphan", 600, 5, "kernel", correlation=99)]
+    path = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    assert kernels_per_iteration(path) == [2, 2, 0]
