@@ -9,6 +9,10 @@ VENV_SGLANG := .venv-sglang
 SPY := $(VENV_SGLANG)/bin/python
 VENV_HTA := .venv-hta
 TINY_MODEL := .cache/tiny-llama
+GPU_KIT := .gpu-kit
+GPU_KIT_DEPS := .cache/gpu-kit-deps
+GPU_PYTHON ?= $(VPY)
+DEVICE ?= auto
 PYTEST_ARGS ?=
 # `python -m` and `-c` put the working directory (this checkout) first on sys.path, where the
 # tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
@@ -135,10 +139,6 @@ $(VERL_SITE)/.installed: tests/requirements/verl-0.9.1-imports.txt | $(VENV_VLLM
 # The GPU proof kit (docs/gpu.md): the wheel, its dependencies as manylinux wheels for CPython 3.10-3.12
 # (downloaded once, beside the rest of `make env`) and examples/gpu_check.py; `make gpu-check` runs it
 # here with GPU_PYTHON (a Python with torch; DEVICE: cuda, cpu or auto).
-GPU_KIT := .gpu-kit
-GPU_KIT_DEPS := .cache/gpu-kit-deps
-GPU_PYTHON ?= $(VPY)
-DEVICE ?= auto
 
 $(GPU_KIT_DEPS)/.downloaded: examples/gpu_check.py
 	$(PYTHON) examples/gpu_check.py deps $(GPU_KIT_DEPS)

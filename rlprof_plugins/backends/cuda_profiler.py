@@ -85,7 +85,7 @@ class CudaProfilerBackend:
         self._capture: int | None = None
         self._skipped: str | None = None
         self._runtime: Any = None
-        self._iterations: list[int] = []
+        self._iterations = [0, None, None]  # count, first, last: a long session keeps no list
         self._times: dict[str, int] = {}
 
     def name_session(self, global_step: int | None, session_id: str) -> None:
@@ -120,7 +120,10 @@ class CudaProfilerBackend:
             return contextlib.nullcontext()
         index = name[len(ITERATION_PREFIX):].split(maxsplit=1)
         if index and index[0].isdigit():
-            self._iterations.append(int(index[0]))
+            its = self._iterations
+            its[0] += 1
+            its[1] = int(index[0]) if its[1] is None else its[1]
+            its[2] = int(index[0])
         return _NvtxRange(name)
 
     def stop(self) -> None:
@@ -141,7 +144,7 @@ class CudaProfilerBackend:
         return [ExportedFile(out, CAPTURE_KIND)]
 
     def describe(self) -> dict[str, Any]:
-        its = self._iterations
+        count, first, last = self._iterations
         return {
             "backend": "cuda",
             "global_step": self.global_step,
@@ -153,7 +156,7 @@ class CudaProfilerBackend:
             # the N-th cudaProfilerStart of this process: nsys's N-th capture range in it (None: skipped)
             "capture_range": self._capture,
             "capture_skipped": self._skipped,
-            "iterations": {"count": len(its), "first": its[0] if its else None, "last": its[-1] if its else None},
+            "iterations": {"count": count, "first": first, "last": last},
             **self._times,
             "nsys": nsys_commands(self.range_name),
             **({"metadata": self.extra_metadata} if self.extra_metadata else {}),
