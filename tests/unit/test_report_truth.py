@@ -76,18 +76,19 @@ def test_operator_changes_are_per_iteration_not_totals(tmp_path):
     """Step 2 records twice the iterations of step 1, the same decode traffic: per iteration the
     operators hardly change (where totals read about +100% everywhere), each change shown with both
     iteration counts."""
-    root = decode_steps(tmp_path / "root", {0: 4, 1: 12, 2: 24})  # step 0: the first calls' warm-up
+    # step 0: the first calls' warm-up; 40 iterations against 80, so that one preemption of this
+    # shared machine moves an operator's mean by a few percent (12 against 24 read 67% once in five)
+    root = decode_steps(tmp_path / "root", {0: 4, 1: 40, 2: 80})
     code, data = report(root, "--steps", "1-2", "--compare", "1", "2")
     assert code == 0
     step1, step2 = data["steps"]
-    assert (step1["stages"]["decode"]["iterations"], step2["stages"]["decode"]["iterations"]) == (12, 24)
+    assert (step1["stages"]["decode"]["iterations"], step2["stages"]["decode"]["iterations"]) == (40, 80)
     ops = [o for o in step2["operators"]["cpu"] if o["change_pct"] is not None]
-    assert ops and all((o["iterations"], o["before_iterations"]) == (24, 12) for o in ops)
-    # timed on a shared 2-core machine: per iteration within half of the +100% totals would read
-    assert statistics.median(abs(o["change_pct"]) for o in ops) <= 50, ops
+    assert ops and all((o["iterations"], o["before_iterations"]) == (80, 40) for o in ops)
+    assert statistics.median(abs(o["change_pct"]) for o in ops) <= 35, ops
     compared = [o for o in data["compare"]["operators"]["cpu"] if o["status"] is None]
-    assert statistics.median(abs(o["change_pct"]) for o in compared) <= 50
-    assert all((o["a_iterations"], o["b_iterations"]) == (12, 24) for o in compared)
+    assert statistics.median(abs(o["change_pct"]) for o in compared) <= 35
+    assert all((o["a_iterations"], o["b_iterations"]) == (40, 80) for o in compared)
 
 
 def test_new_and_gone_operators_are_marked(tmp_path):
