@@ -120,9 +120,12 @@ def operator_changes(now: dict, now_iterations: dict[str, int], before: dict | N
                      before_iterations: dict[str, int] | None, n: int, gone: int = 5) -> dict[str, list[dict]]:
     """Per kind, the ``n`` busiest operators per iteration of their stage, each against ``before``:
     ``{name, stage, ms and before_ms (totals), iterations, per_iteration_ms, before_iterations,
-    before_per_iteration_ms, change_pct, status}``; ``status`` is ``new`` (the stage ran before, this operator did not) or ``gone``
-    (up to ``gone`` of the busiest before, absent now). Operators outside every iteration count in totals
-    only (``per_iteration_ms`` None)."""
+    before_per_iteration_ms, change_pct, status}``; ``status`` is ``new`` (the stage ran before, this
+    operator did not), ``stage new`` (the step compared with did not run the stage at all), ``gone`` (up
+    to ``gone`` of the busiest before, absent now) or ``stage gone`` (their stage did not run now), so no
+    change is left blank without a reason. Operators outside every iteration count in totals only
+    (``per_iteration_ms`` None)."""
+    compared = before is not None
     before, before_iterations = before or {}, before_iterations or {}
     out = {}
     for kind in KINDS:
@@ -132,16 +135,25 @@ def operator_changes(now: dict, now_iterations: dict[str, int], before: dict | N
                 before_iterations.get(stage)
             for name, ms in kinds.get(kind, {}).items():
                 rows.append(_row(name, stage, ms, count, (earlier or {}).get(name), count_before,
-                                 "new" if earlier is not None and count_before and name not in earlier else None))
+                                 _status(name, stage, earlier, count_before, compared)))
         rows.sort(key=lambda r: (-(r["per_iteration_ms"] if r["per_iteration_ms"] is not None else -1), -r["ms"],
                                  r["stage"], r["name"]))
         shown = rows[:n]
-        vanished = [_row(name, stage, 0.0, now_iterations.get(stage), ms, before_iterations.get(stage), "gone")
-                    for stage, kinds in before.items() if stage != BETWEEN and now_iterations.get(stage)
+        vanished = [_row(name, stage, 0.0, now_iterations.get(stage), ms, before_iterations.get(stage),
+                         "gone" if now_iterations.get(stage) else "stage gone")
+                    for stage, kinds in before.items() if stage != BETWEEN and before_iterations.get(stage)
                     for name, ms in kinds.get(kind, {}).items() if name not in now.get(stage, {}).get(kind, {})]
         vanished.sort(key=lambda r: (-(r["before_per_iteration_ms"] or 0.0), r["name"]))
         out[kind] = shown + vanished[:gone]
     return out
+
+
+def _status(name: str, stage: str, earlier: dict | None, count_before: int | None, compared: bool) -> str | None:
+    if not compared or stage == BETWEEN:
+        return None
+    if not count_before:
+        return "stage new"
+    return "new" if earlier is not None and name not in earlier else None
 
 
 def _row(name: str, stage: str, ms: float, count: int | None, before_ms: float | None, count_before: int | None,
@@ -153,4 +165,4 @@ def _row(name: str, stage: str, ms: float, count: int | None, before_ms: float |
             "iterations": count if stage != BETWEEN else None,
             "per_iteration_ms": per, "before_iterations": count_before if stage != BETWEEN else None,
             "before_per_iteration_ms": per_before,
-            "change_pct": -100.0 if status == "gone" else change_pct(per_before, per), "status": status}
+            "change_pct": -100.0 if status in ("gone", "stage gone") else change_pct(per_before, per), "status": status}

@@ -71,3 +71,17 @@ def test_operator_changes_per_iteration_with_counts_new_and_gone():
     assert rows["idle"]["per_iteration_ms"] is None and rows["idle"]["change_pct"] is None  # totals only
     first = {r["name"]: r for r in operator_changes(now, {"decode": 8}, None, None, n=10)["cpu"]}
     assert first["aten::mm"]["status"] is None and "aten::gone" not in first  # nothing before: nothing new
+
+
+def test_a_stage_one_step_did_not_run_says_so_instead_of_a_blank_change():
+    before = {"decode": {"cpu": {"aten::mm": 4.0}, "device": {}},
+              "prefill": {"cpu": {"aten::embedding": 3.0}, "device": {}}}
+    now = {"decode": {"cpu": {"aten::mm": 4.0, "aten::cat": 1.0}, "device": {}},
+           "extend": {"cpu": {"aten::slice": 2.0}, "device": {}}}
+    rows = {(r["stage"], r["name"]): r for r in operator_changes(
+        now, {"decode": 4, "extend": 2}, before, {"decode": 4, "prefill": 1}, n=10)["cpu"]}
+    assert (rows["extend", "aten::slice"]["status"], rows["extend", "aten::slice"]["change_pct"]) == ("stage new", None)
+    assert (rows["decode", "aten::cat"]["status"], rows["decode", "aten::mm"]["status"]) == ("new", None)
+    gone = rows["prefill", "aten::embedding"]
+    assert (gone["status"], gone["change_pct"], gone["per_iteration_ms"], gone["before_per_iteration_ms"]) == (
+        "stage gone", -100.0, None, 3.0)

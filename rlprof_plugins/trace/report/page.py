@@ -31,7 +31,7 @@ th{background:#f4f4f4}td.name,th.name{text-align:left;max-width:520px;overflow-w
 .up{color:#b00020}.down{color:#1b7e3c}.note{background:#fff4e5;border-left:4px solid #e6a100;padding:6px 10px;margin:4px 0}
 .bad{background:#fdecea;border-left-color:#b00020}details{border:1px solid #ddd;border-radius:4px;padding:4px 12px;
 margin:10px 0}summary{cursor:pointer;font-weight:600}.state-failed,.state-error{color:#b00020}.muted{color:#777}
-.charts{display:flex;flex-wrap:wrap;gap:8px}.status{font-weight:600}
+.charts{display:flex;flex-wrap:wrap;gap:8px}.status{font-weight:600;white-space:nowrap}
 #steps,#older-steps{font-size:13px}#steps td,#steps th,#older-steps td,#older-steps th{padding:2px 5px}
 """
 NEWEST_ROWS = 60  # across-steps rows shown unfolded; older ones fold away
@@ -160,7 +160,7 @@ def _compare(c: dict[str, Any]) -> str:
             out.append(f"<h3>{heading}, by change per iteration of their stage</h3><table class=compare "
                        f"data-kind={kind}><tr><th class=name>operator</th><th class=name>stage</th>"
                        f"<th>ms/iteration {a}</th><th>ms/iteration {b}</th><th>change</th><th>iterations {a}</th>"
-                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class=name></th></tr>"
+                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class=name>status</th></tr>"
                        + "".join(
                            f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>" + "".join(
                                cell(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")
