@@ -112,8 +112,8 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
 
 def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: bool) -> str:
     step = row["global_step"]
-    anchor = (f"<a href='#step-{escape(str(step))}'>{escape(str(step))}</a>" if "timeline" in row
-              else escape(str(step if step is not None else "-")))
+    label = escape(str(step if step is not None else "-"))  # "-": a folder of traces that names no step
+    anchor = f"<a href='#step-{escape(str(step))}'>{label}</a>" if "timeline" in row else label
     who = row["straggler"] or {}
     cells = [f"<td data-field=global_step data-value='{json.dumps(step)}'>{anchor}</td>",
              f"<td class='name nw state-{escape(row['state'] if not row['unreadable'] else 'error')}'>"
@@ -160,7 +160,7 @@ def _compare(c: dict[str, Any]) -> str:
             out.append(f"<h3>{heading}, by change per iteration of their stage</h3><table class=compare "
                        f"data-kind={kind}><tr><th class=name>operator</th><th class=name>stage</th>"
                        f"<th>ms/iteration {a}</th><th>ms/iteration {b}</th><th>change</th><th>iterations {a}</th>"
-                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class=name>status</th></tr>"
+                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class='name nw'>status</th></tr>"
                        + "".join(
                            f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>" + "".join(
                                cell(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")

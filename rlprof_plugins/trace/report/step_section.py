@@ -120,7 +120,7 @@ def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
                    + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
     return (f"<h3>{escape(heading)}</h3><table class=operators data-kind={kind}><tr><th class=name>operator</th>"
             "<th class=name>stage</th><th>ms per iteration</th><th>previous step</th><th>change per iteration</th>"
-            "<th>iterations</th><th>previous iterations</th><th>total ms</th><th class=name>status</th></tr>"
+            "<th>iterations</th><th>previous iterations</th><th>total ms</th><th class='name nw'>status</th></tr>"
             f"{rows}</table>")
 
 
