@@ -34,6 +34,6 @@ def sglang_tp1(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sglang-tp1")
     config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
               "step_start": 2, "step_end": 6}
-    server = start_sglang(tmp, config)
+    server = start_sglang(tmp, config, sleep_on_idle=False)  # SGLang's default idle loop: the bursty test is about it
     yield server
     server.stop()

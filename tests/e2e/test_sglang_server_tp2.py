@@ -31,7 +31,8 @@ def sglang_tp2(tmp_path_factory):
     config = {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
               "step_source": "weight_version", "trainer_step_offset": -1}
     server = start_server(tmp, None, tp=2, env={"RLPROF_PROFILER_CONFIG": json.dumps(config),
-                                                "SGLANG_PLUGINS": "not-rlprof", "RLPROF_SGLANG_AUTOLOAD": "1"})
+                                                "SGLANG_PLUGINS": "not-rlprof", "RLPROF_SGLANG_AUTOLOAD": "1"},
+                          sleep_on_idle=False)  # SGLang's default idle loop: the bursty test is about it
     server.trace_dir = tmp / "traces"
     yield server
     server.stop()

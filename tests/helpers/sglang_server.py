@@ -36,9 +36,18 @@ def cpu_env(tp: int = 1, **extra: str) -> dict[str, str]:
     return env
 
 
-def server_command(port: int, profiler_config: dict | None, tp: int = 1, extra: list[str] | None = None) -> list[str]:
+# SGLang's scheduler polls its sockets without pause when it has no batch: an idle TP=1 server keeps
+# one core busy, TP=2 about one and a half (measured here, 10 s idle after one request: 1.02 and 1.47
+# cores; with --sleep-on-idle 0.04 and 0.06). On CI's two cores every other test waited on that, so
+# servers sleep when idle (SGLang's own flag: "Reduce CPU usage when sglang is idle") unless a test is
+# about the idle loop itself: the bursty sessions' servers keep SGLang's default (sleep_on_idle=False).
+SLEEP_ON_IDLE = ["--sleep-on-idle"]
+
+
+def server_command(port: int, profiler_config: dict | None, tp: int = 1, extra: list[str] | None = None,
+                   sleep_on_idle: bool = True) -> list[str]:
     cmd = [str(SGLANG_PYTHON), "-m", "sglang.launch_server", "--model-path", str(TINY_MODEL),
-           "--host", "127.0.0.1", "--port", str(port), *SMALL_FLAGS]
+           "--host", "127.0.0.1", "--port", str(port), *SMALL_FLAGS, *(SLEEP_ON_IDLE if sleep_on_idle else [])]
     if tp > 1:
         cmd += ["--tp", str(tp)]
     if profiler_config is not None:
@@ -56,10 +65,11 @@ class SglangServer(VllmServer):
 
 
 def start_server(tmp: Path, profiler_config: dict | None, *, tp: int = 1, extra: list[str] | None = None,
-                 env: dict[str, str] | None = None, timeout: float = 240) -> SglangServer:
+                 env: dict[str, str] | None = None, timeout: float = 240, sleep_on_idle: bool = True) -> SglangServer:
     port = free_port()
     return launch(SglangServer, "SGLang", tmp, tmp / f"sglang-{port}.log", port,
-                  server_command(port, profiler_config, tp, extra), cpu_env(tp, **(env or {})), profiler_config, timeout)
+                  server_command(port, profiler_config, tp, extra, sleep_on_idle), cpu_env(tp, **(env or {})),
+                  profiler_config, timeout)
 
 
 def run_until_exit(tmp: Path, args: list[str], timeout: float = 180,

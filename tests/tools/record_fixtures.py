@@ -70,7 +70,7 @@ def native_vllm(out: Path, tmp: Path) -> None:
 
 def native_sglang(out: Path, tmp: Path) -> None:
     folder = tmp / "native"
-    server = sglang_server.start_server(tmp, None, tp=2, env={"RLPROF_DISABLE": "1"})
+    server = sglang_server.start_server(tmp, None, tp=2, env={"RLPROF_DISABLE": "1"}, sleep_on_idle=False)
     try:
         server.complete(max_tokens=4)  # warm-up
         body = {"output_dir": str(folder), "num_steps": 10, "activities": ["CPU"], "with_stack": False}
