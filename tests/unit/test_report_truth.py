@@ -72,23 +72,36 @@ def decode_steps(root: Path, windows: dict[int, int]) -> Path:
     return root
 
 
-def test_operator_changes_are_per_iteration_not_totals(tmp_path):
-    """Step 2 records twice the iterations of step 1, the same decode traffic: per iteration the
-    operators hardly change (where totals read about +100% everywhere), each change shown with both
-    iteration counts."""
-    # step 0: the first calls' warm-up; 40 iterations against 80, so that one preemption of this
-    # shared machine moves an operator's mean by a few percent (12 against 24 read 67% once in five)
-    root = decode_steps(tmp_path / "root", {0: 4, 1: 40, 2: 80})
+def per_iteration_changes(root: Path) -> tuple[float, float]:
+    """Steps 1 (40 iterations) and 2 (80) of ``root`` compared: the median |change| of the operators
+    on step 2's row and in ``--compare``, each change shown with both iteration counts."""
     code, data = report(root, "--steps", "1-2", "--compare", "1", "2")
     assert code == 0
     step1, step2 = data["steps"]
     assert (step1["stages"]["decode"]["iterations"], step2["stages"]["decode"]["iterations"]) == (40, 80)
     ops = [o for o in step2["operators"]["cpu"] if o["change_pct"] is not None]
     assert ops and all((o["iterations"], o["before_iterations"]) == (80, 40) for o in ops)
-    assert statistics.median(abs(o["change_pct"]) for o in ops) <= 35, ops
     compared = [o for o in data["compare"]["operators"]["cpu"] if o["status"] is None]
-    assert statistics.median(abs(o["change_pct"]) for o in compared) <= 35
-    assert all((o["a_iterations"], o["b_iterations"]) == (40, 80) for o in compared)
+    assert compared and all((o["a_iterations"], o["b_iterations"]) == (40, 80) for o in compared)
+    return (statistics.median(abs(o["change_pct"]) for o in ops),
+            statistics.median(abs(o["change_pct"]) for o in compared))
+
+
+def test_operator_changes_are_per_iteration_not_totals(tmp_path):
+    """Step 2 records twice the iterations of step 1, the same decode traffic: per iteration the
+    operators hardly change (where totals read about +100% everywhere), each change shown with both
+    iteration counts."""
+    # step 0: the first calls' warm-up; 40 iterations against 80. This machine's noise only ever
+    # inflates one session's times (12 against 24 read 67% once in five; 40 against 80 read 55% once
+    # in the whole suite after 15 runs under 16%), so up to three recordings: the defect of totals
+    # reads about +100% in every one of them.
+    medians = []
+    for attempt in range(3):
+        root = decode_steps(tmp_path / f"root{attempt}", {0: 4, 1: 40, 2: 80})
+        medians.append(per_iteration_changes(root))
+        if max(medians[-1]) <= 35:
+            break
+    assert max(medians[-1]) <= 35, medians
 
 
 def test_new_and_gone_operators_are_marked(tmp_path):
