@@ -30,7 +30,10 @@ WORKER_FILE = Path("vllm/v1/worker/gpu_worker.py")
 PROFILE_HEAD = "    def profile(\n        self,\n        is_start: bool = True,\n"
 CHANGED_HEAD = "    def profile(\n        self,\n        mode,\n        is_start: bool = True,\n"
 
-pytestmark = pytest.mark.skipif(not PYTHON["vllm"].exists(), reason="no vLLM test environment; `make env` builds it")
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the shape rule runs on declarations and records in
+# tests/unit/test_shapes.py and on the real releases in tests/compat/test_releases.py
+pytestmark = [pytest.mark.extended,
+              pytest.mark.skipif(not PYTHON["vllm"].exists(), reason="no vLLM test environment; `make env` builds it")]
 
 # Runs in the child: the plugin as the engine loads it, then every patched module.
 STARTUP = """

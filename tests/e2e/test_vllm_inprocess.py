@@ -11,6 +11,10 @@ from tests.helpers.installed import TEST_PATH
 from tests.helpers.traces import iteration_indices, load_trace, rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, AsyncLLM in-process runs in tests/clients/test_verl_vllm.py
+# and LLM in-process in tests/vllm/test_plugin_loading.py
+pytestmark = pytest.mark.extended
+
 SCRIPT = Path(__file__).with_name("inprocess_vllm.py")
 REPO = Path(__file__).resolve().parents[2]
 

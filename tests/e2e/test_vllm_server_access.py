@@ -10,6 +10,10 @@ from rlprof_plugins.store.layout import step_folders
 from tests.helpers.traces import rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, start_server, start_together
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the API key on the profiling routes is checked on
+# vLLM and SGLang in tests/e2e/test_trainer_control.py; retention in tests/unit
+pytestmark = pytest.mark.extended
+
 KEY = "sekret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 

@@ -21,7 +21,9 @@ from rlprof_plugins.trace.check import check
 from tests.helpers.traces import iteration_indices, load_trace, merged_file, rank_traces
 from tests.helpers.vllm_server import start_two_nodes
 
-pytestmark = pytest.mark.vllm
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, a server spanning two nodes runs on SGLang
+# (tests/e2e/test_sglang_two_nodes.py) and collect/merge of node folders in tests/unit/test_multinode.py
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,10 @@ import sys
 
 import pytest
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the NPU backend runs in tests/npu/test_npu_backend.py
+# and SGLang's NPU path in tests/sglang/test_sglang_npu.py
+pytestmark = pytest.mark.extended
+
 from tests.compat.releases import ROOT, ensure
 from tests.helpers.installed import TEST_PATH
 from tests.npu.sources import STAND_INS, VLLM_FOR_ASCEND, vllm_ascend_source

@@ -50,6 +50,7 @@ SWITCHES = ({"VERL_USE_EXTERNAL_PLUGINS": "none"}, {"VERL_USE_EXTERNAL_PLUGINS":
             {"VERL_USE_EXTERNAL_PLUGINS": "rlprof"}, {})
 
 
+@pytest.mark.extended  # CI's 25 minutes: the switches themselves run in tests/vllm/test_plugin_loading.py
 def test_switches_leave_verl_unpatched():
     probe = (f"import {MODULE['sglang']} as m; "
              "print('PATCHED', hasattr(m.SGLangHttpServer.start_profile, '__wrapped__'))")

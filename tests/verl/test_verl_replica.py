@@ -26,7 +26,10 @@ from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import TINY_MODEL
 from tests.verl import site
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not site.installed(), reason="make env builds .cache/verl-0.9.1")]
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, verl's calls run on both engines in
+# tests/clients/test_verl_vllm.py and test_verl_sglang.py, verl's modules in test_verl_contract.py
+pytestmark = [pytest.mark.vllm, pytest.mark.extended,
+              pytest.mark.skipif(not site.installed(), reason="make env builds .cache/verl-0.9.1")]
 
 REPLICA = "agent_loop_rollout_replica_0"  # verl's rollout_trace_dir(config, replica_rank=0)
 
