@@ -6,6 +6,10 @@ import pytest
 
 from tests.helpers.vllm_server import run_until_exit
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, a bad configuration fails naming the key on
+# vLLM's real argument parser (tests/vllm/test_vllm_config_keys.py) and at SGLang's launch (test_sglang_native.py)
+pytestmark = pytest.mark.extended
+
 BAD_CONFIGS = [
     (["--profiler-config", '{"profiler":"torch","torch_profiler_dir":"/tmp/x","step_strat":2}'],
      "profiler config key 'step_strat': unknown key (did you mean 'step_start'?)"),
