@@ -27,7 +27,7 @@ from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.client import RolloutProfiler
 from tests.helpers import sglang_server
 from tests.helpers.prometheus import Prometheus
-from tests.helpers.vllm_server import start_server, start_together
+from tests.helpers.vllm_server import start_server
 
 CONFIG = {"torch_profiler_with_stack": False, "step_source": "weight_version"}
 
@@ -122,35 +122,23 @@ def check(rows: dict, root, ranks: int) -> None:
         assert {2, 3, 4, 5, 6} <= set(steps), (path.name, steps)
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    """Both TP=2 servers, started side by side (a start is mostly single-threaded imports)."""
-    tmps = {name: tmp_path_factory.mktemp(name) for name in ("vllm", "sglang")}
-    starts = {"vLLM": lambda: start_server(tmps["vllm"], {"profiler": "torch", "torch_profiler_dir":
-                                                           str(tmps["vllm"] / "traces"), **CONFIG}, tp=2,
-                                           env={"VLLM_SERVER_DEV_MODE": "1"})}
-    if sglang_server.available():
-        starts["SGLang"] = lambda: sglang_server.start_server(tmps["sglang"], {"torch_profiler_dir": str(
-            tmps["sglang"] / "traces"), **CONFIG}, tp=2, extra=["--enable-metrics"])
-    started = start_together(starts)
-    for name, server in started.items():
-        server.name = name
-    yield started
-    for server in started.values():
-        server.stop()
-
-
 @pytest.mark.vllm
-def test_vllm_measures_every_weight_version_and_traces_one(servers, tmp_path):
-    server = servers["vLLM"]
-    measure_trace_scrape_mark(server, server.trace_dir, tmp_path)
+def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
+    root = tmp_path / "traces"
+    server = start_server(tmp_path, {"profiler": "torch", "torch_profiler_dir": str(root), **CONFIG}, tp=2,
+                          env={"VLLM_SERVER_DEV_MODE": "1"})
+    server.name = "vLLM"
+    measure_trace_scrape_mark(server, root, tmp_path)
 
 
-def test_sglang_measures_every_weight_version_and_traces_one(servers, tmp_path):
-    if "SGLang" not in servers:
+def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
+    if not sglang_server.available():
         pytest.skip("SGLang environment (.venv-sglang) not built: make env")
-    server = servers["SGLang"]
-    measure_trace_scrape_mark(server, server.trace_dir, tmp_path)
+    root = tmp_path / "traces"
+    server = sglang_server.start_server(tmp_path, {"torch_profiler_dir": str(root), **CONFIG}, tp=2,
+                                        extra=["--enable-metrics"])
+    server.name = "SGLang"
+    measure_trace_scrape_mark(server, root, tmp_path)
 
 
 def measure_trace_scrape_mark(server, root, tmp_path, ranks: int = 2) -> None:
