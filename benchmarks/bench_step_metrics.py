@@ -30,9 +30,9 @@ sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the install
 def per_iteration(folder: Path) -> dict:
     from benchmarks.bench_vllm_profiling import hooked_worker_classes
     from rlprof_plugins.config.options import parse_options
-    from rlprof_plugins.patches.vllm.step_metrics import RECORDER_ATTR
-    from rlprof_plugins.session.step_recorder import StepRecorder
-    from rlprof_plugins.trace.stages import IterationInfo
+    from rlprof_plugins.patches.vllm.worker_hooks import RECORDER_ATTR
+    from rlprof_plugins.metrics.recorder import StepRecorder
+    from rlprof_plugins.stages import IterationInfo
 
     Worker, Wrapped = hooked_worker_classes()
     output = SimpleNamespace(num_scheduled_tokens={f"r{k}": 1 for k in range(8)}, total_num_scheduled_tokens=8,

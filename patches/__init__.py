@@ -11,6 +11,11 @@ all of them: ``base`` (the ``Patch`` declaration and its guarded apply),
 ``shapes`` (the shape rule for untested releases), ``features`` (the feature
 names), ``http_common`` (the profiling routes' replies) and
 ``bypassing_frontends`` (the servers that bypass the patched API servers).
+
+Floors inside, top to bottom (a module imports its own floor and the floors below; a patch module never
+imports another): the package's face and its table; the registry; an engine's package; patch modules;
+helpers; facts; the Patch declaration; what every engine's patches share.
+May import: `session`, `metrics`, `config`, `steps`, `backends`, `trace`, `store` and the ground.
 """
 
 from __future__ import annotations

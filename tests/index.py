@@ -36,7 +36,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.entry_points.verl": ("tests/clients/test_verl_vllm.py", "tests/clients/test_verl_sglang.py"),
     "rlprof_plugins.entry_points.vllm": ("tests/vllm/test_plugin_loading.py",),
     "rlprof_plugins.session.api_server_recorder": ("tests/e2e/test_vllm_server_tp1.py",),
-    "rlprof_plugins.session.engine_hooks": ("tests/unit/test_session.py", "tests/unit/test_idle_chunks.py"),
+    "rlprof_plugins.session.recording_output": ("tests/unit/test_session.py", "tests/unit/test_chunks.py"),
     "rlprof_plugins.session.exporter": ("tests/unit/test_session.py", "tests/unit/test_idle_chunks.py"),
     "rlprof_plugins.session.finalize": ("tests/unit/test_session.py", "tests/e2e/test_vllm_server_tp2.py"),
     "rlprof_plugins.session.recording": ("tests/unit/test_session.py", "tests/unit/test_chunks.py"),
@@ -46,17 +46,17 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.store.recovery": ("tests/unit/test_chunks.py",),
     "rlprof_plugins.trace.align": ("tests/unit/test_multinode.py",),
     "rlprof_plugins.trace.clock": ("tests/unit/test_multinode.py", "tests/unit/test_trace_merge.py"),
-    "rlprof_plugins.trace.parallel": ("tests/unit/test_trace_merge.py",),
+    "rlprof_plugins._parallel": ("tests/unit/test_trace_merge.py",),
     "rlprof_plugins.trace.rename": ("tests/unit/test_trace_merge.py", "tests/unit/test_chunks.py"),
     "rlprof_plugins.trace.time_split": ("tests/unit/test_report_steps.py",),
-    "rlprof_plugins.trace.report.charts": ("tests/unit/test_report_command.py",),
-    "rlprof_plugins.trace.report.compare": ("tests/unit/test_report_command.py",),
-    "rlprof_plugins.trace.report.page": ("tests/unit/test_report_command.py",),
-    "rlprof_plugins.trace.report.measured_rows": ("tests/unit/test_step_metrics.py",),
-    "rlprof_plugins.patches.vllm.step_metrics": ("tests/e2e/test_step_metrics_live.py",),
-    "rlprof_plugins.patches.sglang.step_metrics": ("tests/e2e/test_step_metrics_live.py",),
-    "rlprof_plugins.trace.report.ranks": ("tests/unit/test_report_steps.py",),
-    "rlprof_plugins.trace.report.step_section": ("tests/unit/test_report_command.py", "tests/unit/test_report_truth.py"),
+    "rlprof_plugins.report.charts": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.report.compare": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.report.page": ("tests/unit/test_report_command.py",),
+    "rlprof_plugins.report.measured_rows": ("tests/unit/test_step_metrics.py",),
+    "rlprof_plugins.metrics.engine_hook": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
+    "rlprof_plugins.metrics.series": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
+    "rlprof_plugins.report.ranks": ("tests/unit/test_report_steps.py",),
+    "rlprof_plugins.report.step_section": ("tests/unit/test_report_command.py", "tests/unit/test_report_truth.py"),
     "rlprof_plugins.patches.__main__": ("tests/unit/test_patch_table.py",),
     "rlprof_plugins.patches.features": ("tests/unit/test_patch_table.py",),
     "rlprof_plugins.patches.http_common": ("tests/e2e/test_vllm_server_access.py", "tests/e2e/test_sglang_server_tp1.py"),
@@ -100,6 +100,21 @@ def _importers() -> dict[str, list[str]]:
     return index
 
 
+def main(argv: list[str]) -> int:
+    """Print each named module's test files; exit 1 naming every name that is no module of the package."""
+    from tests.unit.test_layers import modules
+
+    known = modules()
+    unknown = [name for name in argv if name not in known]
+    for name in unknown:
+        close = sorted(k for k in known if k.endswith("." + name.rpartition(".")[2]))
+        print(f"tests.index: no module {name}" + (f" (did you mean {', '.join(close)}?)" if close else ""),
+              file=sys.stderr)
+    for wanted in argv:
+        if wanted not in unknown:
+            print(wanted, *tests_of(wanted), sep="\n  ")
+    return 1 if unknown or not argv else 0
+
+
 if __name__ == "__main__":
-    for wanted in sys.argv[1:]:
-        print(wanted, *tests_of(wanted), sep="\n  ")
+    sys.exit(main(sys.argv[1:]))

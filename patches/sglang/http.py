@@ -23,6 +23,11 @@ them, never ignored.
 
 from typing import Any
 
+try:  # FastAPI reads the routes' annotations; SGLang's HTTP server always has Starlette
+    from starlette.requests import Request
+except ImportError:  # no HTTP stack in this interpreter: no route is ever installed
+    Request = object
+
 from rlprof_plugins.config.requests import parse_mark_step
 from rlprof_plugins.errors import RequestError
 from rlprof_plugins.session.protocol import check_wait, local_piece
@@ -37,7 +42,20 @@ from .start_requests import server_config
 from .wire import send
 
 
-# ---- routes -----------------------------------------------------------------
+# What ``_install_routes`` keeps on the app for the routes: SGLang's http_server module (its
+# ``_global_state`` holds the TokenizerManager) and SGLang's own endpoints, by path.
+SERVER_STATE = "rlprof_http_server"
+NATIVE_STATE = "rlprof_native_endpoints"
+
+
+def _manager(raw_request):
+    return getattr(raw_request.app.state, SERVER_STATE)._global_state.tokenizer_manager
+
+
+def _native(raw_request, path: str):
+    return getattr(raw_request.app.state, NATIVE_STATE)[path]
+
+
 async def _body(raw_request) -> dict:
     body = await json_body(raw_request)
     if not isinstance(body, dict):
@@ -45,67 +63,75 @@ async def _body(raw_request) -> dict:
     return body
 
 
-def build_routes(module: Any, native: dict):
-    """Our three endpoints; ``native`` maps each path to SGLang's endpoint."""
-    from fastapi import Request
+# ---- the routes: one named function each ------------------------------------
+async def start_profile(raw_request: Request):
     from fastapi.responses import JSONResponse
 
-    def manager():
-        return module._global_state.tokenizer_manager
+    try:
+        body = await _body(raw_request)
+        config = server_config()
+        if config is None and not uses_rlprof(body):
+            return await _native_start(_native(raw_request, "/start_profile"), body)
+        result = await start(_manager(raw_request), body, config)
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse({"status": "started", **result})
 
-    async def start_profile(raw_request: Request):
-        try:
-            body = await _body(raw_request)
-            config = server_config()
-            if config is None and not uses_rlprof(body):
-                return await _native_start(native["/start_profile"], body)
-            result = await start(manager(), body, config)
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse({"status": "started", **result})
 
-    async def stop_profile(raw_request: Request):
-        try:
-            if stop_is_native():
-                return await native["/stop_profile"]()
-            body = await json_body(raw_request)  # SGLang's stop takes no body; rlprof reads "wait" only
-            wait = check_wait(body.get("wait")) if isinstance(body, dict) else None  # before anything stops
-            replies = await send(manager(), {"op": "stop", "defer": True})
-            if replies and all("native" in r for r in replies):
-                return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
-            result = await until_written(manager(), replies, wait)
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse({"status": stop_status(result), **result})
+async def stop_profile(raw_request: Request):
+    from fastapi.responses import JSONResponse
 
-    async def profile_status(raw_request: Request):
-        try:
-            result = await status(manager(), status_step(raw_request))
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse(result)
+    try:
+        if stop_is_native():
+            return await _native(raw_request, "/stop_profile")()
+        body = await json_body(raw_request)  # SGLang's stop takes no body; rlprof reads "wait" only
+        wait = check_wait(body.get("wait")) if isinstance(body, dict) else None  # before anything stops
+        manager = _manager(raw_request)
+        replies = await send(manager, {"op": "stop", "defer": True})
+        if replies and all("native" in r for r in replies):
+            return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
+        result = await until_written(manager, replies, wait)
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse({"status": stop_status(result), **result})
 
-    async def profile_step(raw_request: Request):
-        try:
-            step = parse_mark_step(await json_body(raw_request))
-            replies = await send(manager(), {"op": "mark_step", "global_step": step})
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse(step_answer(step, replies))
 
-    async def profile_file(raw_request: Request):
-        try:
-            step, rank, path = file_query(raw_request)
+async def profile_status(raw_request: Request):
+    from fastapi.responses import JSONResponse
 
-            async def read_piece(offset: int) -> dict:
-                return local_piece(await status(manager(), step), rank, path, offset, PIECE_BYTES)
+    try:
+        result = await status(_manager(raw_request), status_step(raw_request))
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(result)
 
-            return await file_response(read_piece)
-        except Exception as e:
-            return error_response(e)
 
-    return {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
-            "/profile_file": profile_file, "/profile_step": profile_step}
+async def profile_step(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        step = parse_mark_step(await json_body(raw_request))
+        replies = await send(_manager(raw_request), {"op": "mark_step", "global_step": step})
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(step_answer(step, replies))
+
+
+async def profile_file(raw_request: Request):
+    try:
+        step, rank, path = file_query(raw_request)
+        manager = _manager(raw_request)
+
+        async def read_piece(offset: int) -> dict:
+            return local_piece(await status(manager, step), rank, path, offset, PIECE_BYTES)
+
+        return await file_response(read_piece)
+    except Exception as e:
+        return error_response(e)
+
+
+ROUTES = {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
+          "/profile_file": profile_file, "/profile_step": profile_step}
 
 
 async def _native_start(endpoint, body: dict):
@@ -129,10 +155,12 @@ def _install_routes(module: Any):
     found = {r.path: (i, r) for i, r in enumerate(routes) if isinstance(r, APIRoute) and r.path in PROFILE_PATHS}
     if set(found) != set(PROFILE_PATHS):
         raise RuntimeError(f"SGLang's profiling routes not found (have {sorted(found)})")
-    endpoints = build_routes(module, {path: route.endpoint for path, (_, route) in found.items()})
+    state = module.app.state
+    setattr(state, SERVER_STATE, module)
+    setattr(state, NATIVE_STATE, {path: route.endpoint for path, (_, route) in found.items()})
     level = getattr(found["/start_profile"][1].endpoint, "_auth_level", None)
     added = []
-    for path, endpoint in endpoints.items():
+    for path, endpoint in ROUTES.items():
         if level is not None:
             endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
         methods = sorted(found[path][1].methods) if path in found else ["POST" if path == "/profile_step" else "GET"]
@@ -148,13 +176,17 @@ def _install_routes(module: Any):
             routes[i] = original
         for route in added:
             routes.remove(route)
+        for endpoint in ROUTES.values():
+            endpoint.__dict__.pop("_auth_level", None)
+        for name in (SERVER_STATE, NATIVE_STATE):
+            state._state.pop(name, None)
 
     return undo
 
 
 def _add_prometheus_middleware(wrapped, instance, args, kwargs):
     """SGLang's ``/metrics`` (``--enable-metrics``) serves a registry of its schedulers' multiprocess
-    files; the one mounted here serves the same plus rlprof's step series (``store.step_series``)."""
+    files; the one mounted here serves the same plus rlprof's step series (``metrics.series``)."""
     out = wrapped(*args, **kwargs)
     try:
         from rlprof_plugins.config.launch_config import from_environment
@@ -164,7 +196,7 @@ def _add_prometheus_middleware(wrapped, instance, args, kwargs):
             return out
         app = args[0] if args else kwargs["app"]
         from prometheus_client import CollectorRegistry, make_asgi_app, multiprocess
-        from rlprof_plugins.store.step_series import register
+        from rlprof_plugins.metrics.series import register
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)

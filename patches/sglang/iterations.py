@@ -2,14 +2,14 @@
 
 The scheduler patch counts one iteration per ``Scheduler.run_batch`` of a
 batch that runs the model, classified by the rule shared with vLLM
-(``rlprof_plugins.trace.stages``).
+(``rlprof_plugins.stages``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlprof_plugins.trace.stages import IterationInfo
+from rlprof_plugins.stages import IterationInfo
 
 
 def iteration_info(batch: Any) -> IterationInfo | None:
@@ -17,7 +17,7 @@ def iteration_info(batch: Any) -> IterationInfo | None:
 
     Speculative verify batches check drafted tokens of requests that are
     generating: decode. Mixed (chunked prefill next to decodes) batches
-    count as prefill, by the rule shared with vLLM (``rlprof_plugins.trace.stages``).
+    count as prefill, by the rule shared with vLLM (``rlprof_plugins.stages``).
     """
     mode = getattr(batch, "forward_mode", None)
     name = getattr(mode, "name", "")

@@ -16,7 +16,12 @@ workers:
 - a stop is answered first; the profiler stops at the next batch or from
   ``Scheduler.on_idle``, on the scheduler thread that recorded;
 - from the idle hook a chunked recording's running chunk ends, so no profiler
-  records the idle loop's busy polling (``ProfilerController.idle``).
+  records the idle loop's busy polling (``ProfilerController.idle``);
+- every batch that runs the model is timed into the scheduler's step metrics
+  (``STEP_METRICS``, the hook of the same shape vLLM's ``worker_hooks`` makes),
+  recorded or not; the RL step follows the scheduler's own copy of the weight
+  version (``weight_reader.scheduler_reader``: read each batch, parsed only
+  when it changed) and every start that names a ``global_step``.
 
 Requests without the ``rlprof:`` marker reach SGLang's native profiler
 unchanged (refused only while an rlprof session records: one profiler at a
@@ -32,20 +37,45 @@ idle hook is ``on_idle`` (0.5.12+) or ``self_check_during_idle``.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from rlprof_plugins._log import logger
+from rlprof_plugins.config.launch_config import from_environment
 from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
+from rlprof_plugins.trace.naming import sglang_rank_label
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
 from . import native_requests
-from .control import CONTROLLER_ATTR, controller_for, controller_of
+from .control import CONTROLLER_ATTR, controller_for, controller_of, parallel_of
 from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS
 from .iterations import iteration_info
-from .step_metrics import follow_version, recorder_of
+from .weight_reader import scheduler_reader
 from .wire import decode_command
+
+
+# ---- step metrics --------------------------------------------------------
+def _step_metrics_place(manager: Any, source: Any) -> RecorderPlace | None:
+    """Where a scheduler's step metrics go: the launch configuration's ``torch_profiler_dir``, under
+    its rank's label (``source``: the module that says the rank, or an object of that module), and
+    the scheduler's own copy of the weight version."""
+    config = from_environment()
+    if config is None:
+        return None
+    module = source if isinstance(source, type(sys)) else sys.modules[type(source).__module__]
+    return RecorderPlace(config.torch_profiler_dir, sglang_rank_label(parallel_of(manager, module)), config.options,
+                         scheduler_reader())
+
+
+STEP_METRICS = StepMetricsHook("sglang", _step_metrics_place)
+
+
+def _step_recorder(scheduler: Any) -> Any:
+    """The scheduler's recorder, kept on its profiler manager (the scheduler itself in the mixin era)."""
+    return STEP_METRICS.recorder(getattr(scheduler, "profiler_manager", None) or scheduler, scheduler)
 
 
 def gather(manager: Any, reply: dict) -> list[dict]:
@@ -75,16 +105,11 @@ def run_command(manager: Any, module: Any, command: dict) -> dict:
             return {"ok": False, "conflict": "SGLang's native profiler is running; stop it first"}
         if command.get("op") == "stop" and native_busy and (ctl is None or not ctl.active):
             return _native_stop(manager)
-        if command.get("op") == "mark_step":  # a trainer's step for the step metrics, not a session
-            recorder = recorder_of(manager, module)
-            if recorder is not None:
-                recorder.mark(int(command["global_step"]))
-            return {"ok": True, "step_metrics": recorder is not None, "global_step": command["global_step"]}
+        answer = STEP_METRICS.command(manager, command, module)  # a trainer's step, not a session
+        if answer is not None:
+            return answer
         reply = controller_for(manager, module).handle(command)
-        if command.get("op") == "start" and reply.get("ok"):
-            recorder = recorder_of(manager, module)
-            if recorder is not None:
-                recorder.started(command.get("global_step"))
+        STEP_METRICS.started(manager, command, reply, module)
         return reply
     except OptionsError as e:  # e.g. backend "torch" on an Ascend scheduler
         return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
@@ -119,8 +144,6 @@ def _wrap_profile(wrapped, instance, args, kwargs):
             return ProfileReqOutput(success=False, message="an rlprof profiling session is running; "
                                                            "POST /stop_profile first")
         return wrapped(*args, **kwargs)
-    import sys
-
     module = sys.modules[type(instance).__module__]
     replies = gather(instance, run_command(instance, module, command))
     from sglang.srt.managers.io_struct import ProfileReqOutput
@@ -131,7 +154,7 @@ def _wrap_profile(wrapped, instance, args, kwargs):
 def _run_batch(wrapped, instance, args, kwargs):
     ctl = controller_of(instance)
     active = ctl is not None and ctl.active
-    recorder = recorder_of(instance)
+    recorder = _step_recorder(instance)
     if not active and recorder is None:
         return wrapped(*args, **kwargs)
     try:
@@ -141,7 +164,6 @@ def _run_batch(wrapped, instance, args, kwargs):
     if info is None:
         return wrapped(*args, **kwargs)
     if recorder is not None:
-        follow_version(recorder)
         recorder.begin()
     if active:
         ctl.begin_iteration(info)
@@ -155,9 +177,9 @@ def _run_batch(wrapped, instance, args, kwargs):
 
 
 def _on_idle(wrapped, instance, args, kwargs):
-    recorder = recorder_of(instance)
+    recorder = _step_recorder(instance)
     if recorder is not None:  # a version set while no batch runs still ends the step
-        follow_version(recorder)
+        recorder.follow_version()
     ctl = controller_of(instance)
     if ctl is not None and ctl.active:
         # A stop answered earlier completes here, on this thread; a recording's running chunk

@@ -20,6 +20,11 @@ import os
 import secrets
 from dataclasses import replace
 
+try:  # FastAPI reads the routes' annotations; vLLM's API server always has Starlette
+    from starlette.requests import Request
+except ImportError:  # no HTTP stack in this interpreter: no route is ever installed
+    Request = object
+
 from rlprof_plugins._log import logger
 from rlprof_plugins.session.protocol import check_wait
 from rlprof_plugins.errors import UnavailableError
@@ -48,96 +53,120 @@ def authorized(header: str | None, tokens: list[str]) -> bool:
     return any(secrets.compare_digest(digest, hashlib.sha256(t.encode()).digest()) for t in tokens)
 
 
-def build_router(profiler_config, tokens: list[str]):
-    from fastapi import APIRouter, Depends, Request
+class Unauthorized(Exception):
+    """A profiling route called without the server's API key (answered 401)."""
+
+
+# What ``install_router`` keeps on the app for the routes: the profiler config they parse requests
+# with, and the API keys they require (empty: no key required).
+CONFIG_STATE = "rlprof_profiler_config"
+TOKENS_STATE = "rlprof_api_tokens"
+
+
+# ---- the routes: one named function each ------------------------------------
+async def check_key(request: Request) -> None:
+    """Every route's dependency: the ``Authorization: Bearer`` key, where the server requires one."""
+    tokens = getattr(request.app.state, TOKENS_STATE, ())
+    if tokens and not authorized(request.headers.get("Authorization"), tokens):
+        raise Unauthorized()
+
+
+async def start_profile(raw_request: Request):
     from fastapi.responses import JSONResponse
 
-    defaults = options_of(profiler_config)
-    guarded = bool(tokens) and defaults.routes_require_api_key
+    try:
+        body = await json_body(raw_request)
+        server = request_server(getattr(raw_request.app.state, CONFIG_STATE))
+        if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
+            server = replace(server, weight_version=await weight_reader.read_async(
+                raw_request.app.state.engine_client))
+        request = parse_start({} if body is None else body, server)
+        client = raw_request.app.state.engine_client
+        if not callable(getattr(client, "profile_status", None)):  # what the async_llm patch adds
+            raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
+        result = await sessions.start(client, request)
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse({"status": "started", **result})
 
-    class Unauthorized(Exception):
-        pass
 
-    async def check_key(request: Request) -> None:
-        if guarded and not authorized(request.headers.get("Authorization"), tokens):
-            raise Unauthorized()
+async def stop_profile(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        body = await json_body(raw_request)  # vLLM ignores a stop's body; rlprof reads "wait" only
+        wait = check_wait(body.get("wait")) if isinstance(body, dict) else None
+        result = await raw_request.app.state.engine_client.stop_profile(**({} if wait is None else {"wait": wait}))
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse({"status": stop_status(result), **result})
+
+
+async def profile_status(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        result = await raw_request.app.state.engine_client.profile_status(status_step(raw_request))
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(result)
+
+
+async def profile_step(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        step = parse_mark_step(await json_body(raw_request))
+        replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
+            UTILITY, {"op": "mark_step", "global_step": step})
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(step_answer(step, replies))
+
+
+async def profile_file(raw_request: Request):
+    try:
+        step, rank, path = file_query(raw_request)
+        return await file_response(sessions.file_reader(raw_request.app.state.engine_client, step, rank, path,
+                                                        PIECE_BYTES))
+    except Exception as e:
+        return error_response(e)
+
+
+ROUTES = (("POST", "/start_profile", start_profile), ("POST", "/stop_profile", stop_profile),
+          ("GET", "/profile_status", profile_status), ("POST", "/profile_step", profile_step),
+          ("GET", "/profile_file", profile_file))
+
+
+def build_router():
+    """The routes above, each behind ``check_key``."""
+    from fastapi import APIRouter, Depends
 
     router = APIRouter(dependencies=[Depends(check_key)])
-
-    @router.post("/start_profile")
-    async def start_profile(raw_request: Request):
-        try:
-            body = await json_body(raw_request)
-            server = request_server(profiler_config)
-            if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
-                server = replace(server, weight_version=await weight_reader.read_async(
-                    raw_request.app.state.engine_client))
-            request = parse_start({} if body is None else body, server)
-            client = raw_request.app.state.engine_client
-            if not callable(getattr(client, "profile_status", None)):  # what the async_llm patch adds
-                raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
-            result = await sessions.start(client, request)
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse({"status": "started", **result})
-
-    @router.post("/stop_profile")
-    async def stop_profile(raw_request: Request):
-        try:
-            body = await json_body(raw_request)  # vLLM ignores a stop's body; rlprof reads "wait" only
-            wait = check_wait(body.get("wait")) if isinstance(body, dict) else None
-            result = await raw_request.app.state.engine_client.stop_profile(**({} if wait is None else {"wait": wait}))
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse({"status": stop_status(result), **result})
-
-    @router.get("/profile_status")
-    async def profile_status(raw_request: Request):
-        try:
-            result = await raw_request.app.state.engine_client.profile_status(status_step(raw_request))
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse(result)
-
-    @router.post("/profile_step")
-    async def profile_step(raw_request: Request):
-        try:
-            step = parse_mark_step(await json_body(raw_request))
-            replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
-                UTILITY, {"op": "mark_step", "global_step": step})
-        except Exception as e:
-            return error_response(e)
-        return JSONResponse(step_answer(step, replies))
-
-    @router.get("/profile_file")
-    async def profile_file(raw_request: Request):
-        try:
-            step, rank, path = file_query(raw_request)
-            return await file_response(sessions.file_reader(raw_request.app.state.engine_client, step, rank, path,
-                                                            PIECE_BYTES))
-        except Exception as e:
-            return error_response(e)
-
-    return router, Unauthorized
+    for method, path, endpoint in ROUTES:
+        router.add_api_route(path, endpoint, methods=[method])
+    return router
 
 
 def install_router(app, cfg, args) -> None:
-    """Our four routes (and the 401 answer) on ``app``."""
+    """Our routes (and the 401 answer) on ``app``."""
     from fastapi.responses import JSONResponse
 
     tokens = api_tokens(args)
-    router, unauthorized = build_router(cfg, tokens)
-    if tokens and not options_of(cfg).routes_require_api_key:
+    guarded = bool(tokens) and options_of(cfg).routes_require_api_key
+    setattr(app.state, CONFIG_STATE, cfg)
+    setattr(app.state, TOKENS_STATE, tokens if guarded else [])
+    if tokens and not guarded:
         logger.warning("rlprof: profiling routes are NOT guarded by the API key (routes_require_api_key=false)")
     logger.warning(
         "Profiler with mode 'torch' is enabled in the API server (rlprof routes%s). "
         "This should ONLY be used for local development!",
-        ", API key required" if tokens and options_of(cfg).routes_require_api_key else "",
+        ", API key required" if guarded else "",
     )
-    app.include_router(router)
+    app.include_router(build_router())
     _add_step_series(cfg)
     app.add_exception_handler(
-        unauthorized,
+        Unauthorized,
         lambda request, exc: JSONResponse(
             status_code=401,
             content={"error": {"type": "unauthorized", "message": "profiling routes need the server's API key "
@@ -152,7 +181,7 @@ def _add_step_series(cfg) -> None:
     if not options_of(cfg).step_metrics:
         return
     try:
-        from rlprof_plugins.store.step_series import register
+        from rlprof_plugins.metrics.series import register
 
         register(root_of(cfg))
     except Exception as e:  # /metrics keeps vLLM's own series

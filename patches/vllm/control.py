@@ -1,12 +1,12 @@
 """Helper: vLLM's control path, from the API server to every worker.
 
 Not a patch module (it declares no ``Patch``): the EngineCore utility's name
-(``UTILITY``), the function ``collective_rpc`` runs on each worker
-(``worker_control``, pickled by reference, so it lives here where every
-process can import it), each worker's ``ProfilerController`` and the
-settings it records with, and the engine's idle state a start carries. The
-patch modules of every process (``worker``, ``engine_core``,
-``engine_profile``, ``async_llm``) import it; none imports another.
+(``UTILITY``), each worker's ``ProfilerController`` and the settings it
+records with, and the engine's idle state a start carries. The function
+``collective_rpc`` runs on each worker (``worker_control``) is the worker
+hooks' (``worker_hooks``), beside the worker's step metrics. The patch
+modules of every process (``worker``, ``engine_core``, ``engine_profile``,
+``async_llm``) import it; none imports another.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.session.protocol import unavailable_reply
 from rlprof_plugins.store import manifest
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
-from . import step_metrics
 from .config import options_of, plugin_handles, profiler_config_of, root_of
 from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version
 
@@ -123,37 +121,6 @@ def controller_for(worker: Any) -> ProfilerController:
         )
         worker.__dict__[CONTROLLER_ATTR] = ctl
     return ctl
-
-
-def worker_control(obj: Any, command: dict) -> dict:
-    """Run one rlprof command on a worker; sent through ``collective_rpc``.
-
-    ``obj`` is vLLM's ``WorkerWrapperBase`` (or the worker itself).
-    """
-    worker = getattr(obj, "worker", obj)
-    if not hooked(worker):
-        return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
-    config = worker_profiler_config(worker)
-    if not plugin_handles(config):
-        return unavailable_reply("the profiler config is not handled by rlprof")
-    if command.get("op") in step_metrics.STEP_OPS:
-        return step_metrics.step_command(worker, config, command)
-    try:
-        ctl = controller_for(worker)
-    except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
-        return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
-    reply = ctl.handle(command)
-    step_metrics.started(worker, config, command, reply)
-    return reply
-
-
-def hooked(worker: Any) -> bool:
-    """Whether a worker patch (vLLM's ``Worker`` or vllm-ascend's
-    ``NPUWorker``) wraps this worker's class."""
-    for klass in type(worker).__mro__:
-        if "execute_model" in vars(klass):
-            return bool(getattr(vars(klass)["execute_model"], "_self_rlprof_patch", None))
-    return False
 
 
 def engine_is_idle(engine: Any) -> bool | None:

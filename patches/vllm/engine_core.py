@@ -8,7 +8,7 @@ between steps, like ``profile``.
 
 It also forwards each weight version the engine is given
 (``EngineCore.set_weight_version``, 0.32+) to every worker, where the step
-metrics turn it into the RL step (``step_metrics`` helper).
+metrics turn it into the RL step (``worker_hooks.STEP_METRICS``).
 
 A stop is answered before torch's profiler stops (that stop takes seconds
 with stacks on and must run on the thread that recorded): in an engine
@@ -27,7 +27,8 @@ from rlprof_plugins._log import logger
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
-from .control import UTILITY, with_engine_state, worker_control
+from .control import UTILITY, with_engine_state
+from .worker_hooks import worker_control
 from .facts import VERSIONS
 
 

@@ -31,7 +31,8 @@ from rlprof_plugins.session.protocol import combine, stop_when_written_sync
 from ..base import Patch
 from ..features import STEP_WINDOWS
 from .config import options_of, plugin_handles, profiler_config_of, request_server
-from .control import with_engine_state, worker_control
+from .control import with_engine_state
+from .worker_hooks import worker_control
 from .facts import VERSIONS
 
 

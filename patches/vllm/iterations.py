@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlprof_plugins.trace.stages import IterationInfo
+from rlprof_plugins.stages import IterationInfo
 
 
 def _iteration_details_before_0_15(scheduler_output: Any) -> IterationInfo:
@@ -52,7 +52,7 @@ def iteration_info(scheduler_output: Any) -> IterationInfo | None:
 def quick_info(scheduler_output: Any) -> IterationInfo | None:
     """The stage of an iteration no session records, for the step metrics, in O(1): new requests,
     or more tokens than requests (a prompt chunk, a request resumed), make it prefill, by the rule of
-    ``trace.stages``; the generated tokens are the carried-over requests' one each.
+    ``rlprof_plugins.stages``; the generated tokens are the carried-over requests' one each.
     ``compute_iteration_details`` walks every request (tens of microseconds at large batches): it
     stays for recorded iterations, whose traces name exact counts."""
     try:

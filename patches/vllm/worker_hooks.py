@@ -9,7 +9,13 @@ to flush finished requests, and those are not counted) plus the
 ``sample_tokens`` call that completes it when sampling is deferred. An
 empty call says the engine is about to wait for work: the controller's
 ``idle`` ends a recording's running chunk there. Every iteration is also
-timed into the step metrics (``step_metrics``), recorded or not.
+timed into the worker's step metrics (``STEP_METRICS``, the hook of the same
+shape SGLang's ``scheduler`` patch module makes), recorded or not.
+
+``worker_control`` is the function ``collective_rpc`` runs on each worker
+for every rlprof command (pickled by reference, so it lives in a module every
+worker process imports): step commands go to the step metrics, the rest to
+the worker's ``ProfilerController``.
 """
 
 from __future__ import annotations
@@ -19,15 +25,64 @@ from typing import Any
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
+from rlprof_plugins.session.protocol import unavailable_reply
+from rlprof_plugins.trace.naming import rank_label
 
 from ..base import Patch
-from .config import plugin_handles, request_server
+from .config import options_of, plugin_handles, request_server, root_of
 from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, worker_profiler_config
 from .iterations import iteration_info, quick_info
-from .step_metrics import RECORDER_ATTR, recorder_of
 
 INFO_ATTR = "_rlprof_iteration_info"  # the open iteration's stage and tokens, for the step metrics
 ITERATING_ATTR = "_rlprof_iterating"  # the controller whose session counts the open iteration, or None
+
+
+# ---- step metrics --------------------------------------------------------
+def _step_metrics_place(worker: Any) -> RecorderPlace | None:
+    """Where a worker's step metrics go: its profiler config's root, under its rank's label. The
+    weight version lives in the EngineCore process, not here: the ``engine_core`` patch forwards
+    each ``set_weight_version`` to every worker as a ``weight_version`` command."""
+    config = worker_profiler_config(worker)
+    if config is None or not plugin_handles(config):
+        return None
+    return RecorderPlace(root_of(config), rank_label(worker.rank), options_of(config))
+
+
+STEP_METRICS = StepMetricsHook("vllm", _step_metrics_place)
+RECORDER_ATTR = STEP_METRICS.attr
+
+
+def worker_control(obj: Any, command: dict) -> dict:
+    """Run one rlprof command on a worker; sent through ``collective_rpc``.
+
+    ``obj`` is vLLM's ``WorkerWrapperBase`` (or the worker itself).
+    """
+    worker = getattr(obj, "worker", obj)
+    if not hooked(worker):
+        return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
+    config = worker_profiler_config(worker)
+    if not plugin_handles(config):
+        return unavailable_reply("the profiler config is not handled by rlprof")
+    answer = STEP_METRICS.command(worker, command)
+    if answer is not None:
+        return answer
+    try:
+        ctl = controller_for(worker)
+    except OptionsError as e:  # e.g. backend "torch" on an Ascend worker
+        return {"ok": False, "invalid": {"field": e.key, "message": e.message}}
+    reply = ctl.handle(command)
+    STEP_METRICS.started(worker, command, reply)
+    return reply
+
+
+def hooked(worker: Any) -> bool:
+    """Whether a worker patch (vLLM's ``Worker`` or vllm-ascend's
+    ``NPUWorker``) wraps this worker's class."""
+    for klass in type(worker).__mro__:
+        if "execute_model" in vars(klass):
+            return bool(getattr(vars(klass)["execute_model"], "_self_rlprof_patch", None))
+    return False
 
 
 # ---- wrappers ----------------------------------------------------------
@@ -52,7 +107,7 @@ def _execute_model(wrapped, instance, args, kwargs):
     active = ctl is not None and ctl.active
     recorder = state.get(RECORDER_ATTR)
     if recorder is None:  # built on the first model execution (False: step metrics are off)
-        recorder = recorder_of(instance, lambda: worker_profiler_config(instance))
+        recorder = STEP_METRICS.recorder(instance)
     if not active and not recorder:
         return wrapped(*args, **kwargs)
     if state.pop(PENDING_ATTR, False):

@@ -7,6 +7,8 @@ any number of ``annotation(name)`` ranges, ``stop()`` (on the thread that
 recorded), ``export(place, name)`` (on any thread; rlprof runs it off the
 engine loop; ``place`` is the session's ``layout.Placement``: whole traces
 in ``place.ranks()``, stage traces in ``place.ranks(stage)``).
+
+May import: `store`, `trace` and the ground.
 """
 
 from __future__ import annotations

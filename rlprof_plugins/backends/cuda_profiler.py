@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from .._log import warn_once
 from ..store.layout import Placement, write_text_atomic
-from ..trace.stages import ITERATION_PREFIX
+from ..stages import ITERATION_PREFIX
 from . import ExportedFile
 from .kind import BackendKind
 

@@ -2,14 +2,16 @@
 
 ``command`` (the parser, ``doctor`` and ``npu-analyse``), ``common`` (errors,
 progress, exit codes every command shares), ``trace_commands`` (merge,
-split-stages, summary, check, stitch), ``doctor`` and ``doctor_trainers``
-(the installed engine and verl), ``compatibility`` (the release x feature
-table behind doctor and docs/compatibility.md), ``installation`` (whether
-the installed package is whole). The fleet commands (start, stop, status,
-collect) are the trainer client's (``client.commands``).
+split-stages, summary, check, stitch), ``report_command`` (``rlprof report``:
+its arguments and exit code; the work is the ``report`` room's), ``doctor`` and
+``doctor_trainers`` (the installed engine and verl), ``compatibility`` (the
+release x feature table behind doctor and docs/compatibility.md),
+``installation`` (whether the installed package is whole), ``selftest`` and
+its parts. The fleet commands (start, stop, status, collect) are the trainer
+client's (``client.commands``).
 
-The top layer of the core: it may import everything below it, the patch
-registry included (doctor dry-runs the patches); nothing imports it.
+The top layer of the core: nothing imports it; doctor dry-runs the patches.
+May import: `report`, `client`, `patches`, `session`, `config`, `backends`, `trace`, `store` and the ground.
 """
 
 from .command import main

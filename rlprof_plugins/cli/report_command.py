@@ -34,7 +34,7 @@ def step_range(text: str) -> tuple[int, int]:
 
 
 def cmd_report(args) -> int:
-    from ..trace.report.build import build, write_csv, write_json, write_page
+    from ..report.build import build, write_csv, write_json, write_page
 
     root = Path(args.root)
     if not root.is_dir():

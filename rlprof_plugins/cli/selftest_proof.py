@@ -26,7 +26,7 @@ from typing import Any
 
 from ..trace.check import check
 from ..trace.reader import TraceReader
-from ..trace.stages import ITERATION_RE
+from ..stages import ITERATION_RE
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
@@ -69,7 +69,7 @@ def kernels_per_iteration(path: Path) -> list[int]:
 
 
 def _memory_viz(test: Any, folder: Path) -> None:
-    from ..trace.report.memory import memory_files
+    from ..report.memory import memory_files
 
     files = memory_files(folder)
     if not files:
@@ -103,7 +103,7 @@ def _merged(test: Any, folder: Path) -> None:
 
 
 def _device_time(test: Any, folder: Path) -> None:
-    from ..trace.report.build import build
+    from ..report.build import build
 
     try:
         steps = build(folder.parent, use_cache=False).to_json()["steps"]

@@ -28,7 +28,7 @@ from ..store.manifest import engine_header, read as read_manifest
 from ..trace.check import check
 from ..trace.pauses import PAUSE_NAME, ROTATION
 from ..trace.reader import TraceReader
-from ..trace.stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
+from ..stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
 from .selftest_proof import prove
 
 CHUNKS = 4  # the window is recorded in about this many chunks, so the stitch runs
@@ -169,7 +169,7 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from ..trace.report.memory import step_memory
+    from ..report.memory import step_memory
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
@@ -187,7 +187,7 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 
 def _summary_and_report(test: Any, folder: Path) -> None:
-    from ..trace.report.build import build, write_page
+    from ..report.build import build, write_page
     from ..trace.summary import summarise
 
     try:

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 
 from ..store.layout import STEPS_DIR, session_dir
 from ..store.manifest import write_collected
-from ..store.step_log import SUFFIX as STEP_LOG
+from ..metrics.log import SUFFIX as STEP_LOG
 from .http import DEFAULT_TIMEOUT_S, call, headers
 
 FINISHED = ("done", "failed")

@@ -9,6 +9,6 @@ parsed once wherever it arrives). The errors they raise, naming the key or
 field at fault, are ``rlprof_plugins.errors``: the ground, so the output
 store and the backends raise them too.
 
-Imports: the backends (each backend's keys), the output store (a request's
-folder) and the step sources; never a session, a patch or an engine.
+Never a session, a patch or an engine.
+May import: `steps`, `backends` (each backend's keys), `store` (a request's folder) and the ground.
 """

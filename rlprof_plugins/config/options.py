@@ -96,7 +96,7 @@ class ProfileOptions:
     dump) and at most ``memory_max_entries`` events (the newest kept).
 
     ``step_metrics``: every engine iteration is timed, traced or not, into
-    its RL step's numbers (``session.step_metrics``), written per rank to
+    its RL step's numbers (the ``metrics`` room), written per rank to
     ``<dir>/steps/<rank>.jsonl`` and served on the engine's ``/metrics``.
     """
 

@@ -1,4 +1,7 @@
-"""Per-engine entry points: thin, they only install the patches on import."""
+"""Per-engine entry points: thin, they only install the patches on import.
+
+May import: `patches` and the ground.
+"""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ from typing import Awaitable, Callable
 
 from ..backends import Backend
 from .exporter import report
-from .recording import Exported, Recording
+from .recording import Recording
+from .recording_output import Exported
 from .._log import logger
 
 
@@ -124,7 +125,7 @@ class FrontendRecorder:
             except Exception as e:
                 self._set("failed", None, f"{type(e).__name__}: {e}")
                 return
-            self._exported(recording.export())
+            self._exported(recording.output.export())
 
         try:
             self._thread.submit(finish).result(timeout=120)
@@ -151,6 +152,6 @@ class FrontendRecorder:
             logger.warning("rlprof: frontend profiler did not stop: %s", e)
             await self._on_thread(self._set, "failed", None, f"{type(e).__name__}: {e}")
             return []
-        exported = await self._on_thread(recording.export)
+        exported = await self._on_thread(recording.output.export)
         await self._on_thread(self._exported, exported)
         return list(self.files) if exported.error is None else []

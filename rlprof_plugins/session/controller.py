@@ -2,7 +2,8 @@
 
 Commands arrive as plain dicts (they cross process boundaries unchanged; a
 start is read back into its ``StartRequest`` once, here); the engine says when
-each iteration begins and ends and when it is about to wait (``engine_hooks``). With the session's ``StepWindow`` the
+each iteration begins and ends and when it is about to wait (the hot path, read on every engine
+iteration: each call does nothing but attribute reads while no session records). With the session's ``StepWindow`` the
 controller decides when recording starts and stops, annotates every recorded
 iteration and finishes when the window closes, without a stop request. How
 to record is the ``Recording``'s; what a session is and says, ``states``.
@@ -29,14 +30,14 @@ from ..backends import Backend
 from ..backends.memory_history import host_allocator
 from ..backends.which_backend import for_request
 from ..errors import RequestError
+from ..stages import IterationInfo
 from .chunk_plan import StopCosts
-from .engine_hooks import EngineHooks
 from .exporter import Exporter, report
 from .recording import Recording
-from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, Session
+from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
 
 
-class ProfilerController(EngineHooks):
+class ProfilerController:
     """Runs sessions for one worker.
 
     ``backend_factory(operator_table, overrides)``: a fresh backend per session (native vLLM
@@ -73,6 +74,62 @@ class ProfilerController(EngineHooks):
         # Read on every engine iteration: a plain attribute, no lock. True
         # while the hooks have work: a session is active or a stop is pending.
         self.active = False
+
+    # ---- engine iterations (hot path) -----------------------------------
+    def begin_iteration(self, info: IterationInfo | None = None) -> None:
+        if self._stopping is not None:
+            self.complete_stop()
+        s = self._session
+        if s is None or not s.active:
+            return
+        try:
+            if s.state == WAITING and s.window.starts_at(s.iteration):
+                self._begin_recording(s)
+            if s.state == RECORDING and self._recording is not None:
+                if self._recording.parked:
+                    self._recording.resume(self._new_backend(s))
+                if info is not None:
+                    s.count_stage(info.stage)
+                self._annotations = self._recording.enter_iteration(s.iteration, info)
+        except Exception as e:
+            self._fail(s, e)
+
+    def end_iteration(self) -> None:
+        s = self._session
+        if s is None or not s.active:
+            return
+        try:
+            self._close_annotation()
+            if self._recording is not None:
+                self._recording.leave_iteration()
+            if s.state == RECORDING:
+                s.recorded += 1
+                if s.window.over_after(s.iteration):
+                    with self._lock:
+                        self._finish(s, ended_by="window")
+                elif self._recording is not None and self._recording.chunk_due():
+                    self._next_chunk(s, self._recording)
+            s.iteration += 1
+        except Exception as e:
+            self._fail(s, e)
+
+    def idle(self) -> None:
+        """The engine is about to wait for work (its engine thread; vLLM's
+        worker after an empty step, SGLang's idle scheduler loop): a stop
+        answered earlier completes, and the running chunk ends here rather
+        than record the wait (``Recording.park``). Cheap when there is nothing to do."""
+        if self._stopping is not None:
+            self.complete_stop()
+        s = self._session
+        if s is not None and s.active and s.state == RECORDING:
+            with self._lock:
+                self._park(s)
+
+    def _close_annotation(self) -> None:
+        if self._annotations:
+            annotations, self._annotations = self._annotations, ()
+            for annotation in reversed(annotations):
+                annotation.__exit__(None, None, None)
 
     # ---- commands -------------------------------------------------------
     def handle(self, command: dict[str, Any]) -> dict[str, Any]:
@@ -182,7 +239,7 @@ class ProfilerController(EngineHooks):
     def _next_chunk(self, s: Session, recording: Recording) -> None:
         """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
         s.count_stop(recording.rotate(self._new_backend(s)))
-        self._exporter.submit(recording.write_chunks)  # its events leave the process as soon as written
+        self._exporter.submit(recording.output.write_chunks)  # its events leave the process as soon as written
 
     def _park(self, s: Session) -> None:
         """End the running chunk while the engine waits (``idle``); never raises."""
@@ -194,7 +251,7 @@ class ProfilerController(EngineHooks):
         except Exception as e:
             self._fail(s, e)
             return
-        self._exporter.submit(recording.write_chunks)
+        self._exporter.submit(recording.output.write_chunks)
 
     def _finish(self, s: Session, *, ended_by: str, defer: bool = False) -> None:
         """End recording: stop the profiler on this (the engine) thread now,
@@ -245,7 +302,7 @@ class ProfilerController(EngineHooks):
 
     def _export(self, s: Session, recording: Recording) -> None:
         """Runs on the exporter thread."""
-        exported = recording.export(by_stage=s.request.by_stage)
+        exported = recording.output.export(by_stage=s.request.by_stage)
         with self._lock:
             s.files, s.export_seconds, s.memory = exported.files, exported.seconds, exported.memory
             if exported.error is not None:
@@ -265,14 +322,14 @@ class ProfilerController(EngineHooks):
             self._annotations = ()
             if recording is not None:
                 recording.abandon()
-                if recording.keeps_data:  # what earlier chunks and the memory history recorded stays on disk
+                if recording.output.keeps_data:  # what earlier chunks and the memory history recorded stays on disk
                     self._exporter.submit(self._keep_chunks, s, recording)
         self._write_manifest(s)
 
     def _keep_chunks(self, s: Session, recording: Recording) -> None:
         """Exporter thread, after a failure: the chunks stopped before it, kept with the command that joins
         them, and the memory snapshot."""
-        kept = recording.salvage()
+        kept = recording.output.salvage()
         with self._lock:
             s.files, s.memory, s.error = kept.files, kept.memory, "; ".join(str(e) for e in (s.error, kept.error) if e)
             self._write_manifest(s)

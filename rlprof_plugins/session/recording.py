@@ -4,39 +4,28 @@ Shared by the workers' controller and the API-server recorder, which differ
 only in when they record (iterations vs. start and stop requests) and on which
 thread each step runs. A ``Recording`` is made per session: ``start`` (the
 folder its raw trace goes to is prepared first), ``annotation`` ranges,
-``stop`` (on the thread that recorded: Kineto binds a session to it),
-``export`` (on any thread; it never raises: what failed after recording is
-reported with the files that stay). ``report`` writes one writer's section of
-a step folder's manifest and, when that section completes the step, starts
-the step's completion work (``finalize``).
+chunks ended (``rotate``, ``park``) and resumed, ``stop`` (on the thread that
+recorded: Kineto binds a session to it), each pause it caused kept for the
+trace. What it leaves on disk is its ``output`` (``recording_output``,
+written on the exporter thread).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from ..backends import Backend, RecordingKept
+from ..backends import Backend
 from ..backends.memory_history import MemoryHistory, MemorySettings, TraceOff
 from ..backends.which_backend import for_request
 from ..store.layout import Placement
 from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
+from .recording_output import RecordingOutput
 from .._log import logger
 from ..trace.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
-from ..trace.stages import IterationInfo, iteration_annotation, profiler_step
-
-
-@dataclass
-class Exported:
-    """What an export left on disk, described for the manifest, and how it ended."""
-
-    files: list[dict[str, Any]] = field(default_factory=list)
-    error: BaseException | None = None
-    seconds: float = 0.0
-    memory: dict[str, Any] | None = None  # the memory snapshot's costs and size (``memory``)
+from ..stages import IterationInfo, iteration_annotation, profiler_step
 
 
 class Recording:
@@ -51,19 +40,20 @@ class Recording:
 
     def __init__(self, backend: Backend, *, directory: Path, out: Path, place: Placement, name: str, rank: str,
                  role: str, plan: ChunkPlan | None = None, memory: MemoryHistory | None = None) -> None:
-        self._backend = backend
+        self.backend = backend
         self.directory = directory
         self._out = out
-        self._place = place
-        self._name = name
-        self._rank = rank
-        self._role = role
+        self.place = place
+        self.name = name
+        self.rank = rank
+        self.role = role
         self.chunks: Chunks | None = None  # set when the first chunk ends (rotate or park)
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
         self._plan = plan  # when a chunk ends (None: never)
-        self._memory = memory
+        self.memory = memory
+        self.output = RecordingOutput(self)  # what it leaves on disk, written by the exporter thread
 
     @classmethod
     def of_rank(cls, backend: Backend, directory: Path, *, step: bool, name: str, rank: str,
@@ -99,8 +89,8 @@ class Recording:
 
     def start(self) -> None:
         """Start recording: the allocator's history (once per session), then the backend."""
-        if self._memory is not None and not self._memory.recording:
-            self._memory.start()
+        if self.memory is not None and not self.memory.recording:
+            self.memory.start()
         try:
             self._start_backend()
         except BaseException:
@@ -108,12 +98,12 @@ class Recording:
             raise
 
     def _start_backend(self) -> None:
-        self._backend.prepare(self._out, self._name)
-        self._backend.start()
+        self.backend.prepare(self._out, self.name)
+        self.backend.start()
         self._chunk.restart()
 
     def annotation(self, label: str) -> ContextManager[object]:
-        return self._backend.annotation(label)
+        return self.backend.annotation(label)
 
     def enter_iteration(self, index: int, info: IterationInfo | None) -> tuple[ContextManager[object], ...]:
         """Open iteration ``index``'s ranges, returned for closing in reverse: ours
@@ -141,11 +131,11 @@ class Recording:
         is written with the rest at the export. Returns the stop's seconds;
         the whole pause (stop and start) is kept for the trace."""
         if self.chunks is None:
-            self.chunks = Chunks(self.directory, self._name)
+            self.chunks = Chunks(self.directory, self.name)
         began, ended = time.time_ns(), self._end_chunk()
         seconds = self._stop_backend()
-        self.chunks.stopped.append(self._backend)  # kept before anything else can fail
-        self._backend = backend
+        self.chunks.stopped.append(self.backend)  # kept before anything else can fail
+        self.backend = backend
         self._start_backend()
         self._paused(ROTATION, began, ended)
         return seconds
@@ -153,7 +143,7 @@ class Recording:
     @property
     def can_park(self) -> bool:
         """Whether a chunk runs that ``park`` may end (a chunked recording, a backend that chunks)."""
-        return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self._backend)
+        return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self.backend)
 
     def park(self) -> float:
         """The engine is about to wait for work (engine thread): end the running
@@ -162,10 +152,10 @@ class Recording:
         engine's wait loop (~2 M events a second), and its stop costs seconds.
         Returns the stop's seconds."""
         if self.chunks is None:
-            self.chunks = Chunks(self.directory, self._name)
+            self.chunks = Chunks(self.directory, self.name)
         began, ended = time.time_ns(), self._end_chunk()
         seconds = self._stop_backend()
-        self.chunks.stopped.append(self._backend)
+        self.chunks.stopped.append(self.backend)
         self.parked = True
         self._paused(IDLE, began, ended)
         return seconds
@@ -173,15 +163,10 @@ class Recording:
     def resume(self, backend: Backend) -> None:
         """The first iteration after ``park``: ``backend`` records from here (its start is a pause too)."""
         began = time.time_ns()
-        self._backend = backend
+        self.backend = backend
         self._start_backend()
         self.parked = False
         self.pauses.append(Pause.timed(RESUME, began, None, None))
-
-    def write_chunks(self) -> None:
-        """Exporter thread: write the chunks stopped so far, so their events leave this process."""
-        if self.chunks is not None:
-            self.chunks.write_all()
 
     @property
     def held(self) -> int:
@@ -190,34 +175,19 @@ class Recording:
 
     def chunk_due(self) -> bool:
         """Whether the running chunk ends at this iteration boundary (its plan; a backend that chunks)."""
-        return (self._plan is not None and not self.parked and chunkable(self._backend)
+        return (self._plan is not None and not self.parked and chunkable(self.backend)
                 and self._plan.due(self._chunk.held, self._chunk.idle_seconds()))
-
-    @property
-    def keeps_data(self) -> bool:
-        """After ``abandon``: what was recorded before the failure and is still to be written."""
-        return self.chunks is not None or (self._memory is not None and self._memory.taken)
-
-    def salvage(self) -> Exported:
-        """After a failure (exporter thread): the chunks stopped before it,
-        written and kept as they are, with the command that joins them, and
-        the memory snapshot ``abandon`` took."""
-        kept = Exported()
-        if self.chunks is not None:
-            chunks = self.chunks.keep(self._place, self.pauses)
-            kept = Exported(self._describe(chunks.kept), chunks)
-        return self._with_memory(kept)
 
     def stop(self) -> float | None:
         """Take the window's memory snapshot (its own pause), then stop the
         profiler (torch post-processes here): the session's last pause.
         Returns the seconds the profiler's stop took (None: parked, no profiler ran)."""
-        if self._memory is not None and self._memory.recording:
+        if self.memory is not None and self.memory.recording:
             began = time.time_ns()
             try:
-                self._memory.snapshot()
+                self.memory.snapshot()
             except Exception as e:  # the trace still stops and is written; the session says what failed
-                self._memory.report["error"] = f"taking the memory snapshot failed: {type(e).__name__}: {e}"
+                self.memory.report["error"] = f"taking the memory snapshot failed: {type(e).__name__}: {e}"
             self.pauses.append(Pause.timed(MEMORY, began, *(self._chunk.span or (None, None))))
         if self.parked:
             return None
@@ -229,7 +199,7 @@ class Recording:
 
     def _stop_backend(self) -> float:
         t0 = time.perf_counter()
-        self._backend.stop()
+        self.backend.stop()
         return time.perf_counter() - t0
 
     def _end_chunk(self) -> tuple[RunningChunk, float]:
@@ -252,49 +222,13 @@ class Recording:
         if self.parked:
             return
         try:
-            self._backend.stop()
+            self.backend.stop()
         except Exception:
             pass
 
     def _memory_off(self, snapshot: bool = False) -> None:
         try:
-            if self._memory is not None and self._memory.recording:
-                self._memory.snapshot() if snapshot else self._memory.stop()
+            if self.memory is not None and self.memory.recording:
+                self.memory.snapshot() if snapshot else self.memory.stop()
         except Exception as e:
             logger.warning("rlprof: stopping the memory history failed: %s: %s", type(e).__name__, e)
-
-    def export(self, *, by_stage: bool = False) -> Exported:
-        t0 = time.perf_counter()
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            if self.chunks is None:
-                written = self._backend.export(self._place, self._name, by_stage=by_stage, pauses=self.pauses)
-            else:  # every chunk written, then joined
-                if not self.parked:
-                    self.chunks.stopped.append(self._backend)
-                self.chunks.write_all()
-                settings = getattr(self._backend, "settings", None)
-                written = self.chunks.join(self._place, by_stage=by_stage, gzip=getattr(settings, "use_gzip", True),
-                                           pauses=self.pauses)
-            return self._with_memory(Exported(self._describe(written), None, time.perf_counter() - t0))
-        except RecordingKept as e:  # failed after recording: the data stays, listed with the reason
-            return self._with_memory(Exported(self._describe(e.kept), e, time.perf_counter() - t0))
-        except Exception as e:
-            return self._with_memory(Exported([], e, time.perf_counter() - t0))
-
-    def _with_memory(self, exported: Exported) -> Exported:
-        """The window's memory snapshot written beside the traces, whatever became of them."""
-        if self._memory is None:
-            return exported
-        try:
-            written = self._memory.export(self._place.memory_file(self._rank, self._name))
-            exported.files += self._describe([written] if written else [])
-        except Exception as e:
-            self._memory.report["error"] = f"writing the memory snapshot failed: {type(e).__name__}: {e}"
-        if "error" in self._memory.report and exported.error is None:
-            exported.error = RuntimeError(self._memory.report["error"])
-        exported.memory = dict(self._memory.report)
-        return exported
-
-    def _describe(self, written: list) -> list[dict[str, Any]]:
-        return [f.describe(self.directory, self._rank, self._role) for f in written]

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ..store.layout import STEPS_DIR, read_piece, session_dir
 from ..store.manifest import MANIFEST
-from ..store.step_log import SUFFIX as STEP_LOG
+from ..metrics.log import SUFFIX as STEP_LOG
 from ..config.requests import StartRequest
 from .window import StepWindow
 

@@ -7,6 +7,8 @@ over within one call: verl's server actors, ``patches/verl``), with
 (``weight_version``), or with ``step_source: profile_prefix`` a
 ``global_step_<N>`` trace-name prefix (``prefix``: frontends that forward
 nothing else). ``which_step`` picks among them. Imports only the small helpers.
+
+May import: the ground.
 """
 
 from __future__ import annotations

@@ -8,6 +8,6 @@ died mid-export marked ``failed``, their temporaries removed, recorded data
 kept), ``retention`` (``keep_last_steps``) and ``recovery`` (a kept recording
 finished by a command: its manifest section says ``done``).
 
-Imports only the error vocabulary (``errors``) and the small helpers:
-the trace tools, the backends and the sessions build on it.
+The trace tools, the backends and the sessions build on it.
+May import: the ground.
 """

@@ -20,7 +20,7 @@ wheels, shared engine notes section 11):
 One trace is read through one source, the first of ``SOURCES`` it holds, so
 an iteration is never counted twice (rlprof's traces also hold
 ``ProfilerStep#N``, vLLM's may also hold ``execute_...``). A stage follows the
-rule of ``trace.stages``: any prompt token makes it ``prefill``.
+rule of ``rlprof_plugins.stages``: any prompt token makes it ``prefill``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .stages import DECODE, ITERATION_PREFIX, ITERATION_RE, PREFILL, PROFILER_STEP
+from ..stages import DECODE, ITERATION_PREFIX, ITERATION_RE, PREFILL, PROFILER_STEP
 
 SOURCES = ("rlprof", "vllm", "sglang", "torch")  # the order a trace's iterations are read by
 SOURCE_TITLES = {"rlprof": "rlprof::iteration ranges", "vllm": "vLLM's execute_context_* annotations",

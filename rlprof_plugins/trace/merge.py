@@ -40,7 +40,7 @@ from .align import collective_ends_us, offsets
 from .clock import base_time_ns, first_ts_ns
 from .pauses import PAUSE_CAT, PAUSE_NAME, PAUSES_KEY
 from .gz import file_size
-from .parallel import pool, processes_for
+from .._parallel import pool, processes_for
 from .progress import Progress, Ticker, to_stderr
 from .reader import TraceReader
 from .rename import ID_STRIDE, PID_STRIDE, RankRenamer, metadata_events, rename_batch
@@ -295,6 +295,6 @@ def merge_folder(directory: str | Path) -> list[str]:
 
 def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
     """``merge_folder`` in a child process: the live ``merge`` option's JSON work never holds the engine's GIL."""
-    from .child import run_in_child
+    from .._child import run_in_child
 
     return [Path(p) for p in run_in_child(f"{__name__}:merge_folder", directory, what="merge", timeout=timeout)]

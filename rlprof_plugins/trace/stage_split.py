@@ -20,7 +20,7 @@ stage and are dropped, so each stage file holds only its iterations' events
 and each iteration appears in exactly one stage file.
 
 The worker's exporter runs it in a child process (``split_in_subprocess``,
-through ``trace.child``) so the JSON work never holds the engine's GIL.
+through ``rlprof_plugins._child``) so the JSON work never holds the engine's GIL.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .pauses import PAUSE_NAME
-from .stages import ITERATION_PREFIX, ITERATION_RE, STAGES
+from ..stages import ITERATION_PREFIX, ITERATION_RE, STAGES
 from . import codec
 from .gz import file_size
 from .naming import TRACE_SUFFIX, is_device_event as _is_device
@@ -266,7 +266,7 @@ def split_for_child(raw: str, out_dir: str, basename: str, gzip: bool = True) ->
 
 def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
     """Run ``split_file`` in a child Python process; raises with the child's error on failure."""
-    from .child import run_in_child
+    from .._child import run_in_child
 
     written = run_in_child(f"{__name__}:split_for_child", raw, out_dir, basename, gzip, what="stage split")
     return [(stage, Path(path)) for stage, path in written]

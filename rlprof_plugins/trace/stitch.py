@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .child import run_in_child
+from .._child import run_in_child
 from .clock import base_time_ns
 from .pauses import Pause, pauses_from_json
 from .reader import TraceReader

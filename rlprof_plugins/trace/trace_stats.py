@@ -34,7 +34,7 @@ from .clock import ts_ns
 from .gz import file_size
 from .iteration_names import SOURCES, iteration_of
 from .naming import DEVICE_WORK_CATS
-from .parallel import pool, processes_for
+from .._parallel import pool, processes_for
 from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
 from .reader import TraceReader

@@ -32,7 +32,7 @@ def drive(root: str, scenario: str) -> None:
 
     from rlprof_plugins.backends.cuda_profiler import CudaProfilerBackend
     from rlprof_plugins.session.controller import ProfilerController
-    from rlprof_plugins.trace.stages import IterationInfo
+    from rlprof_plugins.stages import IterationInfo
     from tests.stand_ins.cuda_runtime import StandInCudaRuntime
 
     runtime = StandInCudaRuntime()

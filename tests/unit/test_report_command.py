@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace.report.build import build
-from rlprof_plugins.trace.report.cache import CACHE_DIR
+from rlprof_plugins.report.build import build
+from rlprof_plugins.report.cache import CACHE_DIR
 from tests.helpers.browser import cells_match_json, open_page
 from tests.unit.test_report_steps import FIXTURE, slowest_by_stage
 from tests.unit.test_chunks import record

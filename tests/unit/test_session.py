@@ -10,7 +10,7 @@ import torch
 
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.trace.stages import IterationInfo
+from rlprof_plugins.stages import IterationInfo
 from tests.helpers.traces import iteration_indices, iteration_stages, load_trace, rank_folder
 
 PREFILL = IterationInfo(prefill_tokens=12, decode_tokens=0, batch_size=1)

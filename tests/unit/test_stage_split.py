@@ -80,7 +80,7 @@ def test_the_child_process_writes_both_files_atomically(tmp_path):
 
 def test_the_child_process_names_a_corrupt_file(tmp_path):
     """The child's own error reaches the caller: what failed, the exception and the file."""
-    from rlprof_plugins.trace.child import ChildFailed
+    from rlprof_plugins._child import ChildFailed
 
     raw = tmp_path / "raw.json"
     raw.write_text("{not json")

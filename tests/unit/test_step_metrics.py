@@ -1,6 +1,7 @@
-"""Always-on step metrics (``session.step_metrics``): the engine thread's aggregates, the per-rank
-JSON lines written off that thread, torn lines and restarts, and the report's rows for steps measured
-and not traced. The clock is the real one; the iterations are real sleeps of known length."""
+"""Always-on step metrics (the ``metrics`` room): the typed step record and its codec, the engine
+thread's aggregates, the per-rank JSON lines written off that thread, torn lines and restarts, the one
+engine hook, and the report's rows for steps measured and not traced. The clock is the real one; the
+iterations are real sleeps of known length."""
 
 import json
 import threading
@@ -12,12 +13,13 @@ import pytest
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.config.options import parse_options
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.session.step_metrics import StepMetrics
-from rlprof_plugins.store.step_log import BUCKETS_MS
-from rlprof_plugins.trace.measured import measured_numbers, quantile_ms
-from rlprof_plugins.session.step_recorder import recorder_for
-from rlprof_plugins.store.step_log import StepLog, read_steps
-from rlprof_plugins.trace.stages import IterationInfo
+from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
+from rlprof_plugins.metrics.log import StepLog
+from rlprof_plugins.metrics.reader import measured_numbers, quantile_ms, read_steps
+from rlprof_plugins.metrics.record import BUCKETS_MS, NotARecord, RankTotals, StageRecord, StepRecord
+from rlprof_plugins.metrics.recorder import recorder_for
+from rlprof_plugins.metrics.timer import StepMetrics
+from rlprof_plugins.stages import IterationInfo
 
 PREFILL = IterationInfo(prefill_tokens=12, decode_tokens=0, batch_size=1)
 DECODE = IterationInfo(prefill_tokens=0, decode_tokens=4, batch_size=4)
@@ -30,6 +32,78 @@ def run(recorder, infos, ms: float = 2.0) -> None:
         recorder.end(info)
 
 
+def record(step, rank="rank0", step_source="request", started_at=1.0, ended_at=2.0, iterations=1, busy_ms=1.0,
+           idle_ms=0.0, stages=None) -> StepRecord:
+    return StepRecord(global_step=step, step_source=step_source, rank=rank, started_at=started_at, ended_at=ended_at,
+                      iterations=iterations, busy_ms=busy_ms, idle_ms=idle_ms, stages=stages or {})
+
+
+def test_the_record_is_one_json_line_read_back_whole_and_a_torn_one_is_refused():
+    counts = [0] * len(BUCKETS_MS)
+    counts[2] = 3
+    r = record(7, stages={"decode": StageRecord(3, 4.5, 2.0, 0, 12, 12, counts)})
+    line = r.encode()
+    assert line.endswith("\n") and "\n" not in line[:-1]
+    assert json.loads(line) == {"global_step": 7, "step_source": "request", "rank": "rank0", "started_at": 1.0,
+                                "ended_at": 2.0, "iterations": 1, "busy_ms": 1.0, "idle_ms": 0.0,
+                                "stages": {"decode": {"iterations": 3, "total_ms": 4.5, "max_ms": 2.0,
+                                                      "prefill_tokens": 0, "decode_tokens": 12, "batch_sum": 12,
+                                                      "counts": counts}}}
+    assert StepRecord.decode(line) == r
+    for torn in (line[:-20], '{"global_step": 3, "rank": "ra', "[]", '{"rank": "rank0"}',
+                 line.replace('"global_step":7', '"global_step":"7"'),
+                 line.replace('"iterations":1,', '"iterations":"one",')):
+        with pytest.raises(NotARecord):
+            StepRecord.decode(torn)
+    both = r.combine(record(7, started_at=0.5, ended_at=3.0, iterations=2, busy_ms=2.0,
+                            stages={"decode": StageRecord(1, 5.0, 5.0, 0, 4, 4, counts)}))
+    assert (both.iterations, both.busy_ms, both.started_at, both.ended_at) == (3, 3.0, 0.5, 3.0)
+    assert (both.stages["decode"].iterations, both.stages["decode"].max_ms, both.stages["decode"].counts[2]) == (4, 5.0, 6)
+    assert r.stages["decode"].iterations == 3  # combining leaves both parts as they were
+
+
+def test_a_ranks_totals_round_trip_through_its_state_file():
+    totals = RankTotals("rank1", global_step=5)
+    totals.add(record(4, rank="rank1", stages={"prefill": StageRecord(1, 3.0, 3.0, 12, 0, 1)}))
+    again = RankTotals.decode(totals.encode())
+    assert (again.rank, again.global_step, again.last_step, again.steps) == ("rank1", 5, 4, 1)
+    assert again.stages["prefill"].prefill_tokens == 12 and again.stages["prefill"].total_ms == 3.0
+    with pytest.raises(NotARecord):
+        RankTotals.decode('{"global_step": 1}')
+
+
+def test_one_hook_builds_a_recorder_once_per_owner_and_answers_step_commands(tmp_path):
+    class Owner:
+        pass
+
+    located = []
+
+    def locate(owner, rank):
+        located.append(rank)
+        return RecorderPlace(str(tmp_path), rank, parse_options({}))
+
+    hook = StepMetricsHook("test", locate)
+    owner = Owner()
+    rec = hook.recorder(owner, "rank3")
+    assert rec is hook.recorder(owner, "rank3") and located == ["rank3"]
+    assert hook.command(owner, {"op": "status"}, "rank3") is None  # a profiling command: not the hook's
+    assert hook.command(owner, {"op": "mark_step", "global_step": 6}, "rank3") == {
+        "ok": True, "step_metrics": True, "global_step": 6}
+    hook.started(owner, {"op": "start", "global_step": 8}, {"ok": False}, "rank3")  # refused: the step stays
+    assert rec.metrics.step == 6
+    hook.started(owner, {"op": "start", "global_step": 8}, {"ok": True}, "rank3")
+    assert rec.metrics.step == 8
+    off = StepMetricsHook("test", lambda owner: None)
+    assert off.recorder(Owner()) is None
+    assert off.command(Owner(), {"op": "mark_step", "global_step": 1}) == {"ok": True, "step_metrics": False}
+
+    def broken(owner):
+        raise RuntimeError("no config here")
+
+    assert StepMetricsHook("test", broken).recorder(Owner()) is None  # a warning, never into the engine
+    rec.close()
+
+
 def test_each_step_is_one_record_of_its_stages_tokens_and_times():
     records = []
     m = StepMetrics("rank0", records.append)
@@ -40,11 +114,11 @@ def test_each_step_is_one_record_of_its_stages_tokens_and_times():
         m.end(info)
     m.set_step(4, "weight_version")  # step 3 is finished
     (r,) = records
-    assert (r["global_step"], r["step_source"], r["rank"], r["iterations"]) == (3, "request", "rank0", 4)
-    decode = r["stages"]["decode"]
-    assert (decode["iterations"], decode["decode_tokens"], decode["batch_sum"]) == (3, 12, 12)
-    assert 6.0 <= decode["total_ms"] < 60 and decode["max_ms"] >= 2.0 and sum(decode["counts"]) == 3
-    assert r["stages"]["prefill"]["prefill_tokens"] == 12 and r["busy_ms"] >= 8.0 and r["idle_ms"] >= 0
+    assert (r.global_step, r.step_source, r.rank, r.iterations) == (3, "request", "rank0", 4)
+    decode = r.stages["decode"]
+    assert (decode.iterations, decode.decode_tokens, decode.batch_sum) == (3, 12, 12)
+    assert 6.0 <= decode.total_ms < 60 and decode.max_ms >= 2.0 and sum(decode.counts) == 3
+    assert r.stages["prefill"].prefill_tokens == 12 and r.busy_ms >= 8.0 and r.idle_ms >= 0
     m.set_step(5, "weight_version")  # nothing ran in step 4: no record
     assert len(records) == 1
 
@@ -60,8 +134,7 @@ def test_the_log_appends_off_the_engine_thread_and_reads_back_past_a_torn_line(t
 
     log._append = spy
     for step in (1, 2):
-        log.put({"global_step": step, "rank": "rank0", "started_at": 1.0, "ended_at": 2.0, "iterations": 1,
-                 "busy_ms": 1.0, "idle_ms": 0.0, "stages": {}})
+        log.put(record(step, started_at=1.0, ended_at=2.0, iterations=1, busy_ms=1.0))
     log.close()
     assert writer_threads == {"rlprof-step-log-rank0"}
     path = tmp_path / "steps" / "rank0.jsonl"
@@ -70,17 +143,16 @@ def test_the_log_appends_off_the_engine_thread_and_reads_back_past_a_torn_line(t
     records, warnings = read_steps(tmp_path)
     assert sorted(records) == [1, 2] and len(warnings) == 1 and "rank0.jsonl:3" in warnings[0]
     again = StepLog(tmp_path / "steps", "rank0")  # a restarted server appends
-    again.put({"global_step": 2, "rank": "rank0", "started_at": 3.0, "ended_at": 4.0, "iterations": 2,
-               "busy_ms": 2.0, "idle_ms": 1.0, "stages": {}})
+    again.put(record(2, started_at=3.0, ended_at=4.0, iterations=2, busy_ms=2.0, idle_ms=1.0))
     again.close()
     records, _ = read_steps(tmp_path)
-    assert records[2]["rank0"]["iterations"] == 3 and records[2]["rank0"]["ended_at"] == 4.0  # combined
+    assert records[2]["rank0"].iterations == 3 and records[2]["rank0"].ended_at == 4.0  # combined
 
 
 def test_a_full_log_rotates_once_so_the_folder_stays_bounded(tmp_path):
     log = StepLog(tmp_path, "rank0", max_bytes=400)
     for step in range(20):
-        log.put({"global_step": step, "rank": "rank0", "pad": "x" * 50})
+        log.put(record(step, step_source="x" * 50))
     log.close()
     sizes = sorted(p.stat().st_size for p in tmp_path.glob("rank0.jsonl*"))
     assert len(sizes) == 2 and max(sizes) <= 400  # the log and its one rotation; beside them the state file
@@ -92,11 +164,10 @@ def test_percentiles_from_the_buckets_and_the_slowest_rank():
     counts[3] = 9  # nine iterations in (2, 4] ms
     counts[6] = 1  # one in (16, 32]
     assert quantile_ms(counts, 0.5, largest=20.0) == 4.0 and quantile_ms(counts, 0.95, largest=20.0) == 20.0
-    stage = {"iterations": 10, "total_ms": 50.0, "max_ms": 20.0, "prefill_tokens": 0, "decode_tokens": 40,
-             "batch_sum": 40, "counts": counts}
-    ranks = {"rank0": {"busy_ms": 50.0, "started_at": 1.0, "ended_at": 2.0, "stages": {"decode": stage}},
-             "rank1": {"busy_ms": 40.0, "started_at": 1.0, "ended_at": 2.0,
-                       "stages": {"decode": {**stage, "total_ms": 40.0}}}}
+    stage = dict(iterations=10, total_ms=50.0, max_ms=20.0, prefill_tokens=0, decode_tokens=40, batch_sum=40,
+                 counts=counts)
+    ranks = {"rank0": record(1, busy_ms=50.0, stages={"decode": StageRecord(**stage)}),
+             "rank1": record(1, rank="rank1", busy_ms=40.0, stages={"decode": StageRecord(**{**stage, "total_ms": 40.0})})}
     n = measured_numbers(ranks)
     assert n["stages"]["decode"]["mean_ms"] == 5.0 and n["imbalance"] == 1.25 and n["straggler"]["rank"] == "rank0"
     assert n["stages"]["decode"]["mean_batch"] == 4.0
@@ -122,8 +193,8 @@ def test_recorder_follows_starts_and_the_weight_version(tmp_path):
     run(rec, [DECODE])
     rec.close()
     records, _ = read_steps(tmp_path)
-    assert {step: r["rank0"]["iterations"] for step, r in records.items()} == {None: 1, 2: 4, 3: 2, 9: 1}
-    assert records[2]["rank0"]["step_source"] == "weight_version" and records[9]["rank0"]["step_source"] == "request"
+    assert {step: r["rank0"].iterations for step, r in records.items()} == {None: 1, 2: 4, 3: 2, 9: 1}
+    assert records[2]["rank0"].step_source == "weight_version" and records[9]["rank0"].step_source == "request"
 
 
 def test_the_report_gives_every_measured_step_a_row(tmp_path):
@@ -153,7 +224,7 @@ def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path)
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rlprof_plugins.store.step_series import register
+    from rlprof_plugins.metrics.series import register
 
     for rank in ("rank0", "rank1"):
         rec = recorder_for(str(tmp_path), rank, parse_options({}))

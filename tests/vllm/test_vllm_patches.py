@@ -83,7 +83,7 @@ def test_worker_without_hooks_answers_unavailable():
     are missing; the same worker with the patch applied gets past that check."""
     from vllm.v1.worker import gpu_worker
 
-    from rlprof_plugins.patches.vllm.control import worker_control
+    from rlprof_plugins.patches.vllm.worker_hooks import worker_control
 
     worker = gpu_worker.Worker.__new__(gpu_worker.Worker)  # no engine behind it: only the checks run
     was_applied = WORKER_PATCH.applied

@@ -1,7 +1,8 @@
 """A rank's step metrics as the engine patches drive them: time each iteration, follow the RL step.
 
-The patches call ``begin``/``end`` around every engine iteration (traced or
-not) and tell where the RL step moves: a start request naming its
+The engines' patch modules reach it through ``engine_hook.StepMetricsHook``,
+calling ``begin``/``end`` around every engine iteration (traced or not) and
+telling where the RL step moves: a start request naming its
 ``global_step``, the engine's weight version (``step_source:
 weight_version``: version + ``trainer_step_offset``, as for traced steps),
 or an explicit mark. Every call is guarded: a failure is logged once and
@@ -19,9 +20,9 @@ from ..config.options import ProfileOptions
 from ..steps.weight_version import step_of
 from ..steps.which_step import WEIGHT_VERSION
 from ..store.layout import STEPS_DIR
-from ..trace.stages import IterationInfo
-from ..store.step_log import StepLog
-from .step_metrics import StepMetrics
+from ..stages import IterationInfo
+from .log import StepLog
+from .timer import StepMetrics
 
 
 class StepRecorder:
@@ -39,8 +40,12 @@ class StepRecorder:
 
     # ---- the engine thread, every iteration ------------------------------
     def begin(self) -> None:
+        """An iteration begins; where the engine keeps its weight version in this process
+        (``read_version``), the step follows it first."""
         if self.failed is None:
             try:
+                if self.read_version is not None:
+                    self.follow_version()
                 self.metrics.begin()
             except Exception as e:
                 self._fail(e)
@@ -61,6 +66,20 @@ class StepRecorder:
         choice = step_of(version, self.offset)
         if choice.global_step is not None:
             self._set(choice.global_step, "weight_version")
+
+    def follow_version(self) -> None:
+        """Read the engine's weight version where this process keeps it (``read_version``); a version
+        that cannot be read stops the reading with one warning, and steps follow starts only."""
+        read = self.read_version
+        if read is None:
+            return
+        try:
+            version = read()
+        except Exception as e:
+            self.read_version = None
+            logger.warning("rlprof: the engine's weight version cannot be read (%s): steps follow starts only", e)
+            return
+        self.weight_version(version)
 
     def started(self, global_step: Any) -> None:
         """A start request named its step (any step source): iterations count for it from now on."""

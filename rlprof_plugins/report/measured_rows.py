@@ -4,7 +4,7 @@ Every RL step the engine ran has numbers there, traced or not: a step with
 no trace folder gets its own row (state ``measured``, "metrics only"), a
 traced step keeps its trace's numbers and carries the measured ones beside
 (``measured``). How a measured step's numbers are taken (each rank's
-aggregates, the slowest rank's) is ``trace.measured``.
+aggregates, the slowest rank's) is ``metrics.reader``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...store.step_log import read_steps, step_folder
-from ..measured import measured_numbers
+from ..metrics.log import step_folder
+from ..metrics.reader import measured_numbers, read_steps
 
 
 def measured_steps(root: Path) -> tuple[dict[int, dict[str, Any]], list[str]]:

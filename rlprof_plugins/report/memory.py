@@ -21,8 +21,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ...store import manifest
-from ...store.layout import MEMORY
+from ..store import manifest
+from ..store.layout import MEMORY
 
 MB = 1 << 20
 POINTS = 240  # timeline points per rank at most (each bucket keeps its highest allocated point)

@@ -1,6 +1,6 @@
 """The step metrics as Prometheus series, read from the ranks' state files when ``/metrics`` is scraped.
 
-Each rank's log thread keeps ``steps/<rank>.state.json`` (``step_log``):
+Each rank's log thread keeps ``steps/<rank>.state.json`` (``log``, a ``record.RankTotals``):
 the step open now and the running totals of every finished step. A scrape
 reads those small files in the process serving ``/metrics`` (vLLM's API
 server, SGLang's HTTP server), so it never touches an engine thread or
@@ -20,13 +20,13 @@ Counters restart with the engine, as Prometheus expects of counters.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterator
 
-from .layout import STEPS_DIR
-from .step_log import BUCKETS_MS, STATE_SUFFIX
+from ..store.layout import STEPS_DIR
+from .log import STATE_SUFFIX
+from .record import BUCKETS_MS, NotARecord, RankTotals
 
 
 class StepSeries:
@@ -35,12 +35,12 @@ class StepSeries:
     def __init__(self, root: str | Path) -> None:
         self.folder = Path(root) / STEPS_DIR
 
-    def states(self) -> list[dict[str, Any]]:
+    def states(self) -> list[RankTotals]:
         out = []
         for path in sorted(self.folder.glob(f"*{STATE_SUFFIX}")):
             try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
+                out.append(RankTotals.decode(path.read_text()))
+            except (OSError, NotARecord):
                 continue  # being replaced, or gone: the next scrape reads it
         return out
 
@@ -60,22 +60,22 @@ class StepSeries:
         busy = CounterMetricFamily("rlprof_busy_seconds", "Time inside engine iterations", labels=["rank"])
         idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
         for state in states:
-            rank = str(state.get("rank"))
-            if isinstance(state.get("last_step"), int):
-                step.add_metric([rank], state["last_step"])
-            if isinstance(state.get("global_step"), int):
-                current.add_metric([rank], state["global_step"])
-            steps.add_metric([rank], state.get("steps", 0))
-            busy.add_metric([rank], state.get("busy_ms", 0.0) / 1000.0)
-            idle.add_metric([rank], state.get("idle_ms", 0.0) / 1000.0)
-            for stage, t in sorted(state.get("stages", {}).items()):
+            rank = state.rank
+            if state.last_step is not None:
+                step.add_metric([rank], state.last_step)
+            if isinstance(state.global_step, int) and not isinstance(state.global_step, bool):
+                current.add_metric([rank], state.global_step)
+            steps.add_metric([rank], state.steps)
+            busy.add_metric([rank], state.busy_ms / 1000.0)
+            idle.add_metric([rank], state.idle_ms / 1000.0)
+            for stage, t in sorted(state.stages.items()):
                 cumulative, seen = [], 0
-                for bound, count in zip(BUCKETS_MS, t["counts"]):
+                for bound, count in zip(BUCKETS_MS, t.counts):
                     seen += count
                     cumulative.append(("+Inf" if math.isinf(bound) else repr(bound / 1000.0), seen))
-                times.add_metric([stage, rank], cumulative, t["total_ms"] / 1000.0)
-                tokens.add_metric([stage, "prompt", rank], t.get("prefill_tokens", 0))
-                tokens.add_metric([stage, "generated", rank], t.get("decode_tokens", 0))
+                times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
+                tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
+                tokens.add_metric([stage, "generated", rank], t.decode_tokens)
         yield from (step, current, times, tokens, steps, busy, idle)
 
 

@@ -4,7 +4,7 @@ Stitching, stage splitting, merging and torch_npu's analysis are per-event
 Python (or a library's own long analysis); run inside an engine process they
 would hold its GIL for seconds. ``run_in_child`` runs ``module:function``
 with JSON arguments in a fresh interpreter (``python -m
-rlprof_plugins.trace.child``, the spec on stdin) and returns the function's
+rlprof_plugins._child``, the spec on stdin) and returns the function's
 JSON answer; a failure raises ``ChildFailed`` naming the work and the child's
 own error (its exception type and message, not a bare exit status). Every
 caller that leaves the engine process comes through here, so none runs the

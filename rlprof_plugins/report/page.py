@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ... import __version__
-from ..iteration_names import SOURCE_TITLES
+from .. import __version__
+from ..trace.iteration_names import SOURCE_TITLES
 from . import charts
 from .step_section import cell, name_cell, step_section
 

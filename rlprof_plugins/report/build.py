@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ...store.layout import write_text_atomic
-from ..iteration_names import SOURCE_TITLES, SOURCES
+from ..store.layout import write_text_atomic
+from ..trace.iteration_names import SOURCE_TITLES, SOURCES
 from .cache import StepCache
 from .compare import compare
 from .page import render

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
-from ...store.layout import write_text_atomic
-from ...store.manifest import MANIFEST
+from .. import __version__
+from ..store.layout import write_text_atomic
+from ..store.manifest import MANIFEST
 
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"

@@ -3,13 +3,13 @@
 Tracing every step costs too much; timing every iteration does not: two
 clock reads and a few additions on the engine thread, no allocation, no I/O.
 Per rank and per RL global step it keeps, for each stage (the rule of
-``trace.stages``): the iterations, their summed, largest and bucketed times
-(``BUCKETS_MS``, the boundaries of a Prometheus histogram, so p50 and p90 come
-from the buckets and ranks and restarts combine exactly), the prompt and
+``rlprof_plugins.stages``): the iterations, their summed, largest and bucketed times
+(``record.BUCKETS_MS``, the boundaries of a Prometheus histogram, so p50 and p90
+come from the buckets and ranks and restarts combine exactly), the prompt and
 generated tokens and the batch sizes; and the rank's busy time (inside
 iterations) and idle time (between them). When the step changes (a new
 weight version, a start naming ``global_step``, ``mark_step``) the finished
-step goes to the ``sink`` as one plain record (``store.step_log.StepLog`` writes it
+step goes to the ``sink`` as one ``record.StepRecord`` (``log.StepLog`` writes it
 off the engine thread).
 """
 
@@ -19,8 +19,8 @@ import time
 from bisect import bisect_left
 from typing import Any, Callable
 
-from ..store.step_log import BUCKETS_MS
-from ..trace.stages import DECODE, PREFILL, IterationInfo
+from ..stages import DECODE, PREFILL, IterationInfo
+from .record import BUCKETS_MS, StageRecord, StepRecord
 
 _BOUNDS_NS = tuple(b * 1e6 for b in BUCKETS_MS[:-1])
 UNKNOWN = "all"  # an iteration whose stage the engine did not say
@@ -37,17 +37,17 @@ class StageTimes:
         self.prefill_tokens = self.decode_tokens = self.batch = 0
         self.counts = [0] * len(BUCKETS_MS)
 
-    def record(self) -> dict[str, Any]:
-        return {"iterations": self.iterations, "total_ms": round(self.total_ns / 1e6, 3),
-                "max_ms": round(self.max_ns / 1e6, 3), "prefill_tokens": self.prefill_tokens,
-                "decode_tokens": self.decode_tokens, "batch_sum": self.batch, "counts": list(self.counts)}
+    def record(self) -> StageRecord:
+        return StageRecord(iterations=self.iterations, total_ms=round(self.total_ns / 1e6, 3),
+                           max_ms=round(self.max_ns / 1e6, 3), prefill_tokens=self.prefill_tokens,
+                           decode_tokens=self.decode_tokens, batch_sum=self.batch, counts=list(self.counts))
 
 
 class StepMetrics:
     """A rank's open step: ``begin``/``end`` around each engine iteration on the engine thread,
     ``set_step`` when the RL step changes. The sink gets each finished step's record."""
 
-    def __init__(self, rank: str, sink: Callable[[dict], None], clock: Callable[[], int] = time.perf_counter_ns,
+    def __init__(self, rank: str, sink: Callable[[StepRecord], None], clock: Callable[[], int] = time.perf_counter_ns,
                  wall: Callable[[], float] = time.time, on_step: Callable[[Any], None] | None = None) -> None:
         self.rank, self._sink, self._clock, self._wall = rank, sink, clock, wall
         self._on_step = on_step  # told each new step (the state the /metrics series read)
@@ -82,7 +82,7 @@ class StepMetrics:
             stage, prefill, decode, batch = UNKNOWN, 0, 0, 0
         else:
             prefill, decode, batch = info
-            stage = PREFILL if prefill > 0 else DECODE  # trace.stages' rule, without the property call
+            stage = PREFILL if prefill > 0 else DECODE  # rlprof_plugins.stages' rule, without the property call
         times = self._stages.get(stage)
         if times is None:
             times = self._stages[stage] = StageTimes()
@@ -109,10 +109,10 @@ class StepMetrics:
         """Hand the open step's record to the sink and start it afresh (a step with no iteration: nothing)."""
         if not self._stages:
             return
-        record = {"global_step": self.step, "step_source": self.source, "rank": self.rank,
-                  "started_at": round(self._first_wall or self._wall(), 3), "ended_at": round(self._wall(), 3),
-                  "iterations": sum(t.iterations for t in self._stages.values()),
-                  "busy_ms": round(self._busy_ns / 1e6, 3), "idle_ms": round(self._idle_ns / 1e6, 3),
-                  "stages": {stage: t.record() for stage, t in sorted(self._stages.items())}}
+        record = StepRecord(global_step=self.step, step_source=self.source, rank=self.rank,
+                            started_at=round(self._first_wall or self._wall(), 3), ended_at=round(self._wall(), 3),
+                            iterations=sum(t.iterations for t in self._stages.values()),
+                            busy_ms=round(self._busy_ns / 1e6, 3), idle_ms=round(self._idle_ns / 1e6, 3),
+                            stages={stage: t.record() for stage, t in sorted(self._stages.items())})
         self._reset()
         self._sink(record)

@@ -25,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ...store import manifest
-from ..gz import file_size
-from ..sources import plan, trace_files
-from ..step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
-                            stage_operators, straggler)
-from ..summary import step_dirs
-from ..trace_stats import TraceStats, stats_of
+from ..store import manifest
+from ..trace.gz import file_size
+from ..trace.sources import plan, trace_files
+from ..trace.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
+                                  stage_operators, straggler)
+from ..trace.summary import step_dirs
+from ..trace.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory

@@ -13,10 +13,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..gz import file_size
-from ..naming import ASCEND_SUFFIX, parse, parse_ascend_folder
-from ..trace_stats import TraceStats
-from ..time_split import DEVICE_CLASSES, is_communication
+from ..trace.gz import file_size
+from ..trace.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
+from ..trace.trace_stats import TraceStats
+from ..trace.time_split import DEVICE_CLASSES, is_communication
 
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 

@@ -1,0 +1,91 @@
+"""How an engine wires the step metrics: one hook of the same shape on every engine.
+
+An engine's patch module makes one ``StepMetricsHook`` with a ``locate``
+function, the one thing that differs between engines: where an engine
+process (a vLLM worker, an SGLang scheduler) writes its step metrics, as a
+``RecorderPlace`` (root, rank, options, and where the engine keeps its weight
+version in that process, if it does), or None when they are off. The hook
+then gives the patch module the same calls on both engines:
+
+- ``recorder(owner)`` on every iteration: the owner's ``StepRecorder``, built
+  on first use and kept on the owner (None when off); the patch module calls
+  its ``begin()`` and ``end(info)`` around the iteration;
+- ``command(owner, command)``: a step command (``weight_version``,
+  ``mark_step``) answered, or None for a profiling command;
+- ``started(owner, command, reply)``: a start that went through names its
+  step, so iterations count for it from then on.
+
+Nothing here raises into the engine: a recorder that cannot be built logs one
+warning, and step metrics are off for that owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from .._log import logger
+from ..config.options import ProfileOptions
+from .recorder import StepRecorder, recorder_for
+
+STEP_OPS = ("weight_version", "mark_step")  # commands for the step metrics, not for a profiling session
+
+
+class RecorderPlace(NamedTuple):
+    """Where one engine process's step metrics go: ``root`` (its ``steps/`` folder's parent), ``rank``
+    (the rank label its files are named by), its ``options``, and ``read_version`` (how to read the
+    engine's weight version in this process each iteration, where the engine keeps it there)."""
+
+    root: str | None
+    rank: str
+    options: ProfileOptions
+    read_version: Callable[[], Any] | None = None
+
+
+class StepMetricsHook:
+    """One engine's wiring of the step metrics (see the module's docstring)."""
+
+    def __init__(self, engine: str, locate: Callable[..., RecorderPlace | None],
+                 attr: str = "_rlprof_step_recorder") -> None:
+        self.engine = engine
+        self._locate = locate
+        self.attr = attr  # where the owner keeps its recorder (False: step metrics are off for it)
+
+    def recorder(self, owner: Any, *context: Any) -> StepRecorder | None:
+        """The owner's recorder (``context``: what ``locate`` needs beside the owner)."""
+        found = owner.__dict__.get(self.attr)
+        if found is not None:
+            return found or None
+        recorder = None
+        try:
+            place = self._locate(owner, *context)
+            if place is not None:
+                recorder = recorder_for(place.root, place.rank, place.options)
+                if recorder is not None and recorder.by_version:
+                    recorder.read_version = place.read_version
+        except Exception as e:  # never into the engine loop: step metrics are off for this owner
+            logger.warning("rlprof: step metrics off on this %s process: %s: %s", self.engine, type(e).__name__, e)
+            recorder = None
+        owner.__dict__[self.attr] = recorder if recorder is not None else False
+        return recorder
+
+    def command(self, owner: Any, command: dict, *context: Any) -> dict | None:
+        """A step command's answer (the owner may not have run a model yet: a trainer sets the first
+        version before any traffic); None for any other command."""
+        op = command.get("op")
+        if op not in STEP_OPS:
+            return None
+        recorder = self.recorder(owner, *context)
+        if recorder is None:
+            return {"ok": True, "step_metrics": False}
+        if op == "weight_version":
+            recorder.weight_version(command.get("version"))
+        else:
+            recorder.mark(int(command["global_step"]))
+        return {"ok": True, "step_metrics": True, "global_step": recorder.metrics.step}
+
+    def started(self, owner: Any, command: dict, reply: Any, *context: Any) -> None:
+        """A start that went through names its step: the owner's iterations count for it from now on."""
+        if command.get("op") == "start" and isinstance(reply, dict) and reply.get("ok"):
+            recorder = self.recorder(owner, *context)
+            if recorder is not None:
+                recorder.started(command.get("global_step"))

@@ -1,0 +1,195 @@
+"""The step record: one RL step of one rank, typed once, with its one encoder and one decoder.
+
+Every user of the step metrics reads and writes through these types: the
+timer builds a ``StepRecord`` when a step finishes, the log writes it as one
+JSON line (``encode``) and keeps the rank's ``RankTotals`` in its state file,
+the Prometheus collector reads the state files (``RankTotals.decode``), the
+report and ``rlprof collect``'s reader read the lines back (``decode``), and
+records of the same step and rank written in two parts (a server restarted
+inside a step) add up (``combine``). The keys of both files are spelled in
+this module and nowhere else.
+
+Bucketed iteration times (``counts``) use ``BUCKETS_MS``: the upper bounds of
+a Prometheus histogram, so p50/p90 come from them and ranks and restarts add
+up exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# upper bounds (ms) of the iteration-time buckets of every record (``counts``); the last is +inf.
+BUCKETS_MS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
+              float("inf"))
+
+
+class NotARecord(ValueError):
+    """A line or file that is not a whole record (a write cut short, another program's file)."""
+
+
+def _number(data: dict, key: str, kind: type = float) -> Any:
+    value = data.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NotARecord(f"{key} is not a number: {value!r}")
+    return kind(value) if kind is int else value
+
+
+@dataclass
+class StageRecord:
+    """One stage's iterations of one step on one rank: count, summed and largest time, the
+    bucketed times, tokens and summed batch sizes."""
+
+    iterations: int = 0
+    total_ms: float = 0.0
+    max_ms: float = 0.0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    batch_sum: int = 0
+    counts: list[int] = field(default_factory=lambda: [0] * len(BUCKETS_MS))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"iterations": self.iterations, "total_ms": self.total_ms, "max_ms": self.max_ms,
+                "prefill_tokens": self.prefill_tokens, "decode_tokens": self.decode_tokens,
+                "batch_sum": self.batch_sum, "counts": list(self.counts)}
+
+    def totals_json(self) -> dict[str, Any]:
+        """What a rank's running totals keep of a stage (the state file): no largest time or batch."""
+        return {"iterations": self.iterations, "total_ms": self.total_ms, "prefill_tokens": self.prefill_tokens,
+                "decode_tokens": self.decode_tokens, "counts": list(self.counts)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StageRecord":
+        if not isinstance(data, dict):
+            raise NotARecord(f"a stage is not an object: {data!r}")
+        counts = data.get("counts", [0] * len(BUCKETS_MS))
+        if not isinstance(counts, list) or not all(isinstance(c, int) for c in counts):
+            raise NotARecord(f"counts is not a list of integers: {counts!r}")
+        return cls(iterations=_number(data, "iterations", int), total_ms=_number(data, "total_ms"),
+                   max_ms=_number(data, "max_ms"), prefill_tokens=_number(data, "prefill_tokens", int),
+                   decode_tokens=_number(data, "decode_tokens", int), batch_sum=_number(data, "batch_sum", int),
+                   counts=list(counts))
+
+    def add(self, other: "StageRecord") -> None:
+        """Counts, totals and tokens add up; the largest time is the larger."""
+        self.iterations += other.iterations
+        self.total_ms = round(self.total_ms + other.total_ms, 3)
+        self.max_ms = max(self.max_ms, other.max_ms)
+        self.prefill_tokens += other.prefill_tokens
+        self.decode_tokens += other.decode_tokens
+        self.batch_sum += other.batch_sum
+        self.counts = [a + b for a, b in zip(self.counts, other.counts)]
+
+
+@dataclass
+class StepRecord:
+    """One finished RL step of one rank: a line of ``steps/<rank>.jsonl``.
+
+    ``global_step`` is None for iterations that ran before any step was named;
+    ``step_source`` says where the step came from (``request``,
+    ``weight_version``, ``mark_step``); ``started_at``/``ended_at`` are wall
+    seconds; ``busy_ms`` is the time inside iterations, ``idle_ms`` between them."""
+
+    global_step: int | None
+    step_source: str | None
+    rank: str
+    started_at: float
+    ended_at: float
+    iterations: int
+    busy_ms: float
+    idle_ms: float
+    stages: dict[str, StageRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"global_step": self.global_step, "step_source": self.step_source, "rank": self.rank,
+                "started_at": self.started_at, "ended_at": self.ended_at, "iterations": self.iterations,
+                "busy_ms": self.busy_ms, "idle_ms": self.idle_ms,
+                "stages": {stage: t.to_json() for stage, t in self.stages.items()}}
+
+    def encode(self) -> str:
+        """The record as one JSON line (with its newline)."""
+        return json.dumps(self.to_json(), separators=(",", ":")) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any) -> "StepRecord":
+        if not isinstance(data, dict) or "rank" not in data or "global_step" not in data:
+            raise NotARecord("not a step record (no rank or global_step)")
+        step = data["global_step"]
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise NotARecord(f"global_step is not an integer: {step!r}")
+        stages = data.get("stages", {})
+        if not isinstance(stages, dict):
+            raise NotARecord(f"stages is not an object: {stages!r}")
+        return cls(global_step=step, step_source=data.get("step_source"), rank=str(data["rank"]),
+                   started_at=_number(data, "started_at"), ended_at=_number(data, "ended_at"),
+                   iterations=_number(data, "iterations", int), busy_ms=_number(data, "busy_ms"),
+                   idle_ms=_number(data, "idle_ms"),
+                   stages={str(stage): StageRecord.from_json(t) for stage, t in stages.items()})
+
+    @classmethod
+    def decode(cls, line: str) -> "StepRecord":
+        """One line of a step log; ``NotARecord`` for anything else (a torn line)."""
+        try:
+            data = json.loads(line)
+        except ValueError as e:
+            raise NotARecord(str(e)) from None
+        return cls.from_json(data)
+
+    def combine(self, other: "StepRecord") -> "StepRecord":
+        """One step of one rank recorded in two parts (a restart): counts and totals add up."""
+        stages = {stage: StageRecord(**{**t.to_json(), "counts": list(t.counts)}) for stage, t in self.stages.items()}
+        for stage, t in other.stages.items():
+            if stage in stages:
+                stages[stage].add(t)
+            else:
+                stages[stage] = t
+        return StepRecord(global_step=self.global_step, step_source=self.step_source, rank=self.rank,
+                          started_at=min(self.started_at, other.started_at),
+                          ended_at=max(self.ended_at, other.ended_at),
+                          iterations=self.iterations + other.iterations,
+                          busy_ms=round(self.busy_ms + other.busy_ms, 3),
+                          idle_ms=round(self.idle_ms + other.idle_ms, 3), stages=stages)
+
+
+@dataclass
+class RankTotals:
+    """A rank's state file (``steps/<rank>.state.json``), what the ``/metrics`` series read: the step
+    open now, the newest finished step with a number, and every finished step's totals since start."""
+
+    rank: str
+    global_step: Any = None  # the step the rank's iterations count for now
+    last_step: int | None = None
+    steps: int = 0
+    busy_ms: float = 0.0
+    idle_ms: float = 0.0
+    stages: dict[str, StageRecord] = field(default_factory=dict)
+
+    def add(self, record: StepRecord) -> None:
+        self.steps += 1
+        if record.global_step is not None:
+            self.last_step = record.global_step
+        self.busy_ms += record.busy_ms
+        self.idle_ms += record.idle_ms
+        for stage, t in record.stages.items():
+            self.stages.setdefault(stage, StageRecord()).add(t)
+
+    def encode(self) -> str:
+        return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
+                           "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
+                           "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
+
+    @classmethod
+    def decode(cls, text: str) -> "RankTotals":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise NotARecord(str(e)) from None
+        if not isinstance(data, dict) or "rank" not in data:
+            raise NotARecord("not a rank's state (no rank)")
+        last = data.get("last_step")
+        return cls(rank=str(data["rank"]), global_step=data.get("global_step"),
+                   last_step=last if isinstance(last, int) and not isinstance(last, bool) else None,
+                   steps=_number(data, "steps", int), busy_ms=_number(data, "busy_ms"),
+                   idle_ms=_number(data, "idle_ms"),
+                   stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()})
