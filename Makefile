@@ -231,6 +231,7 @@ bench-merge: env
 # docs/performance.md, "The step report at a thousand steps": 250, 500 and 1,000 steps x 8 ranks (~10 min).
 bench-report-scale: env
 	$(VPY) benchmarks/bench_report.py --scale 250,500,1000
+	$(VPY) benchmarks/bench_report.py --fleet "16,250;64,250;16,1000;64,1000"
 
 # tests/fixtures/: the real TP=2 traces, re-recorded from both CPU servers (rlprof's and the engines' own; ~5 min).
 fixtures: env tiny-model

@@ -25,6 +25,14 @@ iterations a rank, prefill and decode, 40 operators), for each N the cold
 run, the warm run after one more step (goal: <= 1 s), the peak memory of
 each (goal: flat in N) and the page (goal: <= 5 MB) with its load time.
 
+``--fleet R,S[;R,S...]`` (issue 55) measures the fleet view: roots of R
+replicas (verl's replica folders), each with S measured steps x 8 ranks of
+step metrics (``steps/rank<k>.jsonl``, written through the real
+``metrics.record.StepRecord``) and 10 traced steps of 8 small rank traces;
+for each the cold run, the warm run after one more measured step on every
+replica (goal: <= 2 s), the peak memory (goal: flat in replicas and steps)
+and the page (goal: <= 10 MB) with its load time.
+
 Usage: ``.venv-vllm/bin/python benchmarks/bench_report.py [--steps N] [--mb MB]``
 (``make bench-merge`` runs it with the defaults);
 ``... bench_report.py --scale 250,500,1000 --json F`` (``make bench-report-scale``).
@@ -98,6 +106,49 @@ def scale(counts: list[int], work: Path) -> list[dict]:
     return out
 
 
+def write_measured(folder: Path, first: int, last: int, ranks: int = 8, slow: float = 1.0) -> None:
+    """Step metrics of steps ``first``..``last`` for ``ranks`` ranks, appended as the engines append them."""
+    from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
+
+    (folder / "steps").mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        lines = []
+        for step in range(first, last + 1):
+            counts = [0] * len(BUCKETS_MS)
+            counts[3], counts[6] = 200, 2
+            decode = StageRecord(202, round(600.0 * slow * (1 + (step % 7) / 50), 3), 20.0 * slow, 0, 808, 808, counts)
+            prefill = StageRecord(2, round(18.0 * slow, 3), 9.5 * slow, 256, 0, 8, [0] * 4 + [2] + [0] * 10)
+            lines.append(StepRecord(step, "weight_version", f"rank{rank}", 1000.0 + step, 1001.0 + step, 204,
+                                    decode.total_ms + prefill.total_ms, 300.0,
+                                    {"decode": decode, "prefill": prefill}).encode())
+        with (folder / "steps" / f"rank{rank}.jsonl").open("a") as f:
+            f.write("".join(lines))
+
+
+def fleet(shapes: list[tuple[int, int]], work: Path) -> list[dict]:
+    """The fleet view against replicas and steps: cold, warm after one more step everywhere, memory, page."""
+    out = []
+    for replicas, steps in shapes:
+        root = work / f"fleet-{replicas}x{steps}"
+        traced = range(steps - 9, steps + 1)
+        for r in range(replicas):
+            folder = root / f"agent_loop_rollout_replica_{r}"
+            write_measured(folder, 1, steps, slow=1.3 if r == 7 else 1.0)
+            for step in traced:
+                write_small_step(folder, step)
+        cold = run_child(rlprof("report", str(root), "--no-cache", "-q"))
+        run_child(rlprof("report", str(root), "-q"))  # fills the cache
+        for r in range(replicas):
+            write_measured(root / f"agent_loop_rollout_replica_{r}", steps + 1, steps + 1)
+        warm = run_child(rlprof("report", str(root), "-q"), repeat=1)
+        row = {"replicas": replicas, "measured_steps": steps, "traced_steps": len(traced), "ranks": 8, "cold": cold,
+               "warm_one_new_step": warm, **page_numbers(root / "report.html")}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 def page_numbers(page: Path) -> dict:
     loads = sorted(open_page(page).load_ms for _ in range(3))
     return {"page_kb": round(page.stat().st_size / 1024, 1), "load_ms": round(loads[1], 1)}
@@ -109,11 +160,13 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=200.0)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--scale", help="comma-separated step counts: the report against the number of steps")
+    parser.add_argument("--fleet", help="replicas,steps[;replicas,steps...]: the fleet view against both")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rlprof-bench-report-"))
     try:
-        if args.scale:
-            rows = scale([int(n) for n in args.scale.split(",")], work)
+        if args.scale or args.fleet:
+            rows = scale([int(n) for n in args.scale.split(",")], work) if args.scale else fleet(
+                [tuple(int(x) for x in shape.split(",")) for shape in args.fleet.split(";")], work)
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1))
             return 0

@@ -17,7 +17,7 @@ from rlprof_plugins.backends import which_backend
 from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.store import manifest
+from rlprof_plugins.store import manifest, servers
 from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
 
 from .facts import NAME, version as sglang_version
@@ -70,7 +70,8 @@ def manifest_header(pos: dict[str, int], config: ProfilerConfig, nodes: int = 1)
     return manifest.engine_header(engine=NAME, engine_version=sglang_version(),
                                   expected_ranks=pos["tp_size"] * pos["pp_size"] * pos["dp_size"],
                                   parallel={"tp": pos["tp_size"], "pp": pos["pp_size"], "dp": pos["dp_size"]},
-                                  trace_dir=config.torch_profiler_dir, plugin_version=PLUGIN_VERSION, nodes=nodes)
+                                  trace_dir=config.server_root(), plugin_version=PLUGIN_VERSION, nodes=nodes,
+                                  server=servers.server_name())
 
 
 def forward_count(manager: Any) -> int:
@@ -96,7 +97,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         kind = which_backend.resolve(config.options.backend, which_backend.device_type(), config.profiler)
         node, nodes = node_of()
         ctl = ProfilerController(
-            root_dir=config.torch_profiler_dir or ".",  # every start names its directory
+            root_dir=config.server_root() or ".",  # every start names its directory
             worker_name=lambda prefix: sglang_worker_name(prefix, label),
             rank_name=label,  # the rank's one name, as in its file names
             backend_factory=which_backend.factory(kind, BuildContext(

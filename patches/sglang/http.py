@@ -200,7 +200,7 @@ def _add_prometheus_middleware(wrapped, instance, args, kwargs):
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        register(config.torch_profiler_dir, registry)
+        register(config.server_root(), registry)
         for route in reversed(app.routes):
             if getattr(route, "path", None) == "/metrics" and hasattr(route, "app"):
                 route.app = make_asgi_app(registry=registry)  # the same mount, path and workaround kept

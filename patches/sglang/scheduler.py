@@ -59,14 +59,14 @@ from .wire import decode_command
 
 # ---- step metrics --------------------------------------------------------
 def _step_metrics_place(manager: Any, source: Any) -> RecorderPlace | None:
-    """Where a scheduler's step metrics go: the launch configuration's ``torch_profiler_dir``, under
+    """Where a scheduler's step metrics go: the server's root (``torch_profiler_dir``), under
     its rank's label (``source``: the module that says the rank, or an object of that module), and
     the scheduler's own copy of the weight version."""
     config = from_environment()
     if config is None:
         return None
     module = source if isinstance(source, type(sys)) else sys.modules[type(source).__module__]
-    return RecorderPlace(config.torch_profiler_dir, sglang_rank_label(parallel_of(manager, module)), config.options,
+    return RecorderPlace(config.server_root(), sglang_rank_label(parallel_of(manager, module)), config.options,
                          scheduler_reader())
 
 

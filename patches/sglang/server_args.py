@@ -17,6 +17,7 @@ import os
 
 from rlprof_plugins.backends import memory_history, which_backend
 from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.store import servers
 from rlprof_plugins.config.launch_config import (ENV, export_to_environment, from_environment, merge_over,
                                             parse_profiler_config, user_overlay)
 
@@ -67,9 +68,22 @@ def _from_cli_args(wrapped, instance, args, kwargs):
         raise SystemExit(f"error: {source}: {e}") from None
     if config is not None:
         export_to_environment(config)  # validated; the schedulers spawned later read it
+        announce_server(config, namespace)
     if getattr(namespace, "smg_grpc_mode", False) or getattr(namespace, "grpc_mode", False):
         announce_grpc_mode()
     return wrapped(*args, **kwargs)
+
+
+def announce_server(config, namespace) -> str:
+    """This server's identity, in the launcher before its schedulers start (they inherit it):
+    ``server_name``, else ``RLPROF_SERVER_NAME``, else the host and the HTTP ``port`` (a server
+    spanning nodes: ``dist_init_addr``, which every node is given)."""
+    nnodes = int(getattr(namespace, "nnodes", 1) or 1)
+    head = getattr(namespace, "dist_init_addr", None) if nnodes > 1 else None
+    port = getattr(namespace, "port", None)
+    name = servers.announce(config.options.server_name, port=port if isinstance(port, int) else None, head=head)
+    config.server_root()  # the directory claimed (or this server's folder below it chosen) at start-up
+    return name
 
 
 def announce_grpc_mode() -> None:

@@ -31,7 +31,7 @@ def request_server(config: Optional[ProfilerConfig], output_dir: Any = None) -> 
     """What this SGLang server contributes to a start request's meaning.
     Without rlprof configuration files go where SGLang would put them:
     the request's ``output_dir``, else ``SGLANG_TORCH_PROFILER_DIR`` or /tmp."""
-    root = config.torch_profiler_dir if config else None
+    root = config.server_root() if config else None
     if root is None and not isinstance(output_dir, str):
         root = os.path.abspath(os.getenv("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
     return Server(engine="sglang", defaults=config.options if config else ProfileOptions(), output_root=root,

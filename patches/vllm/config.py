@@ -28,6 +28,7 @@ from rlprof_plugins.config.launch_config import from_environment, merge_over, us
 from rlprof_plugins.config.options import ProfileOptions, parse_options, split_options
 from rlprof_plugins.config.requests import Server
 from rlprof_plugins.errors import OptionsError
+from rlprof_plugins.store import servers
 
 from . import weight_reader
 
@@ -94,9 +95,40 @@ DEFAULT_ROOT = "/tmp"  # where a config naming no directory puts its step folder
 
 
 def root_of(cfg: Any) -> str:
-    """The root of this config's step folders: ``torch_profiler_dir``, else (the cuda
-    profiler, where vLLM refuses that key) rlprof's ``output_dir``, else ``/tmp``."""
-    return getattr(cfg, "torch_profiler_dir", None) or options_of(cfg).output_dir or DEFAULT_ROOT
+    """The root of this server's step folders: ``torch_profiler_dir``, else (the cuda profiler, where
+    vLLM refuses that key) rlprof's ``output_dir``, else ``/tmp``; where another server already writes
+    there, this server's own folder below it (``store.servers.server_root``)."""
+    configured = getattr(cfg, "torch_profiler_dir", None) or options_of(cfg).output_dir or DEFAULT_ROOT
+    return str(servers.server_root(configured))
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def announce_server(options: ProfileOptions, argv: list[str] | None = None) -> str:
+    """This server's identity, set in the process that parses its configuration (before vLLM starts
+    its engine processes, which inherit it): ``server_name``, else ``RLPROF_SERVER_NAME``, else the
+    host and the API server's ``--port`` (8000 for ``vllm serve`` without one; a server spanning
+    nodes: ``--master-addr`` and ``--master-port``, which every node is given), else this process."""
+    import sys
+
+    argv = list(sys.argv if argv is None else argv)
+    head = None
+    try:
+        if int(_flag(argv, "--nnodes") or 1) > 1 and _flag(argv, "--master-addr"):
+            head = f"{_flag(argv, '--master-addr')}-{_flag(argv, '--master-port') or ''}"
+    except ValueError:
+        head = None
+    port = _flag(argv, "--port")
+    if port is None and "serve" in argv[1:3]:
+        port = "8000"
+    return servers.announce(options.server_name, port=int(port) if port and port.isdigit() else None, head=head)
 
 
 def options_of(cfg: Any) -> ProfileOptions:
@@ -194,6 +226,9 @@ def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
     explicit = options.to_dict() if ours else {}
     _options_by_config[id(cfg)] = (cfg, explicit)
     os.environ[ENV_OPTIONS] = json.dumps(explicit)
+    announce_server(options)
+    if plugin_handles(cfg):
+        root_of(cfg)  # the directory claimed (or this server's folder below it chosen) at start-up
     return cfg
 
 

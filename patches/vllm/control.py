@@ -21,7 +21,7 @@ from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_config
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.store import manifest
+from rlprof_plugins.store import manifest, servers
 from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
 
 from .config import options_of, plugin_handles, profiler_config_of, root_of
@@ -45,7 +45,8 @@ def manifest_header(vllm_config: Any, trace_dir: str | None) -> dict[str, Any]:
     return manifest.engine_header(engine=NAME, engine_version=vllm_version(), expected_ranks=p.world_size,
                                   parallel={"tp": p.tensor_parallel_size, "pp": p.pipeline_parallel_size,
                                             "dp": p.data_parallel_size},
-                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION, nodes=getattr(p, "nnodes", 1))
+                                  trace_dir=trace_dir, plugin_version=PLUGIN_VERSION, nodes=getattr(p, "nnodes", 1),
+                                  server=servers.server_name())
 
 
 def node_of(vllm_config: Any) -> int:

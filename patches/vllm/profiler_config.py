@@ -29,7 +29,7 @@ from rlprof_plugins.errors import OptionsError
 from ..base import Patch
 from .. import features
 from . import weight_reader
-from .config import PROFILER_CONFIG_FIELDS, attach, build_profiler_config, device, native_keys
+from .config import PROFILER_CONFIG_FIELDS, announce_server, attach, build_profiler_config, device, native_keys
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
 
@@ -89,6 +89,8 @@ def _wrap_create_engine_config_env_era(wrapped, instance, args, kwargs):
         if config is not None:
             weight_reader.check_release(config.options)
             memory_history.check_configured(config.options, device())
+            announce_server(config.options)
+            config.server_root()  # the directory claimed (or this server's folder below it chosen) at start-up
     except OptionsError as e:
         raise ValueError(f"${ENV_CONFIG}: {e}") from None
     return wrapped(*args, **kwargs)

@@ -1,11 +1,15 @@
 """``rlprof report ROOT``: the step report, one offline HTML page (and JSON, CSV) over every step below ROOT.
 
+ROOT may hold one server's steps or a whole fleet's: verl's replica folders,
+a folder per server (``rlprof collect``), or servers sharing one directory;
+each replica is then shown beside the others (``report.fleet``).
+
 Exit codes: 0 every step found was read; 1 nothing to report (no step
 folder, no trace, no engine iteration, no step in ``--steps``: an empty root
 writes nothing), or a step or one of its rank files could not be read, or
 it failed: the page is written and names each such step; 2 arguments that
 cannot go together (``--compare 4 4``, ``--steps 5-3``, a ``--compare``
-step outside ``--steps``).
+step outside ``--steps``, a ``--replica`` that names none).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def step_range(text: str) -> tuple[int, int]:
 
 
 def cmd_report(args) -> int:
-    from ..report.build import build, write_csv, write_json, write_page
+    from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
 
     root = Path(args.root)
     if not root.is_dir():
@@ -46,7 +50,11 @@ def cmd_report(args) -> int:
         raise UsageError(f"--compare: two different steps, not {pair[0]} and {pair[1]}")
     if pair and steps and not all(steps[0] <= s <= steps[1] for s in pair):
         raise UsageError(f"--compare {pair[0]} {pair[1]}: outside --steps {args.steps} (widen --steps, or leave it)")
-    built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args))
+    try:
+        built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args),
+                      replica=args.replica)
+    except NoSuchReplica as e:
+        raise UsageError(str(e)) from None
     if not built.report["steps_found"]:
         raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
     out = Path(args.output) if args.output else root / "report.html"
@@ -67,12 +75,15 @@ def cmd_report(args) -> int:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("root", help="the trace root holding global_step_N folders, or one step folder")
+    p.add_argument("root", help="the trace root holding global_step_N folders (one server's, or a fleet's: "
+                                "replica folders, servers sharing it), or one step folder")
     p.add_argument("-o", "--output", help="the page to write (default: ROOT/report.html)")
     p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B; must hold --compare's)")
     p.add_argument("--compare", nargs=2, type=int, metavar=("S1", "S2"),
                    help="two different steps side by side: stages, then operators and kernels sorted by the "
                         "change of their time per iteration")
+    p.add_argument("--replica", metavar="NAME",
+                   help="only this replica (server) of a fleet's output: its folder name or server name")
     p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
     p.add_argument("--csv", metavar="DIR", help="also write the numbers as CSV files in DIR")
     p.add_argument("--no-cache", action="store_true",

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from ..backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, settings_from_config
 from ..errors import OptionsError
+from ..store.servers import server_root
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
 
 ENV = "RLPROF_PROFILER_CONFIG"
@@ -50,6 +51,11 @@ class ProfilerConfig:
     torch_profiler_use_gzip: bool = _FLAGS["torch_profiler_use_gzip"]
     profiler: str = "torch"
     options: ProfileOptions = field(default_factory=ProfileOptions)
+
+    def server_root(self) -> str | None:
+        """Where this server's step folders and step logs go: ``torch_profiler_dir``, or this server's
+        own folder below it where another server already writes there (``store.servers``)."""
+        return str(server_root(self.torch_profiler_dir)) if self.torch_profiler_dir else None
 
     def to_json(self) -> str:
         data = {k: v for k, v in asdict(self).items() if k != "options"}

@@ -98,6 +98,11 @@ class ProfileOptions:
     ``step_metrics``: every engine iteration is timed, traced or not, into
     its RL step's numbers (the ``metrics`` room), written per rank to
     ``<dir>/steps/<rank>.jsonl`` and served on the engine's ``/metrics``.
+
+    ``server_name``: this server's identity (letters, digits, ``.``, ``_``,
+    ``-``), also ``RLPROF_SERVER_NAME``; unset, one is derived from the host
+    and the HTTP port. Servers sharing a directory keep their files apart by
+    it (``store.servers``), and the report names each replica by it.
     """
 
     step_start: int = 0
@@ -118,6 +123,7 @@ class ProfileOptions:
     memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
     memory_max_entries: int = memory_history.DEFAULTS["memory_max_entries"]
     step_metrics: bool = True
+    server_name: str | None = None
     backend: str = "auto"
     backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
 
@@ -201,6 +207,17 @@ def check_directories(key: str, value: Any, error=OptionsError) -> tuple[str, ..
     return tuple(check_directory(key, d, error) for d in value)
 
 
+def check_server_name(key: str, value: Any, error=OptionsError) -> str | None:
+    """A server's name: one folder name of letters, digits, ``.``, ``_`` and ``-`` (not ``.`` or ``..``)."""
+    import re
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,128}", value) or value in (".", ".."):
+        raise error(key, f"must be a name of letters, digits, '.', '_' and '-' (one folder name), got {value!r}")
+    return value
+
+
 def check_directory(key: str, value: Any, error=OptionsError) -> str | None:
     """A local directory as an absolute path (``~`` expanded), or None."""
     import os
@@ -250,6 +267,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         memory_max_entries=check_positive("memory_max_entries",
                                           data.get("memory_max_entries", memory_history.DEFAULTS["memory_max_entries"])),
         step_metrics=check_flag("step_metrics", data.get("step_metrics", True)),
+        server_name=check_server_name("server_name", data.get("server_name")),
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},
     )

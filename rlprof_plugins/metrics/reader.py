@@ -90,3 +90,78 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             "ranks": sorted(ranks), "idle_ms": max((r.idle_ms for r in ranks.values()), default=0.0),
             "started_at": min(r.started_at for r in ranks.values()),
             "ended_at": max(r.ended_at for r in ranks.values())}
+
+
+# ---- read again after one more step: only what was appended ------------------------
+STATE_VERSION = 1
+RECENT = 4  # the newest steps whose records are kept, for a rank's line that comes after the others'
+
+
+def measured_incrementally(root: str | Path, state: dict[str, Any] | None
+                           ) -> tuple[dict[int, dict[str, Any]], list[str], dict[str, Any]]:
+    """``({global_step: measured numbers}, warnings, state)``: the same numbers as ``read_steps`` and
+    ``measured_numbers`` give, reading only what the step logs gained since ``state`` (a JSON value the
+    caller keeps between runs; None: read everything). The logs are appended to, a whole line at a
+    time; a log rotated, rewritten or gone, or a line for a step older than the newest ``RECENT``
+    ones already read, makes it read everything again."""
+    folder = step_folder(root)
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        state = None
+    old_files = dict(state["files"]) if state else {}
+    files = sorted(folder.glob(f"*{SUFFIX}.1")) + sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+    fresh: dict[int | None, dict[str, StepRecord]] = {}
+    warnings = list(state["warnings"]) if state else []
+    torn: list[str] = []  # said this time, not kept: the line may be whole next time
+    offsets: dict[str, list[int]] = {}
+    for path in files:
+        try:
+            st = path.stat()
+            before = old_files.pop(path.name, None)
+            start = 0
+            if before is not None:
+                if before[0] != st.st_ino or st.st_size < before[1]:
+                    return measured_incrementally(root, None)  # rotated or rewritten
+                start = before[1]
+            with path.open("rb") as f:
+                f.seek(start)
+                data = f.read(st.st_size - start)
+        except OSError as e:
+            warnings.append(f"{path}: {e.strerror or e}")
+            continue
+        whole = data.rfind(b"\n") + 1  # a line still being written is read next time
+        offsets[path.name] = [st.st_ino, start + whole]
+        if data[whole:].strip():
+            torn.append(f"{path}: its last line is not whole (a write cut short, or one being written): "
+                        "not read yet")
+        first_line = (state or {}).get("lines", {}).get(path.name, 0) if before is not None else 0
+        lines = data[:whole].decode(errors="replace").splitlines()
+        for number, line in enumerate(lines, first_line + 1):
+            try:
+                record = StepRecord.decode(line)
+            except NotARecord:
+                warnings.append(f"{path}:{number}: not a whole step record (a write cut short?): skipped")
+                continue
+            ranks = fresh.setdefault(record.global_step, {})
+            ranks[record.rank] = ranks[record.rank].combine(record) if record.rank in ranks else record
+        offsets[path.name].append(first_line + len(lines))
+    if state and old_files:  # a log that was read before is gone
+        return measured_incrementally(root, None)
+    numbers = {int(k): v for k, v in (state["numbers"].items() if state else ())}
+    recent = {int(k): {rank: StepRecord.from_json(r) for rank, r in v.items()}
+              for k, v in (state["recent"].items() if state else ())}
+    for step, ranks in fresh.items():
+        if not isinstance(step, int):
+            continue
+        if state and step in numbers and step not in recent:
+            return measured_incrementally(root, None)  # a late line of an old step: read it all again
+        merged = dict(recent.get(step, {}))
+        for rank, record in ranks.items():
+            merged[rank] = merged[rank].combine(record) if rank in merged else record
+        recent[step] = merged
+        numbers[step] = measured_numbers(merged)
+    newest = sorted(recent)[-RECENT:]
+    new_state = {"version": STATE_VERSION, "files": {k: v[:2] for k, v in offsets.items()},
+                 "lines": {k: v[2] for k, v in offsets.items()}, "warnings": warnings,
+                 "numbers": {str(k): v for k, v in numbers.items()},
+                 "recent": {str(k): {rank: r.to_json() for rank, r in recent[k].items()} for k in newest}}
+    return numbers, warnings + torn, new_state

@@ -164,9 +164,11 @@ class RankTotals:
     busy_ms: float = 0.0
     idle_ms: float = 0.0
     stages: dict[str, StageRecord] = field(default_factory=dict)
+    last_busy_ms: float = 0.0  # the newest finished step's time inside iterations (a fleet's slowest replica)
 
     def add(self, record: StepRecord) -> None:
         self.steps += 1
+        self.last_busy_ms = record.busy_ms
         if record.global_step is not None:
             self.last_step = record.global_step
         self.busy_ms += record.busy_ms
@@ -177,6 +179,7 @@ class RankTotals:
     def encode(self) -> str:
         return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
                            "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
+                           "last_busy_ms": round(self.last_busy_ms, 3),
                            "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
 
     @classmethod
@@ -191,5 +194,5 @@ class RankTotals:
         return cls(rank=str(data["rank"]), global_step=data.get("global_step"),
                    last_step=last if isinstance(last, int) and not isinstance(last, bool) else None,
                    steps=_number(data, "steps", int), busy_ms=_number(data, "busy_ms"),
-                   idle_ms=_number(data, "idle_ms"),
+                   idle_ms=_number(data, "idle_ms"), last_busy_ms=_number(data, "last_busy_ms"),
                    stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()})

@@ -13,7 +13,10 @@ waits on one. The series (no label grows with the step number):
   (the record's buckets), ``_count`` the iterations, ``_sum`` their time;
 - ``rlprof_tokens_total{stage,kind,rank}``: prompt and generated tokens;
 - ``rlprof_steps_total{rank}``, ``rlprof_busy_seconds_total{rank}``,
-  ``rlprof_idle_seconds_total{rank}``.
+  ``rlprof_idle_seconds_total{rank}``;
+- ``rlprof_last_step_busy_seconds{rank}``: the newest finished step's time
+  inside iterations (across a fleet's servers, the largest is the replica
+  the step waited for).
 
 Counters restart with the engine, as Prometheus expects of counters.
 """
@@ -59,6 +62,8 @@ class StepSeries:
         steps = CounterMetricFamily("rlprof_steps", "RL steps finished (their numbers written)", labels=["rank"])
         busy = CounterMetricFamily("rlprof_busy_seconds", "Time inside engine iterations", labels=["rank"])
         idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
+        last = GaugeMetricFamily("rlprof_last_step_busy_seconds", "The newest finished RL step's time inside "
+                                 "engine iterations (rlprof_global_step names the step)", labels=["rank"])
         for state in states:
             rank = state.rank
             if state.last_step is not None:
@@ -68,6 +73,8 @@ class StepSeries:
             steps.add_metric([rank], state.steps)
             busy.add_metric([rank], state.busy_ms / 1000.0)
             idle.add_metric([rank], state.idle_ms / 1000.0)
+            if state.steps:
+                last.add_metric([rank], state.last_busy_ms / 1000.0)
             for stage, t in sorted(state.stages.items()):
                 cumulative, seen = [], 0
                 for bound, count in zip(BUCKETS_MS, t.counts):
@@ -76,7 +83,7 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
-        yield from (step, current, times, tokens, steps, busy, idle)
+        yield from (step, current, times, tokens, steps, busy, idle, last)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

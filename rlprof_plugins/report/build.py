@@ -20,8 +20,14 @@ from ..store.layout import write_text_atomic
 from ..trace.iteration_names import SOURCE_TITLES, SOURCES
 from .cache import StepCache
 from .compare import compare
+from ..store.servers import replicas_of
+from .fleet import fleet_rows, replica_table
 from .page import render
 from .steps import flat_rows, step_rows
+
+
+class NoSuchReplica(ValueError):
+    """``--replica NAME`` names no replica below the root."""
 
 
 @dataclass
@@ -44,14 +50,33 @@ class Built:
 
     def to_json(self) -> dict[str, Any]:
         steps = [{k: v for k, v in row.items() if not k.startswith("_")} for row in self.report["steps"]]
-        return {"root": self.report["root"], "steps_found": self.report["steps_found"], "steps": steps,
-                "notes": self.notes, "compare": self.compared}
+        out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "steps": steps,
+               "notes": self.notes, "compare": self.compared}
+        if "replicas" in self.report:
+            out["replicas"] = self.report["replicas"]
+        return out
 
 
 def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
-          use_cache: bool = True, progress: Callable[[str], None] | None = None) -> Built:
-    cache = StepCache(root, enabled=use_cache)
-    report = step_rows(root, progress, steps=steps, cache=cache, keep=pair or ())
+          use_cache: bool = True, progress: Callable[[str], None] | None = None,
+          replica: str | None = None) -> Built:
+    """The report of ``root``: one server's steps, or a fleet's side by side (``fleet``) where several
+    servers' step folders lie below it; ``replica`` narrows it to one of them."""
+    fleet = replicas_of(root)
+    if replica is not None:
+        fleet = [r for r in fleet if r.name == replica]
+        if not fleet:
+            names = [r.name for r in replicas_of(root)]
+            raise NoSuchReplica(f"--replica {replica}: no such replica below {root} "
+                                f"({'replicas: ' + ', '.join(names) if names else 'it holds one server'})")
+    if len(fleet) > 1:
+        report = fleet_rows(root, fleet, progress, steps=steps, use_cache=use_cache, keep=pair or ())
+        cache = report.pop("cache")
+    else:
+        target = fleet[0].root if fleet else root  # a replica folder below the root: its steps
+        cache = StepCache(target, enabled=use_cache)
+        report = step_rows(target, progress, steps=steps, cache=cache, keep=pair or ())
+        report["root"] = str(root)
     built = Built(report, cache=cache)
     found = [s for s in report["steps_found"] if s is not None]
     if not report["steps_found"]:
@@ -61,6 +86,8 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
                            f"(steps found: {_ranges(found) or 'none'})")
     for row in report["steps"]:
         name = f"step {row['global_step']}" if row["global_step"] is not None else str(root)
+        if "replica" in row:
+            name += f" (slowest replica {row['replica']})"
         if row["state"] == "failed":
             built.notes.append(f"failed: {name}: {row['error']}")
         elif row["error"]:
@@ -126,6 +153,8 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
                                                                         "slowest_rank"), it))}
                        for row in steps for it in row.get("timeline", [])],
     }
+    if "replicas" in built.report:
+        tables["replicas"] = replica_table(built.report)
     if built.compared:
         tables["compare"] = [{"kind": kind, **op} for kind, ops in built.compared["operators"].items() for op in ops]
     written = []

@@ -4,7 +4,9 @@ One file per step folder in ``ROOT/.rlprof-report-cache/`` holds the step's
 computed row and the fingerprint it was computed from: the size and
 modification time (ns) of the step's manifest, trace files and memory snapshots. Any
 change (a rank finished writing, a merge landed, a file was rewritten)
-changes the fingerprint and the step is read again. The files are written
+changes the fingerprint and the step is read again. The step logs' reader
+keeps how far it read each log and the numbers so far (``state``), so one
+more measured step costs only its own lines. The files are written
 atomically and named ``*.rlprof-cache`` (no trace suffix: no trace tool
 mistakes them for a trace); one that cannot be read counts as absent, and a
 root that cannot be written to is reported once and read without a cache.
@@ -12,7 +14,6 @@ root that cannot be written to is reported once and read without a cache.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from typing import Any
 from .. import __version__
 from ..store.layout import write_text_atomic
 from ..store.manifest import MANIFEST
+from ..trace.codec import decode, encode
 
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"
+STATE_SUFFIX = ".rlprof-state"  # a reader's own state between runs (the step logs read so far)
 # a row's shape: entries of another rlprof release (or an older shape) are recomputed
 VERSION = [3, __version__]  # 3: rows hold operators by stage, unreadable files, sources
 
@@ -55,7 +58,7 @@ class StepCache:
         if not self.enabled:
             return None
         try:
-            entry = json.loads(self._path(directory).read_text())
+            entry = decode(self._path(directory).read_bytes())
         except (OSError, ValueError):
             entry = None
         if isinstance(entry, dict) and entry.get("version") == VERSION and entry.get("key") == key:
@@ -68,8 +71,26 @@ class StepCache:
         if not self.enabled or self.write_error:
             return
         try:
-            write_text_atomic(self._path(directory), json.dumps({"version": VERSION, "key": key, "row": row}))
+            write_text_atomic(self._path(directory), encode({"version": VERSION, "key": key, "row": row}).decode())
         except OSError as e:  # a read-only root: the report is still written elsewhere (-o)
+            self.write_error = f"{self.folder}: {e.strerror or e}"
+
+    def state(self, name: str) -> Any:
+        """What a reader kept between runs under ``name`` (None: nothing, another release's, disabled)."""
+        if not self.enabled:
+            return None
+        try:
+            entry = decode((self.folder / f"{name}{STATE_SUFFIX}").read_bytes())
+        except (OSError, ValueError):
+            return None
+        return entry.get("state") if isinstance(entry, dict) and entry.get("version") == VERSION else None
+
+    def keep_state(self, name: str, value: Any) -> None:
+        if not self.enabled or self.write_error:
+            return
+        try:
+            write_text_atomic(self.folder / f"{name}{STATE_SUFFIX}", encode({"version": VERSION, "state": value}).decode())
+        except OSError as e:
             self.write_error = f"{self.folder}: {e.strerror or e}"
 
     def forget_others(self, keep: list[Path]) -> None:

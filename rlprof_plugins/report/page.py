@@ -21,6 +21,7 @@ from urllib.parse import quote
 from .. import __version__
 from ..trace.iteration_names import SOURCE_TITLES
 from . import charts
+from .fleet_view import fleet_section
 from .step_section import cell, name_cell, step_section
 
 STYLE = """
@@ -51,6 +52,7 @@ def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | 
              ((n.startswith(("failed", "unreadable", "nothing")), n) for n in notes)]
     if steps:
         body.append(_across(steps, base))
+        body.append(fleet_section(report))
     if compared:
         body.append(_compare(compared))
     detailed = [row for row in steps if "timeline" in row]

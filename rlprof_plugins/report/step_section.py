@@ -19,7 +19,9 @@ from .ranks import PERFETTO
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
     """A table cell with the JSON value in ``data-value``."""
-    raw = json.dumps(value)
+    kind = type(value)
+    raw = repr(value) if (kind is int or kind is float) and value == value and abs(value) != float("inf") else \
+        "null" if value is None else json.dumps(value)
     if value is None:
         text, cls = "", ""
     elif pct:

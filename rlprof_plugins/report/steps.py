@@ -33,6 +33,7 @@ from ..trace.step_numbers import (change_pct, imbalance, operator_changes, slowe
 from ..trace.summary import step_dirs
 from ..trace.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
+from ..metrics.log import step_folder
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
 from .ranks import files_of, rank_time
@@ -48,30 +49,58 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
     """``{"root", "steps": [row, ...], "steps_found"}``, steps in order, those in ``steps`` (first, last)
     only when given; ``FileNotFoundError`` for a missing root. ``cache`` keeps each step's row; the
     steps in ``keep`` keep their details and their operators (``_stage_ops``) for a comparison."""
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: not a directory")
-    # the root itself only when it holds traces (users' own folders): an empty root has no step
-    found = [(s, d) for s, d in step_dirs(root) if s is not None or trace_files(d) or memory_files(d)]
-    if cache is not None:
-        cache.forget_others([d for _, d in found])
-    measured, warnings = measured_steps(root)
-    traced = {s for s, _ in found}
-    found = sorted(found + [(s, None) for s in measured if s not in traced],
-                   key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
-    chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
-    with_trace = [(s, d) for s, d in chosen if d is not None]
-    detailed = {d for _, d in with_trace[-DETAILED:]} | {d for s, d in with_trace if s in keep}
-    rows: list[dict[str, Any]] = []
+    found = StepsFound.of(root, cache, steps)
+    rows = [found.row(step, directory, progress) for step, directory in found.chosen]
+    return {"root": str(root), "steps": in_sequence(rows, keep), "steps_found": found.steps_found,
+            "warnings": found.warnings}
+
+
+class StepsFound:
+    """The steps below one server's root, traced (their folders) and measured (their step logs'
+    numbers), before any row is made: a fleet makes full rows only for the replicas it shows."""
+
+    def __init__(self, root: Path, cache: StepCache | None, found: list, measured: dict[int, dict[str, Any]],
+                 warnings: list[str], steps: tuple[int, int] | None) -> None:
+        self.root, self.cache, self.measured, self.warnings = root, cache, measured, warnings
+        self.logs = str(step_folder(root))
+        self.steps_found = [s for s, _ in found]
+        self.chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
+
+    @classmethod
+    def of(cls, root: str | Path, cache: StepCache | None, steps: tuple[int, int] | None) -> "StepsFound":
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"{root}: not a directory")
+        # the root itself only when it holds traces (users' own folders): an empty root has no step
+        found = [(s, d) for s, d in step_dirs(root) if s is not None or trace_files(d) or memory_files(d)]
+        if cache is not None:
+            cache.forget_others([d for _, d in found])
+        measured, warnings = measured_steps(root, cache)
+        traced = {s for s, _ in found}
+        found = sorted(found + [(s, None) for s in measured if s not in traced],
+                       key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
+        return cls(root, cache, found, measured, warnings, steps)
+
+    def row(self, global_step: int | None, directory: Path | None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """The step's row: its trace's numbers (the cache's where they hold), or its measured ones."""
+        if directory is None:
+            return measured_row(global_step, self.measured[global_step], self.root, self.logs)
+        row = dict(_cached_row(global_step, directory, progress, self.cache))
+        row["traced"], row["measured"] = True, self.measured.get(global_step)
+        return row
+
+
+def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """Rows in step order, each with its changes against the step before (stage means, the step's
+    mean, operators per iteration); only the newest ``DETAILED`` traced steps (and those in ``keep``)
+    keep their details."""
+    with_trace = [k for k, row in enumerate(rows) if row.get("traced", True)]
+    detailed = set(with_trace[-DETAILED:]) | {k for k in with_trace if rows[k]["global_step"] in keep}
     previous: dict[str, float] = {}  # stage -> the last mean iteration ms seen
     previous_step = None
     before = None  # (stage operators, iterations per stage) of the last step read
-    for global_step, directory in chosen:
-        if directory is None:
-            row = measured_row(global_step, measured[global_step], root)
-        else:
-            row = dict(_cached_row(global_step, directory, progress, cache))
-            row["traced"], row["measured"] = True, measured.get(global_step)
+    for k, row in enumerate(rows):
         row["change_pct"] = {}
         for stage, numbers in row["stages"].items():
             row["change_pct"][stage] = change_pct(previous.get(stage), numbers["mean_ms"])
@@ -79,17 +108,16 @@ def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *
         row["step_change_pct"] = change_pct(previous_step, row["mean_ms"])
         previous_step = row["mean_ms"] if row["iterations"] else previous_step
         ops, counts = row.pop("stage_operators"), {s: n["iterations"] for s, n in row["stages"].items()}
-        if directory in detailed:
+        if k in detailed:
             row["operators"] = operator_changes(ops, counts, *(before or (None, None)), n=TOP_OPERATORS)
         if row["ranks"] and row["traced"]:
             before = (ops, counts)
-        if global_step in keep:
+        if row["global_step"] in keep:
             row["_stage_ops"] = ops  # for --compare; not part of the report's JSON
-        if directory not in detailed:
+        if k not in detailed:
             for key in DETAILS:
                 row.pop(key, None)
-        rows.append(row)
-    return {"root": str(root), "steps": rows, "steps_found": [s for s, _ in found], "warnings": warnings}
+    return rows
 
 
 def _cached_row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
@@ -189,5 +217,7 @@ def flat_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                         "straggler_share_pct": (step["straggler"] or {}).get("share_pct"),
                         "profiler_pauses": step["profiler_pauses"], "profiler_pause_ms": step["profiler_pause_ms"],
                         "trace_bytes": step["trace_bytes"], "sources": " ".join(step["sources"]),
-                        "error": step["error"], "unreadable": "; ".join(step["unreadable"])})
+                        "error": step["error"], "unreadable": "; ".join(step["unreadable"]),
+                        **({"replicas": len(step["replicas"]), "slowest_replica": step["slowest_replica"],
+                            "replica_spread": step["replica_spread"]} if "replicas" in step else {})})
     return out

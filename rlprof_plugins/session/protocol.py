@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..store import manifest
+from ..store import manifest, servers
 from ..errors import ConflictError, NotFoundError, RequestError, UnavailableError
 from ..store.layout import read_piece
 from ..store.manifest import aggregate_state
@@ -187,6 +187,9 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     data = manifest.read(Path(directory))
     if not data or data.get("session_id") != result.get("session_id"):
         return result
+    fleet = servers.step_servers(directory)
+    if len(fleet) > 1:  # servers sharing the directory: the status names every one of the step
+        result["server"], result["servers"] = data.get("server"), fleet
     _with_recovery(result, data)
     merge = (data.get("writers") or {}).get("merge")
     if not merge:

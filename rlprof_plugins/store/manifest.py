@@ -45,14 +45,19 @@ TERMINAL = ("done", "failed")
 
 
 def engine_header(*, engine: str, engine_version: str | None, expected_ranks: int, parallel: dict[str, int],
-                  trace_dir: str | None, plugin_version: str, nodes: int = 1) -> dict[str, Any]:
+                  trace_dir: str | None, plugin_version: str, nodes: int = 1,
+                  server: str | None = None) -> dict[str, Any]:
     """What every writer of a step's manifest says about the engine (each
     session adds its own window, global step and options). ``parallel``: the
     tp/pp/dp sizes, for readable rank names in merged traces; ``nodes``: how
-    many nodes the server spans (each holds ``expected_ranks / nodes`` ranks)."""
-    return {"engine": engine, "engine_version": engine_version, "plugin_version": plugin_version,
-            "expected_ranks": expected_ranks, "parallel": dict(parallel), "trace_dir": trace_dir,
-            "nodes": max(1, int(nodes or 1))}
+    many nodes the server spans (each holds ``expected_ranks / nodes`` ranks);
+    ``server``: the server's identity (``store.servers``), where it has one."""
+    header = {"engine": engine, "engine_version": engine_version, "plugin_version": plugin_version,
+              "expected_ranks": expected_ranks, "parallel": dict(parallel), "trace_dir": trace_dir,
+              "nodes": max(1, int(nodes or 1))}
+    if server:
+        header["server"] = server
+    return header
 
 
 def aggregate_state(states: list[str]) -> str:

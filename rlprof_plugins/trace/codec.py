@@ -124,6 +124,16 @@ def encode_events(events: list) -> bytes:
     return _encode_std(events)[1:-1].encode("utf-8")
 
 
+def encode(value: Any) -> bytes:
+    """One JSON document, compact (msgspec where it can; ``json`` for what it cannot, e.g. NaN)."""
+    if _encode_fast is not None:
+        try:
+            return _encode_fast(value)
+        except FAST_ERRORS:
+            pass
+    return _encode_std(value).encode("utf-8")
+
+
 def encode_value(value: Any) -> bytes:
     """One header or trailer value, as Kineto writes them (any JSON value)."""
     return json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store.layout import step_folders, step_of
+from ..store.servers import replicas_of
 from .iteration_names import SOURCE_TITLES, SOURCES
 from .sources import plan
 from .step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
@@ -34,13 +35,30 @@ def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
 
 
 def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every step below ``root``; a fleet's output (several servers' step folders below it: verl's replica
+    folders, a folder per server, servers sharing a directory) gives each replica's steps, named."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
+    replicas = replicas_of(root)
+    if len(replicas) <= 1:
+        return _summarise(replicas[0].root if replicas else root, progress, root=root)
+    out: dict[str, Any] = {"root": str(root), "steps": [], "unplaced": [], "missing": [],
+                           "replicas": [r.name for r in replicas]}
+    for replica in replicas:
+        mine = _summarise(replica.root, progress, root=root)
+        out["steps"] += [{**step, "replica": replica.name} for step in mine["steps"]]
+        out["unplaced"] += mine["unplaced"]
+        out["missing"] += [{**m, "replica": replica.name} for m in mine["missing"]]
+    out["steps"].sort(key=lambda st: (st["global_step"] is not None, st["global_step"] or 0, st["replica"]))
+    return out
+
+
+def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
     steps_out = []
     unplaced, missing = [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
-    for global_step, directory in step_dirs(root):
+    for global_step, directory in step_dirs(server):
         p = plan(directory)
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
                      if not why.startswith("frontend")]  # only worker traces are summarised
@@ -84,13 +102,15 @@ def _op(row: dict[str, Any]) -> dict[str, Any]:
 
 def render_table(summary: dict[str, Any]) -> str:
     lines = []
-    rows = [("step", "stage", "iters", "mean ms", "p90 ms", "total ms", "vs prev", "ranks", "imbalance",
-             "rlprof pauses", "busiest operator per iteration")]
+    fleet = bool(summary.get("replicas"))
+    rows = [(*(("replica",) if fleet else ()), "step", "stage", "iters", "mean ms", "p90 ms", "total ms", "vs prev",
+             "ranks", "imbalance", "rlprof pauses", "busiest operator per iteration")]
     for step in summary["steps"]:
         for st in step["stages"]:
             top = (st["top_device_ops"] or st["top_cpu_ops"] or [None])[0]
             change = st["change_pct"]
             rows.append((
+                *((step["replica"],) if fleet else ()),
                 str(step["global_step"]) if step["global_step"] is not None else "-",
                 st["stage"], str(st["iterations"]), f"{st['mean_ms']:.2f}", f"{st['p90_ms']:.2f}",
                 f"{st['total_ms']:.1f}", f"{change:+.1f}%" if change is not None else "",
@@ -105,6 +125,8 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     for step in summary["steps"]:
         label = f"step {step['global_step']}" if step["global_step"] is not None else "traces"
+        if fleet:
+            label = f"{step['replica']}: {label}"
         for st in step["stages"]:
             ops = st["top_device_ops"] or st["top_cpu_ops"]
             kind = "device kernels" if st["top_device_ops"] else "CPU operators (self time)"
@@ -122,5 +144,6 @@ def render_table(summary: dict[str, Any]) -> str:
     for u in summary["unplaced"]:
         lines.append(f"not summarised: {u['path']}: {u['reason']}")
     for m in summary.get("missing", []):
-        lines.append(f"warning: step {m['global_step']} ({m['stage']}) lacks {m['rank']}")
+        where = f"{m['replica']}: " if m.get("replica") else ""
+        lines.append(f"warning: {where}step {m['global_step']} ({m['stage']}) lacks {m['rank']}")
     return "\n".join(lines)

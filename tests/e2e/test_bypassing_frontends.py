@@ -166,8 +166,10 @@ def test_sglang_grpc_mode_sidecar_sessions_run_in_the_scheduler(servers):
     assert again.status_code == 500 and "no profiling session is running" in again.text
     bad = grpc.post("/start_profile", {"activities": ["GPU"]})
     assert bad.status_code == 500 and "activities" in bad.text and "no such device" in bad.text
-    # the two step folders (beside them the step metrics' folder, steps/: numbers, not traces)
-    assert sorted(p.name for p in grpc.trace_dir.iterdir() if p.name != "steps") == ["global_step_3", "global_step_4"]
+    # the two step folders (beside them the step metrics' folder, steps/: numbers, not traces, and the
+    # server's hidden claim of the directory, .rlprof-root.json: store.servers)
+    assert sorted(p.name for p in grpc.trace_dir.iterdir() if p.name != "steps" and not p.name.startswith(".")) == [
+        "global_step_3", "global_step_4"]
 
 
 def test_sglang_rust_server_is_named_and_nothing_pretends_to_profile(servers):

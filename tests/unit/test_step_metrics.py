@@ -247,3 +247,38 @@ def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path)
         assert samples[("rlprof_tokens_total", (("kind", "prompt"), ("rank", rank), ("stage", "prefill")))] == 12
         assert samples[("rlprof_steps_total", (("rank", rank),))] == 1
     assert not any("global_step=" in str(labels) for _, labels in samples)  # no label per step
+
+
+def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_numbers(tmp_path):
+    """The report's incremental reader (``measured_incrementally``) against a whole read, after appends:
+    a new step, a rank's late line of a recent step, a torn line; a rotation reads everything again."""
+    from rlprof_plugins.metrics.reader import measured_incrementally
+
+    def put(rank: str, step: int, busy: float) -> None:
+        with (tmp_path / "steps" / f"{rank}.jsonl").open("a") as f:
+            f.write(record(step, rank=rank, busy_ms=busy, stages={
+                "decode": StageRecord(2, busy, busy / 2, 0, 8, 8, [0] * len(BUCKETS_MS))}).encode())
+
+    def whole() -> dict:
+        records, _ = read_steps(tmp_path)
+        return {step: measured_numbers(ranks) for step, ranks in records.items() if isinstance(step, int)}
+
+    (tmp_path / "steps").mkdir()
+    for step in (1, 2, 3):
+        put("rank0", step, 10.0 + step)
+        put("rank1", step, 20.0 + step)
+    numbers, warnings, state = measured_incrementally(tmp_path, None)
+    assert numbers == whole() and not warnings
+    put("rank0", 4, 14.0)  # step 4 on one rank so far
+    numbers, _, state = measured_incrementally(tmp_path, json.loads(json.dumps(state)))
+    assert numbers == whole() and numbers[4]["ranks"] == ["rank0"]
+    put("rank1", 4, 40.0)  # its other rank's line, later
+    with (tmp_path / "steps" / "rank1.jsonl").open("a") as f:
+        f.write('{"global_step": 5, "rank": "ra')  # being written
+    numbers, warnings, state = measured_incrementally(tmp_path, json.loads(json.dumps(state)))
+    assert numbers[4] == whole()[4] and numbers[4]["straggler"]["rank"] == "rank1"
+    assert len(warnings) == 1 and "not whole" in warnings[0]
+    (tmp_path / "steps" / "rank0.jsonl").rename(tmp_path / "steps" / "rank0.jsonl.1")  # rotated
+    put("rank0", 5, 15.0)
+    numbers, _, _ = measured_incrementally(tmp_path, state)
+    assert {s: n["iterations"] for s, n in numbers.items()} == {s: n["iterations"] for s, n in whole().items()}

@@ -1,0 +1,121 @@
+"""The fleet on the report's page: steps x replicas at a glance, one replica's details on demand.
+
+Readable at 64 replicas x 1,000 steps and small: a heat strip (one inline
+SVG; a row per replica, a column per step) of each replica's decode time per
+iteration (its mean iteration time where a step has no decode), coloured by
+the fleet's own quantiles, one path per colour, and each step's slowest
+replica marked. Below it the slowest replica and the spread of the newest
+steps, then a folded section per replica: how often it was the slowest and
+its numbers step by step (the newest ``NEWEST`` steps).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from .step_section import cell
+
+# light to dark: faster to slower, against the fleet's own quantiles
+SHADES = ("#edf8e9", "#c7e9c0", "#a1d99b", "#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
+NEWEST = 20  # steps a replica's section lists
+STRIP_W = 960  # pixels the steps share (a cell 2 to 24 px wide)
+LABEL_W = 190  # pixels of replica names left of the strip
+
+
+def time_of(numbers: dict[str, Any]) -> float | None:
+    """What the strip colours: the replica's decode time per iteration, else its mean iteration time."""
+    decode = (numbers.get("stages") or {}).get("decode") or {}
+    return decode.get("mean_ms") if decode.get("mean_ms") is not None else numbers.get("mean_ms")
+
+
+def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
+    values = sorted(v for row in steps for n in row.get("replicas", []) if (v := time_of(n)) is not None)
+    if not values:
+        return ""
+    bounds = [values[min(len(values) - 1, (len(values) * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
+    place = {name: k for k, name in enumerate(replicas)}
+    cw = max(2, min(24, STRIP_W // max(1, len(steps))))  # pixels per step
+    ch = max(3, min(14, 900 // max(1, len(replicas))))  # pixels per replica
+    paths: list[list[str]] = [[] for _ in SHADES]
+    marks = []
+    for x, row in enumerate(steps):
+        for n in row.get("replicas", []):
+            v, y = time_of(n), place.get(n["name"])
+            if v is None or y is None:
+                continue
+            shade = sum(v > b for b in bounds)
+            paths[shade].append(f"M{LABEL_W + x * cw},{y * ch}h{cw}v{ch}h-{cw}z")
+            if n["name"] == row.get("slowest_replica"):
+                bar = max(1, ch // 4)
+                marks.append(f"M{LABEL_W + x * cw},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
+    width, height = LABEL_W + max(1, len(steps)) * cw, max(1, len(replicas)) * ch
+    body = "".join(f"<path fill='{SHADES[k]}' d='{''.join(p)}'/>" for k, p in enumerate(paths) if p)
+    body += f"<path fill='#111' d='{''.join(marks)}' data-slowest/>" if marks else ""
+    size = min(11, ch)
+    labels = "".join(f"<text x={LABEL_W - 6} y={k * ch + (ch + size) // 2 - 1} text-anchor=end font-size={size}>"
+                     f"{escape(name)}</text>" for k, name in enumerate(replicas)) if ch >= 7 else ""
+    first = steps[0]["global_step"] if steps else ""
+    last = steps[-1]["global_step"] if steps else ""
+    legend = " ".join(f"<span style='background:{c};padding:0 6px'>&nbsp;</span>" for c in SHADES)
+    return (f"<figure data-heat-strip style='margin:8px 0'><svg role=img "
+            f"aria-label='decode time per iteration, replicas x steps' width={width} height={height + 16} "
+            f"viewBox='0 0 {width} {height + 16}' style='max-width:100%;height:auto'>{labels}{body}"
+            + (f"<text x={LABEL_W} y={height + 13} font-size=11>step {escape(str(first))}</text>"
+               f"<text x={width} y={height + 13} font-size=11 text-anchor=end>step {escape(str(last))}</text>"
+               if width - LABEL_W >= 140 else
+               f"<text x={LABEL_W} y={height + 13} font-size=11>steps {escape(str(first))}-{escape(str(last))}</text>")
+            + "</svg>"
+            f"<figcaption class=muted>Decode time per iteration of each replica (a row) in each step (a column), "
+            f"faster {legend} slower (the fleet's own quantiles: {escape(', '.join(f'{b:.3g}' for b in bounds))} "
+            "ms); the black bar marks each step's slowest replica.</figcaption></figure>")
+
+
+def fleet_section(report: dict[str, Any]) -> str:
+    """The page's fleet view (empty for a single server)."""
+    replicas = report.get("replicas")
+    steps = report["steps"]
+    if not replicas:
+        return ""
+    slowest_count = {name: 0 for name in replicas}
+    for row in steps:
+        if row.get("slowest_replica") in slowest_count:
+            slowest_count[row["slowest_replica"]] += 1
+    newest = steps[-NEWEST:]
+    head = "<tr><th>step</th><th>replicas</th><th>slowest replica</th><th>spread (slowest / median)</th></tr>"
+    lines = "".join(
+        f"<tr><td>{escape(str(row['global_step']))}</td>{cell(len(row.get('replicas', [])), 'replicas')}"
+        f"<td class=name data-field=slowest_replica>{escape(str(row.get('slowest_replica')))}</td>"
+        f"{cell(row.get('replica_spread'), 'replica_spread')}</tr>" for row in reversed(newest))
+    per_replica: dict[str, list] = {name: [] for name in replicas}
+    for row in steps[-NEWEST:]:
+        for n in row.get("replicas", []):
+            per_replica.setdefault(n["name"], []).append((row["global_step"], n))
+    counts: dict[str, int] = {}
+    for row in steps:
+        for n in row.get("replicas", ()):
+            counts[n["name"]] = counts.get(n["name"], 0) + 1
+    sections = [_replica_section(name, per_replica.get(name, []), counts.get(name, 0), slowest_count[name])
+                for name in replicas]
+    return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
+            "replica: the one with the most iteration time; the spread is its iteration time over the median "
+            "replica's. Each step's row above and its details below are its slowest replica's.</p>"
+            + heat_strip(steps, replicas)
+            + f"<table id=fleet>{head}{lines}</table>" + "".join(sections))
+
+
+def _replica_section(name: str, mine: list[tuple[Any, dict[str, Any]]], steps: int, slowest: int) -> str:
+    """One replica's folded section: its newest steps (``mine``: step and numbers) of the ``steps`` it has."""
+    head = ("<tr><th>step</th><th>state</th><th>iterations</th><th>iteration ms</th><th>mean ms</th>"
+            "<th>decode mean ms</th><th>decode p90 ms</th><th>prefill mean ms</th><th>busy %</th>"
+            "<th>straggler rank</th></tr>")
+    rows = []
+    for step, n in reversed(mine):
+        decode, prefill = n["stages"].get("decode", {}), n["stages"].get("prefill", {})
+        rows.append(f"<tr><td>{escape(str(step))}</td><td>{escape(str(n['state']))}</td>"
+                    f"{cell(n['iterations'], 'iterations')}{cell(n['iteration_ms_total'], 'iteration_ms_total')}"
+                    f"{cell(n['mean_ms'], 'mean_ms')}{cell(decode.get('mean_ms'), 'decode.mean_ms')}"
+                    f"{cell(decode.get('p90_ms'), 'decode.p90_ms')}{cell(prefill.get('mean_ms'), 'prefill.mean_ms')}"
+                    f"{cell(n['busy_pct'], 'busy_pct')}<td>{escape(str(n['straggler'] or ''))}</td></tr>")
+    return (f"<details data-replica='{escape(name)}'><summary>{escape(name)}: {steps} step(s), the slowest in "
+            f"{slowest}</summary><table>{head}{''.join(rows)}</table></details>")

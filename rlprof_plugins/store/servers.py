@@ -1,0 +1,246 @@
+"""Which server writes where, when several rollout servers share one output directory.
+
+RL fleets start many rollout servers with one launch line, and on a shared
+filesystem they share ``torch_profiler_dir``. Each server has an identity:
+the ``server_name`` key (or ``RLPROF_SERVER_NAME``) where the user set one;
+otherwise one derived where the server starts, from the host and the HTTP
+port (``<host>-<port>``; a server spanning nodes: the head's address, which
+every node shares), or the process where no HTTP server runs
+(``<host>-pid<pid>``). The process that starts the server puts it in
+``RLPROF_SERVER_NAME`` before its engine processes start, so every process
+of one server agrees on it.
+
+The first server to write into a directory claims it (``.rlprof-root.json``,
+written under a lock): it keeps today's layout there (``global_step_<N>/``,
+``steps/``), and so does a single server, always, restarted or not. Any other
+server running at the same time writes into ``servers/<identity>/`` below it,
+the same layout inside: nothing of two servers is ever in one file or one
+``ranks/`` folder, whatever the start order. A claim whose server has ended
+(its process is gone, seen from the same host) passes to the next server
+that starts there, as a restarted server takes its own folder back.
+
+Read back (``replicas_of``), a root holds one server or a fleet: verl's
+replica folders, a folder per server (``rlprof collect``), servers sharing
+one directory; each is a replica, named by its identity or its folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
+
+ENV = "RLPROF_SERVER_NAME"  # the user's name for a server (``server_name``'s variable)
+ID_ENV = "RLPROF_SERVER_ID"  # the identity the server's first process chose, inherited by the others
+PID_ENV = "RLPROF_SERVER_PID"  # that process: the claim lives as long as it does
+CLAIM = ".rlprof-root.json"
+LOCK = ".rlprof-root.lock"
+SERVERS_DIR = "servers"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_resolved: dict[tuple[str, str], Path] = {}
+
+
+def safe_name(name: str) -> str:
+    """A server name usable as one folder name (``host:port`` -> ``host-port``; never ``.`` or ``..``)."""
+    cleaned = _UNSAFE.sub("-", str(name)).strip("-.")
+    return cleaned or "server"
+
+
+def derived_name(port: int | None = None, head: str | None = None) -> str:
+    """``<head>`` (a server spanning nodes: the address all its nodes share), ``<host>-<port>`` (an HTTP
+    server), or ``<host>-pid<pid>`` (no HTTP server in this process)."""
+    if head:
+        return safe_name(head)
+    host = socket.gethostname().split(".")[0] or "localhost"
+    return safe_name(f"{host}-{port}" if port else f"{host}-pid{os.getpid()}")
+
+
+def server_name() -> str | None:
+    """This process's server identity (None: none was set where the server started)."""
+    name = os.environ.get(ENV) or os.environ.get(ID_ENV)
+    return safe_name(name) if name else None
+
+
+def announce(name: str | None, port: int | None = None, head: str | None = None) -> str:
+    """In the process that starts a server, before its engine processes start: its identity, exported
+    for them: the configured ``name``, else the user's ``RLPROF_SERVER_NAME``, else the one this
+    process chose before, else a derived one. An identity inherited from another process that
+    announced (a trainer that ran an engine in process, then launched this server) is not this
+    server's: it is derived anew."""
+    mine = os.environ.get(PID_ENV) == str(os.getpid())
+    if name:
+        chosen = safe_name(name)
+    elif os.environ.get(ENV):
+        chosen = safe_name(os.environ[ENV])
+    elif mine and os.environ.get(ID_ENV):
+        chosen = os.environ[ID_ENV]
+    else:
+        chosen = derived_name(port, head)
+    os.environ[ID_ENV], os.environ[PID_ENV] = chosen, str(os.getpid())
+    return chosen
+
+
+def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
+    """Where this server's step folders and step logs go below the configured ``root``: ``root``
+    itself for the server that claimed it (or for a process with no identity: today's layout),
+    else ``root/servers/<name>``. Decided once per process and root."""
+    name = name or server_name()
+    base = Path(root)
+    if not name:
+        return base
+    key = (str(base), name)
+    found = _resolved.get(key)
+    if found is None:
+        found = base if claimant(base, name) == name else base / SERVERS_DIR / name
+        _resolved[key] = found
+    return found
+
+
+def claimant(root: Path, name: str) -> str | None:
+    """The server that holds ``root`` (taking it for ``name`` when no server does, or when the one that
+    did has ended); None when the directory cannot be written (the writes that follow say why)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):  # a mount without flock: the claim is still written exclusively
+            pass
+        held = _claim(root / CLAIM)
+        if held is not None and (held.get("server") == name or _alive(held)):
+            return str(held.get("server"))
+        _write_claim(root / CLAIM, name)
+        return name
+    finally:
+        os.close(fd)
+
+
+def _claim(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) and data.get("server") else None
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(claim: dict) -> bool:
+    """Whether the claiming server still runs (a claim from another host: assumed so)."""
+    if claim.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(claim.get("pid")), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, TypeError, ValueError):
+        return True
+    return True
+
+
+def _write_claim(path: Path, name: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"server": name, "host": socket.gethostname(),
+                                     "pid": int(os.environ.get(PID_ENV) or os.getpid()),
+                                     "claimed_at": round(time.time(), 3)}))
+    os.replace(temporary, path)
+
+
+def servers_in(root: str | os.PathLike) -> list[tuple[str, Path]]:
+    """Every server that writes below a shared ``root``: ``(name, its root)``, the claimant first
+    (named by its claim; a root without one is one unnamed server's, ``""``)."""
+    base = Path(root)
+    out: list[tuple[str, Path]] = []
+    held = _claim(base / CLAIM)
+    out.append((str(held["server"]) if held else "", base))
+    folder = base / SERVERS_DIR
+    if folder.is_dir():
+        out += [(p.name, p) for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink()]
+    return out
+
+
+def step_servers(directory: str | os.PathLike) -> list[dict]:
+    """Every server below the shared root that has the step folder ``directory`` names (its own one
+    among them): ``[{"server", "directory", "state"}]``, the claimant first."""
+    from . import manifest
+
+    folder = Path(directory)
+    owner = folder.parent
+    shared = owner.parent.parent if owner.parent.name == SERVERS_DIR else owner
+    out = []
+    for name, root in servers_in(shared):
+        step = root / folder.name
+        if step.is_dir():
+            data = manifest.read(step) or {}
+            out.append({"server": data.get("server") or name or None, "directory": str(step),
+                        "state": data.get("state", "no manifest")})
+    return out
+
+
+# ---- a fleet's output, as the report and the summary read it ---------------------
+# folders inside a server's root that are never another server's
+_NOT_SERVERS = {STEPS_DIR, SERVERS_DIR, RANKS, FRONTEND, MERGED, MEMORY, "prefill", "decode"}
+DEPTH = 2  # how far below the root replicas are looked for (verl: one; collect of a fleet: two)
+
+
+@dataclass(frozen=True)
+class Replica:
+    name: str
+    root: Path
+
+
+def holds_steps(folder: Path) -> bool:
+    """Whether a folder is a server's root: step folders, or step logs."""
+    return bool(step_folders(folder)) or any((folder / STEPS_DIR).glob("*.jsonl*"))
+
+
+def _identity(root: Path, claimed: str) -> str | None:
+    """A server root's own name: its claim, else the ``server`` its newest step manifest names."""
+    if claimed:
+        return claimed
+    from . import manifest
+
+    for _, folder in reversed(step_folders(root)):
+        data = manifest.read(folder) or {}
+        if data.get("server"):
+            return str(data["server"])
+    return None
+
+
+def replicas_of(root: str | Path) -> list[Replica]:
+    """Every server whose step folders or step logs lie below ``root`` (``root`` itself first)."""
+    base = Path(root)
+    found: list[Replica] = []
+
+    def visit(folder: Path, label: str, depth: int) -> None:
+        shared = servers_in(folder)
+        claimed, _ = shared[0]
+        if holds_steps(folder):
+            found.append(Replica(_identity(folder, claimed) or label or folder.name, folder))
+        for name, server in shared[1:]:
+            if holds_steps(server):
+                found.append(Replica(name if not label else f"{label}/{name}", server))
+        if depth >= DEPTH:
+            return
+        for child in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if (child.is_dir() and not child.is_symlink() and not child.name.startswith(".")
+                    and child.name not in _NOT_SERVERS and not child.name.startswith("global_step_")):
+                visit(child, child.name if not label else f"{label}/{child.name}", depth + 1)
+
+    visit(base, "", 0)
+    names: dict[str, int] = {}
+    unique = []
+    for replica in found:  # two folders naming the same server: keep them apart by folder
+        n = names.get(replica.name, 0)
+        names[replica.name] = n + 1
+        unique.append(replica if not n else Replica(f"{replica.name}@{replica.root.relative_to(base)}", replica.root))
+    return unique

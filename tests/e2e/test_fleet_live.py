@@ -1,0 +1,138 @@
+"""Two live servers sharing one ``torch_profiler_dir`` never overwrite each other (issue 55), on both engines.
+
+Two real servers (TP=1) are started with the same ``--profiler-config``, as one launch line on a
+shared filesystem starts them, and nothing else set: each derives its identity from the host and
+its port. A trainer marks RL steps 1..4 on both (``POST /profile_step``), with traffic in each, and
+traces step 3 on both. Then: the first server keeps today's layout in the directory, the second
+writes below ``servers/<its name>/``; every file of both is on disk and named in its server's
+manifest; no step log holds two servers' lines; the status names both servers of step 3; and
+``rlprof report`` on the shared directory shows both replicas for every step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.cli.command import main as rlprof
+from rlprof_plugins.store.servers import CLAIM, SERVERS_DIR
+from tests.helpers import sglang_server
+from tests.helpers.vllm_server import start_server as start_vllm
+
+STEPS = (1, 2, 3, 4)
+TRACED = 3
+
+
+def start_pair(engine: str, tmp: Path, root: Path) -> list:
+    config = {"torch_profiler_dir": str(root), "torch_profiler_with_stack": False,
+              **({"profiler": "torch"} if engine == "vllm" else {})}
+    servers = []
+    try:
+        for k in range(2):
+            folder = tmp / f"{engine}-{k}"
+            folder.mkdir()
+            if engine == "vllm":
+                servers.append(start_vllm(folder, config))
+            else:
+                servers.append(sglang_server.start_server(folder, config))
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers
+
+
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def fleet(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"fleet-{request.param}")
+    root = tmp / "shared"
+    servers = start_pair(request.param, tmp, root)
+    try:
+        for step in STEPS:
+            for server in servers:
+                r = server.post("/profile_step", {"global_step": step})
+                assert r.status_code == 200 and r.json()["status"] == "marked", r.text
+            if step == TRACED:
+                for server in servers:
+                    body = {"global_step": step, **({"num_steps": 3} if request.param == "sglang" else {})}
+                    r = server.post("/start_profile", body)
+                    assert r.status_code == 200, r.text
+            for server in servers:
+                for _ in range(2):
+                    server.complete(max_tokens=4)
+            if step == TRACED:
+                for server in servers:
+                    if request.param == "vllm":
+                        assert server.post("/stop_profile", {}).status_code == 200
+                    assert server.wait_state()["state"] == "done", server.log()[-3000:]
+        for server in servers:  # step 4 ends: its numbers are written when the next step begins
+            assert server.post("/profile_step", {"global_step": 5}).status_code == 200
+        yield request.param, root, servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def names_of(root: Path) -> tuple[str, str]:
+    first = json.loads((root / CLAIM).read_text())["server"]
+    (second,) = [p.name for p in (root / SERVERS_DIR).iterdir()]
+    return first, second
+
+
+def wait_for_lines(folder: Path, step: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = [json.loads(line) for p in (folder / "steps").glob("*.jsonl") for line in p.read_text().splitlines()]
+        if any(r["global_step"] == step for r in lines):
+            return
+        time.sleep(0.3)
+
+
+def test_each_server_keeps_its_own_folder_files_manifest_and_step_logs(fleet):
+    engine, root, servers = fleet
+    first, second = names_of(root)
+    assert first != second
+    folders = {first: root, second: root / SERVERS_DIR / second}
+    for name, folder in folders.items():
+        wait_for_lines(folder, 4)
+        step = folder / f"global_step_{TRACED}"
+        data = json.loads((step / "manifest.json").read_text())
+        assert data["state"] == "done" and data["server"] == name
+        listed = {f["path"] for w in data["writers"].values() for f in w.get("files", [])}
+        on_disk = {str(p.relative_to(step)) for p in step.rglob("*")
+                   if p.is_file() and not p.name.startswith(".") and p.name != "manifest.json"}
+        assert on_disk and on_disk <= listed, (on_disk - listed)
+        assert any(p.startswith("ranks/") for p in listed)
+        logs = list((folder / "steps").glob("*.jsonl"))
+        assert logs
+        for log in logs:  # one server's lines only: every record's rank is this log's, steps never repeat
+            records = [json.loads(line) for line in log.read_text().splitlines()]
+            assert {r["rank"] for r in records} == {log.name.removesuffix(".jsonl")}
+            numbered = [r["global_step"] for r in records if r["global_step"] is not None]
+            assert len(numbered) == len(set(numbered)) and set(STEPS) <= set(numbered), numbered
+    # the second server wrote nothing of its own into the first's folders
+    assert not (root / SERVERS_DIR / first).exists()
+
+
+def test_the_status_names_both_servers_of_the_traced_step(fleet):
+    engine, root, servers = fleet
+    status = servers[1].get(f"/profile_status?global_step={TRACED}").json()
+    assert sorted(s["server"] for s in status["servers"]) == sorted(names_of(root)), status
+    assert all(s["state"] == "done" for s in status["servers"])
+
+
+def test_the_report_on_the_shared_directory_shows_both_replicas_for_every_step(fleet, tmp_path):
+    engine, root, servers = fleet
+    out = tmp_path / "fleet.json"
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    data = json.loads(out.read_text())
+    assert sorted(data["replicas"]) == sorted(names_of(root))
+    by_step = {s["global_step"]: s for s in data["steps"]}
+    assert set(STEPS) <= set(by_step), sorted(by_step, key=str)
+    for step in STEPS:
+        assert sorted(r["name"] for r in by_step[step]["replicas"]) == sorted(names_of(root)), step
+        assert by_step[step]["slowest_replica"] in names_of(root)
+    assert by_step[TRACED]["traced"] and all(r["traced"] for r in by_step[TRACED]["replicas"])
