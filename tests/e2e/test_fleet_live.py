@@ -20,29 +20,24 @@ import pytest
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.store.servers import CLAIM, SERVERS_DIR
 from tests.helpers import sglang_server
-from tests.helpers.vllm_server import start_server as start_vllm
+from tests.helpers.vllm_server import start_server as start_vllm, start_together
 
 STEPS = (1, 2, 3, 4)
 TRACED = 3
 
 
 def start_pair(engine: str, tmp: Path, root: Path) -> list:
+    """Two servers of ``engine`` on one directory, started at once (a start is mostly one core's imports)."""
     config = {"torch_profiler_dir": str(root), "torch_profiler_with_stack": False,
               **({"profiler": "torch"} if engine == "vllm" else {})}
-    servers = []
-    try:
-        for k in range(2):
-            folder = tmp / f"{engine}-{k}"
-            folder.mkdir()
-            if engine == "vllm":
-                servers.append(start_vllm(folder, config))
-            else:
-                servers.append(sglang_server.start_server(folder, config))
-    except BaseException:
-        for server in servers:
-            server.stop()
-        raise
-    return servers
+    starts = {}
+    for k in range(2):
+        folder = tmp / f"{engine}-{k}"
+        folder.mkdir()
+        starts[k] = (lambda f=folder: start_vllm(f, config)) if engine == "vllm" else \
+            (lambda f=folder: sglang_server.start_server(f, config))
+    started = start_together(starts)
+    return [started[0], started[1]]
 
 
 @pytest.fixture(scope="module", params=["vllm", "sglang"])

@@ -2,10 +2,12 @@
 
 The worker process is SIGKILLed while its step's manifest says it is
 exporting (stacks on, so torch's stop and the export take seconds). A second
-server on the same folder (started beside the first, idle until then) gets
-the next start request: the dead writers of the old step are marked
-``failed`` (process gone), their temporary files are removed, and the new
-step completes.
+server on the same folder with the same ``server_name`` (the first one
+restarted, as far as the folder is concerned: started beside it, idle until
+then) gets the next start request: the dead writers of the old step are
+marked ``failed`` (process gone), their temporary files are removed, and the
+new step completes. (Servers with different names sharing a folder each
+write their own: tests/e2e/test_fleet_live.py.)
 """
 
 import json
@@ -31,7 +33,7 @@ def manifest_of(folder):
 def test_worker_killed_mid_export_leaves_a_failed_step_not_a_stuck_one(tmp_path):
     traces = tmp_path / "traces"
     config = {"profiler": "torch", "torch_profiler_dir": str(traces), "torch_profiler_with_stack": True,
-              "ignore_frontend": True}
+              "ignore_frontend": True, "server_name": "rollout-0"}
     (tmp_path / "again").mkdir()
     # the server that finds the dead writer's step starts beside the first (the same trace folder),
     # idle until then: two starts take about the time of one
