@@ -36,16 +36,22 @@ def read_steps(root: str | Path) -> tuple[dict[int | None, dict[str, StepRecord]
         except OSError as e:
             warnings.append(f"{path}: {e.strerror or e}")
             continue
-        for number, line in enumerate(lines, 1):
-            try:
-                record = StepRecord.decode(line)
-            except NotARecord:
-                warnings.append(f"{path}:{number}: not a whole step record (a write cut short?): skipped")
-                continue
-            ranks = out.setdefault(record.global_step, {})
-            rank = record.rank
-            ranks[rank] = ranks[rank].combine(record) if rank in ranks else record
+        _add_lines(lines, path, 1, out, warnings)
     return out, warnings
+
+
+def _add_lines(lines: list[str], path: Path, first: int, into: dict[int | None, dict[str, StepRecord]],
+               warnings: list[str]) -> None:
+    """Each line's record into ``{global_step: {rank: record}}`` (a step's two parts combined); a line that
+    is not a whole record is named (``path:number``, numbered from ``first``) and skipped."""
+    for number, line in enumerate(lines, first):
+        try:
+            record = StepRecord.decode(line)
+        except NotARecord:
+            warnings.append(f"{path}:{number}: not a whole step record (a write cut short?): skipped")
+            continue
+        ranks = into.setdefault(record.global_step, {})
+        ranks[record.rank] = ranks[record.rank].combine(record) if record.rank in ranks else record
 
 
 def quantile_ms(counts: list[int], q: float, largest: float) -> float | None:
@@ -135,14 +141,7 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
                         "not read yet")
         first_line = (state or {}).get("lines", {}).get(path.name, 0) if before is not None else 0
         lines = data[:whole].decode(errors="replace").splitlines()
-        for number, line in enumerate(lines, first_line + 1):
-            try:
-                record = StepRecord.decode(line)
-            except NotARecord:
-                warnings.append(f"{path}:{number}: not a whole step record (a write cut short?): skipped")
-                continue
-            ranks = fresh.setdefault(record.global_step, {})
-            ranks[record.rank] = ranks[record.rank].combine(record) if record.rank in ranks else record
+        _add_lines(lines, path, first_line + 1, fresh, warnings)
         offsets[path.name].append(first_line + len(lines))
     if state and old_files:  # a log that was read before is gone
         return measured_incrementally(root, None)
