@@ -49,7 +49,8 @@ def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
             if n["name"] == row.get("slowest_replica"):
                 bar = max(1, ch // 4)
                 marks.append(f"M{LABEL_W + x * cw},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
-    width, height = LABEL_W + max(1, len(steps)) * cw, max(1, len(replicas)) * ch
+    strip_end = LABEL_W + max(1, len(steps)) * cw
+    width, height = max(strip_end, LABEL_W + 90), max(1, len(replicas)) * ch  # room for the step label
     body = "".join(f"<path fill='{SHADES[k]}' d='{''.join(p)}'/>" for k, p in enumerate(paths) if p)
     body += f"<path fill='#111' d='{''.join(marks)}' data-slowest/>" if marks else ""
     size = min(11, ch)
@@ -62,8 +63,8 @@ def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
             f"aria-label='decode time per iteration, replicas x steps' width={width} height={height + 16} "
             f"viewBox='0 0 {width} {height + 16}' style='max-width:100%;height:auto'>{labels}{body}"
             + (f"<text x={LABEL_W} y={height + 13} font-size=11>step {escape(str(first))}</text>"
-               f"<text x={width} y={height + 13} font-size=11 text-anchor=end>step {escape(str(last))}</text>"
-               if width - LABEL_W >= 140 else
+               f"<text x={strip_end} y={height + 13} font-size=11 text-anchor=end>step {escape(str(last))}</text>"
+               if strip_end - LABEL_W >= 140 else
                f"<text x={LABEL_W} y={height + 13} font-size=11>steps {escape(str(first))}-{escape(str(last))}</text>")
             + "</svg>"
             f"<figcaption class=muted>Decode time per iteration of each replica (a row) in each step (a column), "
@@ -99,7 +100,7 @@ def fleet_section(report: dict[str, Any]) -> str:
                 for name in replicas]
     return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
             "replica: the one with the most iteration time; the spread is its iteration time over the median "
-            "replica's. Each step's row above and its details below are its slowest replica's.</p>"
+            "replica's. Each step's row under "Across steps" and its details are its slowest replica's.</p>"
             + heat_strip(steps, replicas)
             + f"<table id=fleet>{head}{lines}</table>" + "".join(sections))
 

@@ -50,9 +50,9 @@ def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | 
             + "</p>"]
     body += [f'<div class="note{" bad" if bad else ""}" data-note>{escape(text)}</div>' for bad, text in
              ((n.startswith(("failed", "unreadable", "nothing")), n) for n in notes)]
-    if steps:
-        body.append(_across(steps, base))
+    if steps:  # a fleet's replicas first: which replica each step waited for, before the steps' rows
         body.append(fleet_section(report))
+        body.append(_across(steps, base))
     if compared:
         body.append(_compare(compared))
     detailed = [row for row in steps if "timeline" in row]

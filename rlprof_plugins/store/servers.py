@@ -164,7 +164,7 @@ def servers_in(root: str | os.PathLike) -> list[tuple[str, Path]]:
     out.append((str(held["server"]) if held else "", base))
     folder = base / SERVERS_DIR
     if folder.is_dir():
-        out += [(p.name, p) for p in sorted(folder.iterdir()) if p.is_dir() and not p.is_symlink()]
+        out += [(p.name, p) for p in sorted(folder.iterdir(), key=_natural) if p.is_dir() and not p.is_symlink()]
     return out
 
 
@@ -216,6 +216,11 @@ def _identity(root: Path, claimed: str) -> str | None:
     return None
 
 
+def _natural(path: Path) -> list:
+    """``replica_2`` before ``replica_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
 def replicas_of(root: str | Path) -> list[Replica]:
     """Every server whose step folders or step logs lie below ``root`` (``root`` itself first)."""
     base = Path(root)
@@ -231,7 +236,7 @@ def replicas_of(root: str | Path) -> list[Replica]:
                 found.append(Replica(name if not label else f"{label}/{name}", server))
         if depth >= DEPTH:
             return
-        for child in sorted(folder.iterdir()) if folder.is_dir() else []:
+        for child in sorted(folder.iterdir(), key=_natural) if folder.is_dir() else []:
             if (child.is_dir() and not child.is_symlink() and not child.name.startswith(".")
                     and child.name not in _NOT_SERVERS and not child.name.startswith("global_step_")):
                 visit(child, child.name if not label else f"{label}/{child.name}", depth + 1)
