@@ -100,7 +100,7 @@ def fleet_section(report: dict[str, Any]) -> str:
                 for name in replicas]
     return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
             "replica: the one with the most iteration time; the spread is its iteration time over the median "
-            "replica's. Each step's row under "Across steps" and its details are its slowest replica's.</p>"
+            "replica's. Each step's row under 'Across steps' and its details are its slowest replica's.</p>"
             + heat_strip(steps, replicas)
             + f"<table id=fleet>{head}{lines}</table>" + "".join(sections))
 
