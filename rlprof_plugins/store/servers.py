@@ -120,7 +120,10 @@ def claimant(root: Path, name: str) -> str | None:
         held = _claim(root / CLAIM)
         if held is not None and (held.get("server") == name or _alive(held)):
             return str(held.get("server"))
-        _write_claim(root / CLAIM, name)
+        try:
+            _write_claim(root / CLAIM, name)
+        except OSError:  # a full or read-only disk: no claim; the writes that follow say why
+            return None
         return name
     finally:
         os.close(fd)
