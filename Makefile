@@ -228,10 +228,12 @@ bench-merge: env
 	$(VPY) benchmarks/bench_align.py
 	$(VPY) benchmarks/bench_report.py
 
-# docs/performance.md, "The step report at a thousand steps": 250, 500 and 1,000 steps x 8 ranks (~10 min).
+# docs/performance.md, "The step report at a thousand steps": 250, 500 and 1,000 steps x 8 ranks; "The fleet view";
+# "The report on real GPU traces' event mix" (8 ranks x 100 and 500 MB, about 4 GB of disk for a while) (~30 min).
 bench-report-scale: env
 	$(VPY) benchmarks/bench_report.py --scale 250,500,1000
 	$(VPY) benchmarks/bench_report.py --fleet "16,250;64,250;16,1000;64,1000"
+	$(VPY) benchmarks/bench_report.py --gpu-mix 100,500
 
 # tests/fixtures/: the real TP=2 traces, re-recorded from both CPU servers (rlprof's and the engines' own; ~5 min).
 fixtures: env tiny-model

@@ -33,6 +33,12 @@ for each the cold run, the warm run after one more measured step on every
 replica (goal: <= 2 s), the peak memory (goal: flat in replicas and steps)
 and the page (goal: <= 10 MB) with its load time.
 
+``--gpu-mix MB[,MB...]`` (issue 56) measures the report on real GPU traces' event mix: a step of 8
+ranks, each MB of ``benchmarks/gpu_mix.py``'s traces (a published A100 NCCL rank's events repeated
+end to end: 4 streams, NCCL kernels, ``ProfilerStep#N``), the report cold (every rank read, its
+device time split by correlation) against reading the same files once (every event decoded, in as
+many processes as the report uses: ``--read-once``). Goals: within 1.5x, memory flat in MB.
+
 Usage: ``.venv-vllm/bin/python benchmarks/bench_report.py [--steps N] [--mb MB]``
 (``make bench-merge`` runs it with the defaults);
 ``... bench_report.py --scale 250,500,1000 --json F`` (``make bench-report-scale``).
@@ -149,6 +155,49 @@ def fleet(shapes: list[tuple[int, int]], work: Path) -> list[dict]:
     return out
 
 
+def gpu_mix(sizes: list[float], work: Path) -> list[dict]:
+    """The report on 8 ranks of real-GPU-mix traces against reading them once, per size."""
+    from benchmarks.gpu_mix import write_rank
+
+    out = []
+    for mb in sizes:
+        step = work / f"gpu-mix-{mb:g}" / "global_step_1"
+        step.mkdir(parents=True)
+        t = time.perf_counter()
+        files = []
+        for rank in range(8):
+            files.append(step / f"gpu-node_{7000 + rank}.1680000000000000000.pt.trace.json")
+            write_rank(files[-1], rank, 8, mb)
+        print(f"input: 8 ranks x {mb:g} MB, written in {time.perf_counter() - t:.0f} s", flush=True)
+        read = run_child([sys.executable, str(Path(__file__)), "--read-once", *map(str, files)])
+        report = run_child(rlprof("report", str(step.parent), "--no-cache", "-q"))
+        row = {"ranks": 8, "mb_per_rank": mb, "read_once": read, "report_cold": report,
+               "ratio": round(report["seconds"] / read["seconds"], 2)}
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        shutil.rmtree(step.parent, ignore_errors=True)
+    return out
+
+
+def read_once(files: list[str]) -> int:
+    """Every event of every file decoded once, in as many processes as the report would use: the floor."""
+    from rlprof_plugins._parallel import pool, processes_for
+    from rlprof_plugins.trace.gz import file_size
+
+    processes = processes_for(len(files), sum(file_size(Path(f)) for f in files))
+    with pool(processes) as workers:
+        print(sum(workers.map(_count_events, files)), "events")
+    return 0
+
+
+def _count_events(path: str) -> int:
+    from rlprof_plugins.trace.codec import gc_paused
+    from rlprof_plugins.trace.reader import TraceReader
+
+    with TraceReader(Path(path)) as reader, gc_paused():
+        return sum(len(batch) for batch in reader.batches())
+
+
 def page_numbers(page: Path) -> dict:
     loads = sorted(open_page(page).load_ms for _ in range(3))
     return {"page_kb": round(page.stat().st_size / 1024, 1), "load_ms": round(loads[1], 1)}
@@ -161,9 +210,18 @@ def main() -> int:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--scale", help="comma-separated step counts: the report against the number of steps")
     parser.add_argument("--fleet", help="replicas,steps[;replicas,steps...]: the fleet view against both")
+    parser.add_argument("--gpu-mix", help="MB[,MB...] per rank: 8 ranks of a real GPU trace's event mix")
+    parser.add_argument("--read-once", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.read_once:
+        return read_once(args.read_once)
     work = Path(tempfile.mkdtemp(prefix="rlprof-bench-report-"))
     try:
+        if args.gpu_mix:
+            rows = gpu_mix([float(mb) for mb in args.gpu_mix.split(",")], work)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+            return 0
         if args.scale or args.fleet:
             rows = scale([int(n) for n in args.scale.split(",")], work) if args.scale else fleet(
                 [tuple(int(x) for x in shape.split(",")) for shape in args.fleet.split(";")], work)

@@ -49,6 +49,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins._parallel": ("tests/unit/test_trace_merge.py",),
     "rlprof_plugins.trace.rename": ("tests/unit/test_trace_merge.py", "tests/unit/test_chunks.py"),
     "rlprof_plugins.trace.time_split": ("tests/unit/test_report_steps.py",),
+    "rlprof_plugins.trace.device_time": ("tests/unit/test_gpu_traces_published.py", "tests/unit/test_report_steps.py"),
     "rlprof_plugins.report.charts": ("tests/unit/test_report_command.py",),
     "rlprof_plugins.report.compare": ("tests/unit/test_report_command.py",),
     "rlprof_plugins.report.page": ("tests/unit/test_report_command.py",),

@@ -39,6 +39,7 @@ def step_range(text: str) -> tuple[int, int]:
 
 def cmd_report(args) -> int:
     from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
+    from ..trace.codec import gc_paused
 
     root = Path(args.root)
     if not root.is_dir():
@@ -50,21 +51,24 @@ def cmd_report(args) -> int:
         raise UsageError(f"--compare: two different steps, not {pair[0]} and {pair[1]}")
     if pair and steps and not all(steps[0] <= s <= steps[1] for s in pair):
         raise UsageError(f"--compare {pair[0]} {pair[1]}: outside --steps {args.steps} (widen --steps, or leave it)")
-    try:
-        built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args),
-                      replica=args.replica)
-    except NoSuchReplica as e:
-        raise UsageError(str(e)) from None
-    if not built.report["steps_found"]:
-        raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
-    out = Path(args.output) if args.output else root / "report.html"
-    write_page(built, out)
-    written = [out]
-    if args.json:
-        write_json(built, Path(args.json))
-        written.append(Path(args.json))
-    if args.csv:
-        written += write_csv(built, Path(args.csv))
+    # the report's rows and a fleet's summaries are tens of thousands of small dicts without cycles: the
+    # cycle collector, run every few hundred of them over an ever larger heap, would take most of the time
+    with gc_paused():
+        try:
+            built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args),
+                          replica=args.replica)
+        except NoSuchReplica as e:
+            raise UsageError(str(e)) from None
+        if not built.report["steps_found"]:
+            raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
+        out = Path(args.output) if args.output else root / "report.html"
+        write_page(built, out)
+        written = [out]
+        if args.json:
+            write_json(built, Path(args.json))
+            written.append(Path(args.json))
+        if args.csv:
+            written += write_csv(built, Path(args.csv))
     for note in built.notes:
         print(f"rlprof: {note}", file=sys.stderr)
     cache = built.cache

@@ -11,7 +11,7 @@ Read back from the step folder the way users' tools read it:
   pytorch.org/memory_viz): its segment and trace plots build;
 - **merged trace**: ``rlprof merge`` of the step folder passes ``rlprof check``;
 - **device time in the report**: the step report splits each rank's device
-  time into compute, communication, memcpy and idle (communication needs a
+  time into compute, exposed communication, exposed memcpy and idle (communication needs a
   collective: none on one device).
 
 Each check is skipped, with the reason, where the device has nothing to show.

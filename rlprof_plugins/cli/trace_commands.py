@@ -34,7 +34,7 @@ def _merge_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_merge(args) -> int:
     from ..trace.merge import merge
     from ..trace.naming import rank_label
-    from ..trace.sources import MergeGroup, RankFile, plan
+    from ..trace.sources import MergeGroup, RankFile, missing_line, plan
 
     paths = [Path(p) for p in args.paths]
     for p in paths:
@@ -43,7 +43,7 @@ def cmd_merge(args) -> int:
     if len(paths) == 1 and paths[0].is_dir():
         reap_folder(paths[0])
         pl = plan(paths[0])
-        groups, unplaced = pl.groups, pl.unplaced
+        groups, unplaced, assumed = pl.groups, pl.unplaced, pl.assumed
         if args.output and len(groups) > 1:
             raise CliError(f"{paths[0]}: {len(groups)} merges ({', '.join(g.output.name for g in groups)}); "
                            "-o needs exactly one")
@@ -53,13 +53,16 @@ def cmd_merge(args) -> int:
         if not args.output:
             raise CliError("merging files needs -o OUT")
         inputs = [RankFile(p, rank_label(k), "worker", (0, k)) for k, p in enumerate(paths)]
-        groups, unplaced = [MergeGroup(paths[0].parent, None, inputs)], []
+        groups, unplaced, assumed = [MergeGroup(paths[0].parent, None, inputs)], [], []
     if args.jobs is not None and args.jobs < 1:
         raise CliError("--jobs: at least 1")
     progress = progress_of(args)
     for path, why in unplaced:
         print(f"rlprof: not merged: {path}: {why}", file=sys.stderr)
-    missing = _warn_missing([(g.stage or "all", m) for g in groups for m in g.missing])
+    for line in assumed:
+        print(f"rlprof: {line}", file=sys.stderr)
+    missing = [(g.stage or "all", m) for g in groups for m in g.missing]
+    _warn_missing([f"{g.directory.name} ({g.stage or 'all'}): {missing_line(g)}" for g in groups if g.missing])
     if not groups or not any(g.inputs for g in groups):
         raise CliError(f"{paths[0]}: no rank traces found to merge")
     results = []
@@ -75,12 +78,11 @@ def cmd_merge(args) -> int:
     return EXIT_FAILED if args.strict and missing else EXIT_OK
 
 
-def _warn_missing(missing: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Never drop a rank silently: name each one the step has and the folder lacks."""
-    for stage, rank in missing:
-        print(f"rlprof: warning: missing rank ({stage}): {rank}; `rlprof collect` gathers a step spanning nodes",
-              file=sys.stderr)
-    return missing
+def _warn_missing(lines: list[str]) -> None:
+    """Never drop a rank silently: the ranks each step has and its folder lacks, one line a step and stage
+    (``sources.missing_line``: two ranks of a 128-rank job make one line, not 126)."""
+    for line in lines:
+        print(f"rlprof: warning: {line} (`rlprof collect` gathers a step spanning nodes)", file=sys.stderr)
 
 
 # ---- split-stages -------------------------------------------------------------
@@ -144,8 +146,9 @@ def cmd_summary(args) -> int:
             f" in {', '.join(found)} (no rlprof::iteration, execute_context_*, step[...] or ProfilerStep#N "
             "range; or unreadable)" if found else ": no rank traces"))
     emit(args, data, render_table(data))
-    missing = _warn_missing([(f"step {m['global_step']}, {m['stage']}", m["rank"]) for m in data["missing"]])
-    return EXIT_FAILED if args.strict and missing else EXIT_OK
+    _warn_missing([f"{m['replica'] + ': ' if m.get('replica') else ''}{m['label']} ({m['stage']}): {m['line']}"
+                   for m in data["missing"]])
+    return EXIT_FAILED if args.strict and data["missing"] else EXIT_OK
 
 
 # ---- check --------------------------------------------------------------------------

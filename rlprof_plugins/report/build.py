@@ -12,12 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from itertools import zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ..store.layout import write_text_atomic
 from ..trace.iteration_names import SOURCE_TITLES, SOURCES
+from ..trace.summary import step_label
 from .cache import StepCache
 from .compare import compare
 from ..store.servers import replicas_of
@@ -49,7 +51,8 @@ class Built:
         return [row for row in self.report["steps"] if row["error"] or row["unreadable"]]
 
     def to_json(self) -> dict[str, Any]:
-        steps = [{k: v for k, v in row.items() if not k.startswith("_")} for row in self.report["steps"]]
+        steps = [{k: [n.as_dict() for n in v] if k == "replicas" else v for k, v in row.items()
+                  if not k.startswith("_")} for row in self.report["steps"]]
         out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "steps": steps,
                "notes": self.notes, "compare": self.compared}
         if "replicas" in self.report:
@@ -85,7 +88,7 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
         built.notes.append(f"nothing to report: no step in {steps[0]}-{steps[1]} "
                            f"(steps found: {_ranges(found) or 'none'})")
     for row in report["steps"]:
-        name = f"step {row['global_step']}" if row["global_step"] is not None else str(root)
+        name = step_label(row["global_step"], row["directory"])
         if "replica" in row:
             name += f" (slowest replica {row['replica']})"
         if row["state"] == "failed":
@@ -107,9 +110,10 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
         for m in row.get("memory", {}).values():
             if "error" in m:
                 built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
-        if row["missing_ranks"]:
-            built.notes.append(f"{name} lacks rank(s) {', '.join(row['missing_ranks'])} "
-                               "(`rlprof collect` gathers a step spanning nodes)")
+        for line in row.get("missing_lines") or ([f"lacks {', '.join(row['missing_ranks'])}"]
+                                                 if row["missing_ranks"] else []):
+            built.notes.append(f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)")
+        built.notes += [f"{name}: {a}" for a in row.get("assumed_ranks", [])]
     built.notes += [f"step metrics: {w}" for w in report["warnings"]]
     if pair:
         built.compared = compare(report, *pair)
@@ -137,21 +141,31 @@ def write_json(built: Built, path: Path) -> None:
 
 
 def write_csv(built: Built, folder: Path) -> list[Path]:
-    """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``operators.csv``, ``iterations.csv``
+    """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
+    whole and per stage), ``operators.csv``, ``iterations.csv``
     and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
     details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
     tables = {
         "steps": flat_rows(built.report),
-        "ranks": [{"global_step": row["global_step"], "rank": rank, **{k: v for k, v in t.items() if k != "device"},
+        "ranks": [{"global_step": row["global_step"], "rank": rank,
+                   **{k: v for k, v in t.items() if k not in ("device", "device_by_stage")},
                    **{f"device_{k}": v for k, v in (t["device"] or {}).items()},
                    "slowest_iterations": row["slowest_rank_iterations"].get(rank)}
                   for row in steps for rank, t in row.get("rank_time", {}).items()],
+        # each rank's device partition: over its iterations' one window (scope "rank"), and per stage, the sum
+        # of the stage's iterations, each its own window (scope "stage")
+        "device": [{"global_step": row["global_step"], "rank": rank, "scope": scope, "stage": stage, **part}
+                   for row in steps for rank, t in row.get("rank_time", {}).items()
+                   for scope, stage, part in ([("rank", None, t["device"])] if t["device"] else [])
+                   + [("stage", stage, part) for stage, part in sorted(t.get("device_by_stage", {}).items())]],
         "operators": [{"global_step": row["global_step"], "kind": kind, **op}
                       for row in steps for kind, ops in row.get("operators", {}).items() for op in ops],
         "iterations": [{"global_step": row["global_step"], **dict(zip(("iteration", "stage", "ms", "batch",
-                                                                        "slowest_rank"), it))}
-                       for row in steps for it in row.get("timeline", [])],
+                                                                        "slowest_rank"), it)),
+                        **{f"device_{k}": v for k, v in (device or {}).items()}}
+                       for row in steps for it, device in zip_longest(row.get("timeline", []),
+                                                                      row.get("iteration_device", []))],
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)

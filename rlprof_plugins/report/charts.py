@@ -16,6 +16,7 @@ from typing import Any
 COLOURS = {"prefill": "#d95f02", "decode": "#1b9e77", "all": "#7570b3", "pause": "#e7298a",
            "between": "#cfcfcf", "iterations": "#1b9e77", "cpu_ops": "#66a61e", "cpu_comm": "#e6ab02",
            "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf",
+           "exposed communication": "#e6ab02", "exposed memcpy": "#7570b3",
            "allocated": "#1f78b4", "reserved": "#a6cee3"}
 MAX_BARS = 600  # an iteration timeline draws at most this many bars (the slowest iteration of each bucket)
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
@@ -142,9 +143,11 @@ def stacked(rows: dict[str, dict[str, float]], parts: list[str], label: str, wid
     total = max((sum(r.get(p, 0.0) for p in parts) for r in rows.values()), default=0.0) or 1.0
     plot_w = width - left - 20
     body = []
-    for k, part in enumerate(parts):
-        body.append(f'<rect x="{left + 120 * k}" y="4" width="10" height="10" fill="{colour(part)}"/>'
-                    f'<text x="{left + 14 + 120 * k}" y="13">{escape(part.replace("_", " "))}</text>')
+    x = left
+    for part in parts:  # the legend: each label as wide as its text (about 6.5 px a character)
+        body.append(f'<rect x="{x}" y="4" width="10" height="10" fill="{colour(part)}"/>'
+                    f'<text x="{x + 14}" y="13">{escape(part.replace("_", " "))}</text>')
+        x += max(120, 24 + 7 * len(part))
     for k, (name, r) in enumerate(rows.items()):
         y, x = top + k * (bar_h + gap), float(left)
         body.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{escape(name)}</text>')

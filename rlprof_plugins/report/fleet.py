@@ -22,40 +22,77 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 from ..store.servers import Replica
 from .cache import StepCache
+from .measured_rows import measured_row
 from .steps import StepsFound, in_sequence
 
-def replica_numbers(name: str, row: dict[str, Any]) -> dict[str, Any]:
-    """One replica's numbers of one step, as the fleet view shows them, from the step's row."""
-    stages = {stage: {k: n.get(k) for k in STAGE_KEYS} for stage, n in row["stages"].items()}
-    straggler = row.get("straggler") or {}
-    return _numbers(name, row.get("state"), row.get("traced", True), row.get("directory"), row.get("iterations", 0),
-                    row.get("iteration_ms_total") or 0.0, row.get("mean_ms"), row.get("span_ms") or 0.0, stages,
-                    straggler.get("rank"), row.get("imbalance"))
+class ReplicaNumbers:
+    """One replica's numbers of one step, as the fleet view shows them. A fleet of 64 replicas x 1,000
+    steps holds 64,000 of these at once, so they are slotted objects, not dicts (about a third of the
+    memory); ``as_dict()`` is the shape ``--json`` and the CSVs write."""
 
+    __slots__ = ("name", "state", "traced", "directory", "iterations", "iteration_ms_total", "mean_ms",
+                 "span_ms", "stages", "straggler", "imbalance")
 
-def measured_replica_numbers(name: str, numbers: dict[str, Any], folder: str) -> dict[str, Any]:
-    """The same for a step only measured, straight from its measured numbers (no row is made: a fleet
-    of 64 replicas x 1,000 steps makes full rows only for each step's slowest replica)."""
-    stages = {stage: {k: n.get(k) for k in STAGE_KEYS} for stage, n in numbers["stages"].items()}
-    straggler = numbers.get("straggler") or {}
-    return _numbers(name, "measured", False, folder, numbers["iterations"], numbers["iteration_ms_total"] or 0.0,
-                    numbers["mean_ms"], round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3), stages,
-                    straggler.get("rank"), numbers["imbalance"])
+    def __init__(self, name: str, state: Any, traced: bool, directory: Any, iterations: int, busy: float,
+                 mean: float | None, span: float, stages: tuple, straggler: Any, imbalance: Any) -> None:
+        self.name, self.state, self.traced, self.directory = name, state, traced, directory
+        self.iterations, self.iteration_ms_total, self.mean_ms, self.span_ms = iterations, busy, mean, span
+        self.stages = stages  # ((stage, *STAGE_KEYS values), ...)
+        self.straggler, self.imbalance = straggler, imbalance
+
+    @property
+    def busy_pct(self) -> float | None:
+        return round(100.0 * self.iteration_ms_total / self.span_ms, 1) if self.span_ms else None
+
+    def stage(self, name: str) -> dict[str, Any]:
+        """One stage's numbers (``{}`` where the replica had none of it)."""
+        return next((dict(zip(STAGE_KEYS, s[1:])) for s in self.stages if s[0] == name), {})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "traced": self.traced, "directory": self.directory,
+                "iterations": self.iterations, "iteration_ms_total": self.iteration_ms_total,
+                "mean_ms": self.mean_ms, "span_ms": self.span_ms, "busy_pct": self.busy_pct,
+                "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in self.stages},
+                "straggler": self.straggler, "imbalance": self.imbalance}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ReplicaNumbers) and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"ReplicaNumbers({self.as_dict()!r})"
 
 
 STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
 
 
-def _numbers(name, state, traced, directory, iterations, busy, mean, span, stages, straggler, imbalance) -> dict:
-    return {"name": name, "state": state, "traced": traced, "directory": directory, "iterations": iterations,
-            "iteration_ms_total": busy, "mean_ms": mean, "span_ms": span,
-            "busy_pct": round(100.0 * busy / span, 1) if span else None, "stages": stages, "straggler": straggler,
-            "imbalance": imbalance}
+def replica_numbers(name: str, row: dict[str, Any]) -> ReplicaNumbers:
+    """One replica's numbers of one step, from the step's row."""
+    straggler = row.get("straggler") or {}
+    return ReplicaNumbers(name, row.get("state"), row.get("traced", True), row.get("directory"),
+                          row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
+                          row.get("span_ms") or 0.0, _stages(row["stages"]), straggler.get("rank"),
+                          row.get("imbalance"))
+
+
+def measured_replica_numbers(name: str, numbers: dict[str, Any], folder: str) -> ReplicaNumbers:
+    """The same for a step only measured, straight from its measured numbers (no row is made: a fleet
+    of 64 replicas x 1,000 steps makes full rows only for each step's slowest replica)."""
+    straggler = numbers.get("straggler") or {}
+    return ReplicaNumbers(name, "measured", False, folder, numbers["iterations"],
+                          numbers["iteration_ms_total"] or 0.0, numbers["mean_ms"],
+                          round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3),
+                          _stages(numbers["stages"]), straggler.get("rank"), numbers["imbalance"])
+
+
+def _stages(stages: dict[str, dict[str, Any]]) -> tuple:
+    return tuple((stage, n.get("iterations"), n.get("mean_ms"), n.get("p90_ms"), n.get("prefill_tokens"),
+                  n.get("decode_tokens")) for stage, n in stages.items())
 
 
 def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], None] | None = None, *,
@@ -65,8 +102,10 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
     change is against the step before's slowest replica. Replicas are read one at a time, and a full
     row is made only for each step's slowest, so memory and time grow with the steps' summaries."""
-    summaries: dict[int | None, list[dict[str, Any]]] = {}
-    slowest: dict[int | None, tuple[float, str, Any, Path | None, dict | None]] = {}
+    summaries: dict[int | None, list[ReplicaNumbers]] = {}
+    # step -> (its slowest replica's iteration ms, name, the row, or what makes it): a replica's steps are
+    # let go once read; only each step's slowest replica's numbers stay until its row is made
+    slowest: dict[int | None, tuple[float, str, dict | partial]] = {}
     found_steps: set = set()
     warnings: list[str] = []
     caches = []
@@ -77,20 +116,25 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
         found_steps.update(found.steps_found)
         warnings += [f"{replica.name}: {w}" for w in found.warnings]
         for step, directory in found.chosen:
-            row = found.row(step, directory, progress) if directory is not None else None
-            numbers = replica_numbers(replica.name, row) if row is not None else \
-                measured_replica_numbers(replica.name, found.measured[step], found.logs)
+            if directory is not None:
+                row: dict | partial = found.row(step, directory, progress)
+                numbers = replica_numbers(replica.name, row)
+            else:
+                measured = found.measured[step]
+                row = partial(measured_row, step, measured, found.root, found.logs)
+                numbers = measured_replica_numbers(replica.name, measured, found.logs)
             summaries.setdefault(step, []).append(numbers)
-            total = numbers["iteration_ms_total"] or 0.0
+            total = numbers.iteration_ms_total
             held = slowest.get(step)
             if held is None or total > held[0]:  # a tie keeps the first replica
-                slowest[step] = (total, replica.name, found, directory, row)
+                slowest[step] = (total, replica.name, row)
+        del found
     order = sorted(summaries, key=lambda s: (s is not None, s if s is not None else -1))
     rows = []
     for step in order:
-        total, name, found, directory, row = slowest[step]
-        row = row if row is not None else found.row(step, directory)
-        totals = [n["iteration_ms_total"] for n in summaries[step] if n["iteration_ms_total"]]
+        total, name, row = slowest.pop(step)
+        row = row() if isinstance(row, partial) else row
+        totals = [n.iteration_ms_total for n in summaries[step] if n.iteration_ms_total]
         median = statistics.median(totals) if totals else 0.0
         row.update(replica=name, replicas=summaries[step], slowest_replica=name,
                    replica_spread=round(total / median, 3) if median else None)
@@ -128,11 +172,12 @@ def replica_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for row in report["steps"]:
         for n in row.get("replicas", []):
-            base = {"global_step": row["global_step"], "replica": n["name"],
-                    "slowest": n["name"] == row.get("slowest_replica"), "state": n["state"], "traced": n["traced"],
-                    "iterations": n["iterations"], "iteration_ms_total": n["iteration_ms_total"],
-                    "mean_ms": n["mean_ms"], "busy_pct": n["busy_pct"], "straggler": n["straggler"],
-                    "imbalance": n["imbalance"]}
-            for stage, s in sorted(n["stages"].items()) or [("all", {})]:
-                out.append({**base, "stage": stage, **{f"stage_{k}": v for k, v in s.items()}})
+            base = {"global_step": row["global_step"], "replica": n.name,
+                    "slowest": n.name == row.get("slowest_replica"), "state": n.state, "traced": n.traced,
+                    "iterations": n.iterations, "iteration_ms_total": n.iteration_ms_total,
+                    "mean_ms": n.mean_ms, "busy_pct": n.busy_pct, "straggler": n.straggler,
+                    "imbalance": n.imbalance}
+            for stage in sorted(n.stages) or [("all",)]:
+                out.append({**base, "stage": stage[0],
+                            **{f"stage_{k}": v for k, v in zip(STAGE_KEYS, stage[1:])}})
     return out

@@ -11,9 +11,11 @@ its numbers step by step (the newest ``NEWEST`` steps).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from html import escape
 from typing import Any
 
+from .fleet import ReplicaNumbers
 from .step_section import cell
 
 # light to dark: faster to slower, against the fleet's own quantiles
@@ -23,32 +25,30 @@ STRIP_W = 960  # pixels the steps share (a cell 2 to 24 px wide)
 LABEL_W = 190  # pixels of replica names left of the strip
 
 
-def time_of(numbers: dict[str, Any]) -> float | None:
+def time_of(numbers: ReplicaNumbers) -> float | None:
     """What the strip colours: the replica's decode time per iteration, else its mean iteration time."""
-    decode = (numbers.get("stages") or {}).get("decode") or {}
-    return decode.get("mean_ms") if decode.get("mean_ms") is not None else numbers.get("mean_ms")
+    decode = next((s[2] for s in numbers.stages if s[0] == "decode"), None)  # (stage, iterations, mean_ms, ...)
+    return decode if decode is not None else numbers.mean_ms
 
 
 def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
-    values = sorted(v for row in steps for n in row.get("replicas", []) if (v := time_of(n)) is not None)
+    place = {name: k for k, name in enumerate(replicas)}
+    # (step's column, replica's row, its time, is it the step's slowest): each cell's time taken once
+    cells = [(x, y, v, n.name == row.get("slowest_replica")) for x, row in enumerate(steps)
+             for n in row.get("replicas", ()) if (v := time_of(n)) is not None and (y := place.get(n.name)) is not None]
+    values = sorted(c[2] for c in cells)
     if not values:
         return ""
     bounds = [values[min(len(values) - 1, (len(values) * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
-    place = {name: k for k, name in enumerate(replicas)}
     cw = max(2, min(24, STRIP_W // max(1, len(steps))))  # pixels per step
     ch = max(3, min(14, 900 // max(1, len(replicas))))  # pixels per replica
     paths: list[list[str]] = [[] for _ in SHADES]
     marks = []
-    for x, row in enumerate(steps):
-        for n in row.get("replicas", []):
-            v, y = time_of(n), place.get(n["name"])
-            if v is None or y is None:
-                continue
-            shade = sum(v > b for b in bounds)
-            paths[shade].append(f"M{LABEL_W + x * cw},{y * ch}h{cw}v{ch}h-{cw}z")
-            if n["name"] == row.get("slowest_replica"):
-                bar = max(1, ch // 4)
-                marks.append(f"M{LABEL_W + x * cw},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
+    bar = max(1, ch // 4)
+    for x, y, v, slowest in cells:  # a cell's shade: how many of the bounds lie below its time
+        paths[bisect_left(bounds, v)].append(f"M{LABEL_W + x * cw},{y * ch}h{cw}v{ch}h-{cw}z")
+        if slowest:
+            marks.append(f"M{LABEL_W + x * cw},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
     strip_end = LABEL_W + max(1, len(steps)) * cw
     width, height = max(strip_end, LABEL_W + 90), max(1, len(replicas)) * ch  # room for the step label
     body = "".join(f"<path fill='{SHADES[k]}' d='{''.join(p)}'/>" for k, p in enumerate(paths) if p)
@@ -91,11 +91,11 @@ def fleet_section(report: dict[str, Any]) -> str:
     per_replica: dict[str, list] = {name: [] for name in replicas}
     for row in steps[-NEWEST:]:
         for n in row.get("replicas", []):
-            per_replica.setdefault(n["name"], []).append((row["global_step"], n))
+            per_replica.setdefault(n.name, []).append((row["global_step"], n))
     counts: dict[str, int] = {}
     for row in steps:
         for n in row.get("replicas", ()):
-            counts[n["name"]] = counts.get(n["name"], 0) + 1
+            counts[n.name] = counts.get(n.name, 0) + 1
     sections = [_replica_section(name, per_replica.get(name, []), counts.get(name, 0), slowest_count[name])
                 for name in replicas]
     return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
@@ -105,18 +105,18 @@ def fleet_section(report: dict[str, Any]) -> str:
             + f"<table id=fleet>{head}{lines}</table>" + "".join(sections))
 
 
-def _replica_section(name: str, mine: list[tuple[Any, dict[str, Any]]], steps: int, slowest: int) -> str:
+def _replica_section(name: str, mine: list[tuple[Any, ReplicaNumbers]], steps: int, slowest: int) -> str:
     """One replica's folded section: its newest steps (``mine``: step and numbers) of the ``steps`` it has."""
     head = ("<tr><th>step</th><th>state</th><th>iterations</th><th>iteration ms</th><th>mean ms</th>"
             "<th>decode mean ms</th><th>decode p90 ms</th><th>prefill mean ms</th><th>busy %</th>"
             "<th>straggler rank</th></tr>")
     rows = []
     for step, n in reversed(mine):
-        decode, prefill = n["stages"].get("decode", {}), n["stages"].get("prefill", {})
-        rows.append(f"<tr><td>{escape(str(step))}</td><td>{escape(str(n['state']))}</td>"
-                    f"{cell(n['iterations'], 'iterations')}{cell(n['iteration_ms_total'], 'iteration_ms_total')}"
-                    f"{cell(n['mean_ms'], 'mean_ms')}{cell(decode.get('mean_ms'), 'decode.mean_ms')}"
+        decode, prefill = n.stage("decode"), n.stage("prefill")
+        rows.append(f"<tr><td>{escape(str(step))}</td><td>{escape(str(n.state))}</td>"
+                    f"{cell(n.iterations, 'iterations')}{cell(n.iteration_ms_total, 'iteration_ms_total')}"
+                    f"{cell(n.mean_ms, 'mean_ms')}{cell(decode.get('mean_ms'), 'decode.mean_ms')}"
                     f"{cell(decode.get('p90_ms'), 'decode.p90_ms')}{cell(prefill.get('mean_ms'), 'prefill.mean_ms')}"
-                    f"{cell(n['busy_pct'], 'busy_pct')}<td>{escape(str(n['straggler'] or ''))}</td></tr>")
+                    f"{cell(n.busy_pct, 'busy_pct')}<td>{escape(str(n.straggler or ''))}</td></tr>")
     return (f"<details data-replica='{escape(name)}'><summary>{escape(name)}: {steps} step(s), the slowest in "
             f"{slowest}</summary><table>{head}{''.join(rows)}</table></details>")

@@ -79,7 +79,7 @@ def _href(base: Path):
 
 def _across(steps: list[dict[str, Any]], base: Path) -> str:
     stages = sorted({s for row in steps for s in row["stages"]})
-    labels = [row["global_step"] if row["global_step"] is not None else "-" for row in steps]
+    labels = [row["global_step"] if row["global_step"] is not None else Path(row["directory"]).name for row in steps]
     panels = [charts.trend(labels, [row["stages"].get(s, {}).get("mean_ms") for row in steps],
                            f"{s}: mean iteration time per step (slowest rank)", s, width=600,
                            marks=len(steps) <= 200)
@@ -114,8 +114,10 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
 
 def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: bool) -> str:
     step = row["global_step"]
-    label = escape(str(step if step is not None else "-"))  # "-": a folder of traces that names no step
-    anchor = f"<a href='#step-{escape(str(step))}'>{label}</a>" if "timeline" in row else label
+    # a folder of traces that names no step: the folder's name
+    label = escape(str(step) if step is not None else Path(row["directory"]).name)
+    anchor = f"<a href='#step-{escape(str(step) if step is not None else 'traces')}'>{label}</a>" \
+        if "timeline" in row else label
     who = row["straggler"] or {}
     cells = [f"<td data-field=global_step data-value='{json.dumps(step)}'>{anchor}</td>",
              f"<td class='name nw state-{escape(row['state'] if not row['unreadable'] else 'error')}'>"

@@ -3,8 +3,10 @@
 A rank's recorded span splits into its engine iterations, rlprof's own
 profiler pauses and the time between iterations (the engine waiting for
 work); inside it, CPU operator self time (collectives apart) and, where the
-trace has device events, device compute / communication / memcpy and the
-busiest stream's idle time.
+trace has device events, the device time of its recorded iterations as a
+partition (``trace.device_time``: compute, exposed communication, exposed
+memcpy and idle add up to the window), for the rank and for each stage (the
+sum of the stage's iterations, each its own window).
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from typing import Any
 from ..trace.gz import file_size
 from ..trace.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
 from ..trace.trace_stats import TraceStats
-from ..trace.time_split import DEVICE_CLASSES, is_communication
+from ..trace.device_time import add, in_ms
+from ..trace.time_split import is_communication
 
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 
 
 def rank_time(stats: list[TraceStats]) -> dict[str, dict[str, Any]]:
-    """``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device}}`` over its files."""
+    """``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device,
+    device_by_stage}}`` over its files."""
     grouped: dict[str, list[TraceStats]] = defaultdict(list)
     for st in stats:
         grouped[st.rank].append(st)
@@ -33,25 +37,27 @@ def rank_time(stats: list[TraceStats]) -> dict[str, dict[str, Any]]:
         span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
         busy, paused = sum(s.busy_us for s in mine), sum(s.pause_us for s in mine)
         cpu = [(name, us) for s in mine for name, us in s.cpu_self.items()]
-        device = _device_of(mine)
+        device, by_stage = _device_of(mine)
         out[rank] = {
             "span_ms": _ms(span), "iterations_ms": _ms(busy), "pause_ms": _ms(paused),
             "between_ms": _ms(max(0.0, span - busy - paused)),
             "cpu_ops_ms": _ms(sum(us for name, us in cpu if not is_communication(name))),
             "cpu_comm_ms": _ms(sum(us for name, us in cpu if is_communication(name))),
-            "device": device,
+            "device": device, "device_by_stage": by_stage,
         }
     return out
 
 
-def _device_of(stats: list[TraceStats]) -> dict[str, float] | None:
-    """Device time by class over the rank's files, and the idle time of each file's busiest stream."""
-    seen = [s.device for s in stats if s.device.seen]
-    if not seen:
-        return None
-    out = {f"{kind}_ms": _ms(sum(d.by_class[kind] for d in seen)) for kind in DEVICE_CLASSES}
-    out["idle_ms"] = _ms(sum(d.idle_us for d in seen))
-    return out
+def _device_of(stats: list[TraceStats]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """The rank's device partition over its files (a by-stage session's files: their sums), and per stage
+    the sum of its iterations' partitions."""
+    total = None
+    stages: dict[str, dict[str, float] | None] = {}
+    for st in stats:
+        total = add(total, st.device)
+        for (_, stage, *_), part in zip(st.iteration_list, st.iteration_device):
+            stages[stage] = add(stages.get(stage), part)
+    return in_ms(total), {stage: in_ms(us) for stage, us in sorted(stages.items()) if us is not None}
 
 
 def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from . import charts
 from .ranks import PERFETTO
+from ..trace.summary import step_label
 
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
@@ -36,19 +37,22 @@ def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = 
 
 def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -> str:
     step = row["global_step"]
-    title = f"step {step}" if step is not None else "traces"
-    parts = [f"<details id='step-{escape(str(step))}' data-step='{json.dumps(step)}'{' open' if open_ else ''}>"
+    title = step_label(step, row["directory"])
+    parts = [f"<details id='step-{escape(str(step) if step is not None else 'traces')}' "
+             f"data-step='{json.dumps(step)}'{' open' if open_ else ''}>"
              f"<summary>{escape(title)}: {escape(row['state'])}, {len(row['ranks'])} rank(s), "
              f"{row['iterations']} iteration(s), {', '.join(sorted(row['stages'])) or 'no stage'}</summary>"]
     if row["error"]:
         parts.append(f"<div class='note bad'>{escape(row['error'])}</div>")
+    parts += [f"<div class=note data-missing-ranks>{escape(line)}</div>" for line in row.get("missing_lines", [])]
+    parts += [f"<div class=note data-assumed-rank>{escape(a)}</div>" for a in row.get("assumed_ranks", [])]
     parts += [f"<div class='note bad' data-unreadable>unreadable: {escape(error)}"
               + (f" (read: {escape(', '.join(row['ranks']))})" if row["ranks"] else "") + "</div>"
               for error in row["unreadable"]]
     if row["without_iterations"]:
         parts.append(f"<div class=note>no engine iteration in {escape(', '.join(row['without_iterations']))}: "
                      "its operators are counted (as between iterations), its iterations are not</div>")
-    if row["missing_ranks"]:
+    if row["missing_ranks"] and not row.get("missing_lines"):  # a row cached by an older release
         parts.append(f"<div class=note>missing rank(s): {escape(', '.join(row['missing_ranks']))}</div>")
     if row["rank_time"]:
         parts.append(_ranks(row))
@@ -63,30 +67,50 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
     return "".join(parts) + "</details>"
 
 
+# the device partition's parts, as the stacked bar shows them (trace.device_time: they add up to the window)
+DEVICE_PARTS = (("compute", "compute"), ("exposed communication", "exposed_communication"),
+                ("exposed memcpy", "exposed_memcpy"), ("idle", "idle"))
+
+
 def _ranks(row: dict[str, Any]) -> str:
     times = row["rank_time"]
     out = ["<h3>Where each rank's time went</h3>",
            charts.stacked({r: {"iterations": t["iterations_ms"], "pause": t["pause_ms"], "between": t["between_ms"]}
                            for r, t in times.items()}, ["iterations", "pause", "between"], "time per rank")]
-    devices = {r: {k[:-3]: v for k, v in t["device"].items()} for r, t in times.items() if t["device"]}
-    if devices:
-        out.append(charts.stacked(devices, ["compute", "communication", "memcpy", "idle"], "device time per rank"))
     head = ["rank", "span ms", "iterations ms", "rlprof pauses ms", "between iterations ms", "CPU ops ms",
-            "CPU collectives ms", "slowest in iterations"] + (
-        ["device compute ms", "communication ms", "memcpy ms", "idle ms"] if devices else [])
+            "CPU collectives ms", "slowest in iterations"]
     rows = []
     for rank, t in times.items():
         cells = [f"<td class=name>{escape(rank)}</td>"] + [
             cell(t[k], f"rank_time.{rank}.{k}") for k in ("span_ms", "iterations_ms", "pause_ms", "between_ms",
                                                           "cpu_ops_ms", "cpu_comm_ms")]
         cells.append(cell(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}"))
-        if devices:
-            cells += [cell((t["device"] or {}).get(k), f"rank_time.{rank}.device.{k}")
-                      for k in ("compute_ms", "communication_ms", "memcpy_ms", "idle_ms")]
         rows.append(f"<tr data-rank='{escape(rank)}'>" + "".join(cells) + "</tr>")
-    out.append("<table class=ranks><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
-               + "".join(rows) + "</table>")
+    out.append(_table("ranks", head, rows))
+    devices = {r: t["device"] for r, t in times.items() if t["device"]}
+    if devices:
+        out += ["<h3>Device time of the iterations</h3><p class=muted>The device work the iterations launched, "
+                "over the window from its first start to its last end, merged across streams: compute, then "
+                "communication no compute covers, then copies neither covers, then idle; they add up to the "
+                "window (HolisticTraceAnalysis's temporal breakdown, TraceLens's GPU timeline).</p>",
+                charts.stacked({r: {part: d[f"{key}_ms"] for part, key in DEVICE_PARTS} for r, d in devices.items()},
+                               [part for part, _ in DEVICE_PARTS], "device time per rank, over its iterations")]
+        head = ["rank", "window ms", "compute ms", "exposed communication ms", "exposed memcpy ms", "idle ms",
+                "communication ms (all)", "communication hidden %", "memcpy ms (all)"]
+        rows = [f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
+                + "".join(cell(d.get(k), f"rank_time.{rank}.device.{k}") for k in DEVICE_FIELDS) + "</tr>"
+                for rank, d in devices.items()]
+        out.append(_table("device", head, rows))
     return "".join(out)
+
+
+DEVICE_FIELDS = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms",
+                 "communication_ms", "communication_overlap_pct", "memcpy_ms")
+
+
+def _table(kind: str, head: list[str], rows: list[str]) -> str:
+    return (f"<table class={kind}><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
+            + "".join(rows) + "</table>")
 
 
 def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:

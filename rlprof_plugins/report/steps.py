@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store import manifest
+from ..trace.device_time import in_ms
 from ..trace.gz import file_size
-from ..trace.sources import plan, trace_files
+from ..trace.sources import missing_line, plan, trace_files
 from ..trace.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
 from ..trace.summary import step_dirs
@@ -40,7 +41,8 @@ from .ranks import files_of, rank_time
 
 DETAILED = 20  # the newest steps shown in full
 TOP_OPERATORS = 15
-DETAILS = ("timeline", "rank_time", "operators", "files", "memory", "slowest_rank_iterations", "rank_busy_ms")
+DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "files", "memory", "slowest_rank_iterations",
+           "rank_busy_ms")
 
 
 def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *,
@@ -144,10 +146,11 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
         "files": files_of(directory, traces) + [{"path": str(p.relative_to(directory)), "bytes": file_size(p),
                                                  "role": "memory", "rank": rank, "stage": None}
                                                 for rank, p in memory if p.is_file()],
-        "ranks": [], "missing_ranks": [], "unreadable": [], "sources": [], "without_iterations": [],
+        "ranks": [], "missing_ranks": [], "missing_lines": [], "assumed_ranks": [], "unreadable": [], "sources": [],
+        "without_iterations": [],
         "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {}, "straggler": None, "imbalance": None,
         "iterations": 0, "iteration_ms_total": 0.0, "mean_ms": None, "span_ms": 0.0,
-        "profiler_pauses": 0, "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [],
+        "profiler_pauses": 0, "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [], "iteration_device": [],
         "stage_operators": {}, "error": None, "memory": step_memory(directory, memory),
     }
     if data.get("state") == "failed":
@@ -162,6 +165,8 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
     stats = [st for st in every if st.error is None]
     row["unreadable"] = [st.error for st in every if st.error]
     row["missing_ranks"] = sorted({m for g in p.groups for m in g.missing})
+    row["missing_lines"] = list(dict.fromkeys(line for g in p.groups if (line := missing_line(g))))
+    row["assumed_ranks"] = p.assumed
     row["ranks"] = sorted({st.rank for st in stats})
     row["sources"] = sorted({st.source for st in stats if st.source})
     row["without_iterations"] = sorted(str(st.path.relative_to(directory)) for st in stats if not st.iteration_list)
@@ -179,6 +184,10 @@ def _add_iterations(row: dict[str, Any], stats: list[TraceStats]) -> None:
     row["mean_ms"] = round(row["iteration_ms_total"] / len(iterations), 3) if iterations else None
     # the iteration timeline: [index, stage, ms of its slowest rank, batch, that rank]
     row["timeline"] = [[it.key[1], it.stage, round(it.us / 1000.0, 3), it.batch, it.rank] for it in iterations]
+    # each iteration's device time as its slowest rank spent it (``device_time``: compute, exposed all-reduce ...)
+    device = {(st.rank, tuple(item[0])): part for st in stats for item, part in zip(st.iteration_list,
+                                                                                     st.iteration_device)}
+    row["iteration_device"] = [in_ms(device.get((it.rank, it.key))) for it in iterations] if device else []
     busy: dict[str, float] = {}
     pauses: dict[str, list[float]] = {}  # rank -> [count, us], over its stage files
     spans: dict[str, list[float]] = {}  # rank -> [first, last] us, over its stage files

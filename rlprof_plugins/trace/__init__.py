@@ -4,7 +4,7 @@
 (streaming at the speed of gzip), ``merge``, ``stage_split``, ``stitch``,
 ``check``, ``align``/``clock`` (ranks' clocks), ``sources`` (a step folder's
 rank files), ``pauses`` and ``repair``; the analyses: ``iteration_names``,
-``trace_stats``, ``time_split``, ``step_numbers`` (the one definition of a
+``trace_stats``, ``time_split``, ``device_time``, ``step_numbers`` (the one definition of a
 step's numbers) and ``summary``. Pure Python, no engine imports; the step
 report (``report``) is an application built on these.
 

@@ -79,14 +79,20 @@ def is_fields(kind: type) -> bool:
     return msgspec is not None and issubclass(kind, _Fields)
 
 
-def fields_decoder(*names: str) -> Callable[[bytes], list] | None:
+def fields_decoder(*names: str, args: tuple[str, ...] = ()) -> Callable[[bytes], list] | None:
     """A decoder of event arrays that keeps only ``names`` (msgspec skips the
     rest without building it: several times faster for a pass that needs a
-    few fields), or None without msgspec. The items answer ``get``, ``[]``
-    and ``in`` like the event dicts."""
+    few fields), and of ``args`` only the keys in ``args``; None without
+    msgspec. The items (and their ``args``) answer ``get``, ``[]`` and ``in``
+    like the event dicts. An event whose ``args`` is no object fails the
+    batch's fast decoding, which then falls back to ``json``."""
     if msgspec is None:
         return None
-    cls = msgspec.defstruct("Fields", [(n, Any, None) for n in names], bases=(_Fields,))
+    fields: list[tuple] = [(n, Any, None) for n in names]
+    if args:
+        kept = msgspec.defstruct("Args", [(n, Any, None) for n in args], bases=(_Fields,))
+        fields.append(("args", kept | None, None))
+    cls = msgspec.defstruct("Fields", fields, bases=(_Fields,))
     return msgspec.json.Decoder(list[cls]).decode
 
 

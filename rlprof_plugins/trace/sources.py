@@ -6,7 +6,10 @@ session without a global step) the names say it: every form a tested vLLM
 or SGLang release, torch_npu or rlprof writes is known to ``naming`` (one
 merge group per session and stage, holding every rank). A name that carries
 no rank (vLLM's env era: torch's ``<host>_<pid>`` default) is placed by the
-rank its trace header records (``distributedInfo``).
+rank its trace header records (``distributedInfo``); a trace that records
+none either (one GPU, ROCm, a user's own ``torch.profiler`` run) is rank 0 of
+its folder, or, where a folder holds several such traces, they are numbered
+in the order of their names; ``Plan.assumed`` says which, for the reader.
 
 Files that match no form, or that would put two files of one rank into one
 merge, are reported as unplaced with the reason, never guessed. A rank the
@@ -17,6 +20,7 @@ with where it lives when the manifest knows (a server spanning nodes).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +85,8 @@ class MergeGroup:
 class Plan:
     groups: list[MergeGroup]
     unplaced: list[tuple[Path, str]]
+    # ranks given to traces that record none, each with its file: "rank0: <file> (...)"
+    assumed: list[str] = field(default_factory=list)
 
 
 def positions_from_rank(rank: int, parallel: dict | None) -> dict[str, int]:
@@ -152,6 +158,29 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
     return Plan(out, unplaced)
 
 
+def missing_line(group: MergeGroup) -> str | None:
+    """The ranks ``group`` lacks, in one line however many (``2 of 128 ranks here; missing rank2-rank127``):
+    what summary, merge and the report say, once per step and stage. None: it lacks none."""
+    if not group.missing:
+        return None
+    here = sum(1 for rf in group.inputs if rf.role == "worker")
+    runs: list[list] = []  # [first, last] of plain rank<N> names in a row, or [text]
+    for name in group.missing:
+        parsed = naming.parse_rank_label(name)
+        number = parsed[0] if parsed and name == naming.rank_label(parsed[0]) else None
+        if number is not None and runs and len(runs[-1]) == 2 and runs[-1][1] == number - 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number] if number is not None else [name])
+    names = [naming.rank_label(r[0]) if len(r) == 2 and r[0] == r[1] else
+             f"{naming.rank_label(r[0])}-{naming.rank_label(r[1])}" if len(r) == 2 else r[0] for r in runs]
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    counted = group.missing[0].split(" of ", 1)
+    if len(group.missing) == 1 and len(counted) == 2 and counted[0].isdigit():  # only the count is known
+        return f"{here} ranks here; missing {group.missing[0]}"
+    return f"{here} of {here + len(group.missing)} ranks here; missing {shown}"
+
+
 def _missing(group: MergeGroup, expected: int, where: dict[str, dict] | None = None) -> list[str]:
     """The ranks ``group`` lacks of ``expected``, each with where it was written when known."""
     labels = [rf.label for rf in group.inputs if rf.role == "worker"]
@@ -194,36 +223,45 @@ def trace_files(directory: str | Path) -> list[Path]:
 
 
 def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
-    """One pass over the step folder: its trace files (``trace_files``) and its torch_npu folders."""
+    """One pass over the step folder: its trace files (``trace_files``) and its torch_npu folders (hidden
+    ones skipped: chunks, temporaries, the report's cache). ``os.walk``: a fleet's report walks hundreds
+    of step folders on every run, and ``Path.rglob`` costs several times as much."""
     files, npu = [], []
-    for path in directory.rglob("*"):
-        parts = path.relative_to(directory).parts
-        if any(part.startswith(".") for part in parts):
-            continue
-        if path.is_dir():
-            if path.name.endswith(ASCEND_SUFFIX):
-                npu.append(path)
-        elif any(part.endswith(ASCEND_SUFFIX) for part in parts[:-1]):
-            if path.name == ASCEND_TRACE_VIEW:
-                files.append(path)
-        elif path.name.endswith(TRACE_SUFFIXES):
-            files.append(path)
+    for top, dirs, names in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        here = Path(top)
+        inside_npu = any(part.endswith(ASCEND_SUFFIX) for part in here.relative_to(directory).parts)
+        npu += [here / d for d in dirs if d.endswith(ASCEND_SUFFIX)]
+        for name in names:
+            if name.startswith("."):
+                continue
+            if inside_npu:
+                if name == ASCEND_TRACE_VIEW:
+                    files.append(here / name)
+            elif name.endswith(TRACE_SUFFIXES):
+                files.append(here / name)
     return sorted(files), sorted(npu)
 
 
 def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
     unplaced: list[tuple[Path, str]] = []
+    rankless: dict[tuple[str, str | None], list[tuple[Path, naming.TraceName]]] = {}
     files, npu_folders = _walk(directory)
     for path in files:
         parts = path.relative_to(directory).parts
         if path.name == ASCEND_TRACE_VIEW or MERGED in parts[:-1] or not is_trace(path):
             continue  # torch_npu timelines below; merged traces are outputs, not ranks
-        rf, key = _recognise(path, naming.parse(path.name))
+        name = naming.parse(path.name)
+        rf, key = _recognise(path, name)
+        if rf is None and name is not None and name.role == "worker" and name.rank is None and not name.position:
+            rankless.setdefault((name.group, name.stage), []).append((path, name))
+            continue
         if rf is None:
             unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
+    assumed = _number_rankless(rankless, groups)
     for folder in npu_folders:
         rf, key = _recognise(trace_view_of(folder), naming.parse_ascend_folder(folder.name), absolute_time=True)
         if rf is None:
@@ -240,7 +278,27 @@ def _from_names(directory: Path) -> Plan:
     if len({g for g, _ in groups}) <= 1:
         for g in out:
             g.group = ""
-    return Plan(out, unplaced)
+    return Plan(out, unplaced, assumed)
+
+
+def _number_rankless(rankless: dict[tuple[str, str | None], list[tuple[Path, naming.TraceName]]],
+                     groups: dict[tuple[str, str | None], list[RankFile]]) -> list[str]:
+    """Traces whose name and header record no rank: the lowest ranks their group leaves free, in the
+    order of their names (one such trace alone: rank 0). Returns what was assumed, file by file."""
+    assumed = []
+    for key, found in sorted(rankless.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        taken = {rf.label for rf in groups.get(key, [])}
+        how = "the only such trace" if len(found) == 1 else f"numbered by file name, {len(found)} such traces"
+        rank = 0
+        for path, name in sorted(found, key=lambda pn: str(pn[0])):
+            while naming.rank_label(rank) in taken:
+                rank += 1
+            taken.add(naming.rank_label(rank))
+            rf = RankFile(path, naming.rank_label(rank), "worker", naming.rank_order(rank, {}))
+            groups.setdefault(key, []).append(rf)
+            assumed.append(f"{naming.rank_label(rank)}: {path.name} (no rank in its name or its trace: {how})")
+            rank += 1
+    return assumed
 
 
 def _recognise(path: Path, name: naming.TraceName | None, absolute_time: bool = False

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..store.layout import step_folders, step_of
 from ..store.servers import replicas_of
 from .iteration_names import SOURCE_TITLES, SOURCES
-from .sources import plan
+from .sources import missing_line, plan
 from .step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
 from .trace_stats import stats_of
 
@@ -43,27 +43,30 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
     replicas = replicas_of(root)
     if len(replicas) <= 1:
         return _summarise(replicas[0].root if replicas else root, progress, root=root)
-    out: dict[str, Any] = {"root": str(root), "steps": [], "unplaced": [], "missing": [],
+    out: dict[str, Any] = {"root": str(root), "steps": [], "unplaced": [], "missing": [], "assumed": [],
                            "replicas": [r.name for r in replicas]}
     for replica in replicas:
         mine = _summarise(replica.root, progress, root=root)
         out["steps"] += [{**step, "replica": replica.name} for step in mine["steps"]]
         out["unplaced"] += mine["unplaced"]
         out["missing"] += [{**m, "replica": replica.name} for m in mine["missing"]]
+        out["assumed"] += [{**a, "replica": replica.name} for a in mine["assumed"]]
     out["steps"].sort(key=lambda st: (st["global_step"] is not None, st["global_step"] or 0, st["replica"]))
     return out
 
 
 def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
     steps_out = []
-    unplaced, missing = [], []
+    unplaced, missing, assumed = [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
     for global_step, directory in step_dirs(server):
         p = plan(directory)
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
                      if not why.startswith("frontend")]  # only worker traces are summarised
-        missing += [{"global_step": global_step, "stage": g.stage or "all", "rank": m} for g in p.groups
-                    for m in g.missing]
+        missing += [{"global_step": global_step, "stage": g.stage or "all", "ranks": g.missing,
+                     "line": missing_line(g), "label": step_label(global_step, directory)}
+                    for g in p.groups if g.missing]
+        assumed += [{"label": step_label(global_step, directory), "rank": a} for a in p.assumed]
         every = [st for group in stats_of(p.groups, progress) for st in group]
         stats = [st for st in every if st.error is None]
         step = {"global_step": global_step, "directory": str(directory), "stages": [],
@@ -93,7 +96,13 @@ def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Pa
             })
             previous[stage] = n["mean_ms"]
         steps_out.append(step)
-    return {"root": str(root), "steps": steps_out, "unplaced": unplaced, "missing": missing}
+    return {"root": str(root), "steps": steps_out, "unplaced": unplaced, "missing": missing, "assumed": assumed}
+
+
+def step_label(global_step: int | None, directory: str | Path) -> str:
+    """How a step is named to the reader: ``step 37``, or, for a folder of traces without a global step,
+    the folder (``traces in <name> (no global step)``): never ``None``."""
+    return f"step {global_step}" if global_step is not None else f"traces in {Path(directory).name} (no global step)"
 
 
 def _op(row: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +120,7 @@ def render_table(summary: dict[str, Any]) -> str:
             change = st["change_pct"]
             rows.append((
                 *((step["replica"],) if fleet else ()),
-                str(step["global_step"]) if step["global_step"] is not None else "-",
+                str(step["global_step"]) if step["global_step"] is not None else Path(step["directory"]).name,
                 st["stage"], str(st["iterations"]), f"{st['mean_ms']:.2f}", f"{st['p90_ms']:.2f}",
                 f"{st['total_ms']:.1f}", f"{change:+.1f}%" if change is not None else "",
                 str(len(st["ranks"])), f"{st['imbalance']:.2f}x" if st["imbalance"] else "-",
@@ -124,7 +133,7 @@ def render_table(summary: dict[str, Any]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     for step in summary["steps"]:
-        label = f"step {step['global_step']}" if step["global_step"] is not None else "traces"
+        label = step_label(step["global_step"], step["directory"])
         if fleet:
             label = f"{step['replica']}: {label}"
         for st in step["stages"]:
@@ -143,7 +152,6 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append(f"{label}: {name} holds no iteration annotation ({names})")
     for u in summary["unplaced"]:
         lines.append(f"not summarised: {u['path']}: {u['reason']}")
-    for m in summary.get("missing", []):
-        where = f"{m['replica']}: " if m.get("replica") else ""
-        lines.append(f"warning: {where}step {m['global_step']} ({m['stage']}) lacks {m['rank']}")
+    for a in summary.get("assumed", []):
+        lines.append(f"{a['replica'] + ': ' if a.get('replica') else ''}{a['label']}: {a['rank']}")
     return "\n".join(lines)

@@ -1,13 +1,9 @@
-"""Where a trace's operator and device time went, accumulated as events stream in.
+"""Where a trace's operator time went, accumulated as events stream in; which work is a collective.
 
 ``SelfTimes``: the self time of nested CPU operators (an operator's time
-minus its nested operators'), so nested ops are not counted twice.
-``DeviceTime``: device work split into compute, communication (collective
-kernels: NCCL, HCCL, all-reduce ...) and memory copies, and each device
-stream's busy time and span, whose difference is the stream's idle time (as
-HolisticTraceAnalysis counts it: per stream, not per device).
-
-Both keep memory flat: the open nesting per thread, a few numbers per stream.
+minus its nested operators'), so nested ops are not counted twice; memory
+stays flat: the open nesting per thread. The device side's split (compute,
+communication, memcpy, idle) is ``device_time``.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from typing import Any, Callable
 from .align import COLLECTIVE
 
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
-DEVICE_CLASSES = ("compute", "communication", "memcpy")
 
 
 def is_communication(name: str) -> bool:
@@ -68,34 +63,3 @@ class SelfTimes:
         for stack in self._stacks.values():
             while stack:
                 self._pop(stack)
-
-
-class DeviceTime:
-    """Device kernels and copies by class, and per stream busy time and span."""
-
-    def __init__(self) -> None:
-        self.by_class: dict[str, float] = {c: 0.0 for c in DEVICE_CLASSES}  # us
-        self._streams: dict[Any, list[float]] = {}  # (pid, tid) -> [busy us, first start, last end]
-
-    def add(self, stream: Any, cat: str, name: str, start: float, dur: float) -> None:
-        kind = "memcpy" if cat in MEMORY_CATS else "communication" if is_communication(name) else "compute"
-        self.by_class[kind] += dur
-        s = self._streams.get(stream)
-        if s is None:
-            self._streams[stream] = [dur, start, start + dur]
-        else:
-            s[0] += dur
-            s[1] = min(s[1], start)
-            s[2] = max(s[2], start + dur)
-
-    @property
-    def seen(self) -> bool:
-        return bool(self._streams)
-
-    @property
-    def idle_us(self) -> float:
-        """The busiest stream's idle time: its span less its busy time (0 without device events)."""
-        if not self._streams:
-            return 0.0
-        busy, first, last = max(self._streams.values(), key=lambda s: s[0])
-        return max(0.0, (last - first) - busy)

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from rlprof_plugins.cli.command import main as rlprof
 from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.hta import hta, hta_ranks
@@ -99,6 +101,10 @@ def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
             assert sorted(iteration_details({"traceEvents": mine})) == expected, (stage, r["label"])
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md). HTA in CI: tests/unit/test_gpu_traces_published.py
+# (its temporal breakdown on real GPU traces) and the 30-iteration stacks-on sessions of
+# tests/e2e/test_*_server_tp1.py (tests/helpers/chunked.py: get_iterations)
+@pytest.mark.extended
 def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
     """A live TP=2 step with the API-server trace and ``merge: true``: the
     step's ``ranks/`` folder (per stage: ``prefill/``, ``decode/``) holds
@@ -123,6 +129,9 @@ def test_holistic_trace_analysis_opens_a_steps_ranks_as_they_are(server_tp2):
     assert hta(staged / "decode", "iterations")["iterations"] == [1, 2]
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the live SGLang TP=2 root's report opens in
+# Chromium (tests/e2e/test_sglang_server_tp2.py), and the report's pages in tests/unit/test_report_command.py
+@pytest.mark.extended
 def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path, capsys):
     """A plain step (no merge), a by-stage one and a merged one from the live TP=2 server, with
     whatever steps the tests before left: ``rlprof report`` names every step, and the page

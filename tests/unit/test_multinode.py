@@ -115,7 +115,8 @@ def test_merge_names_a_missing_rank_and_where_it_lives(tmp_path, capsys):
     d = one_node_of_two(tmp_path)
     assert rlprof(["merge", str(d), "--json", "--quiet"]) == 0
     out = capsys.readouterr()
-    assert "missing rank (all): rank1 (node 1, host node-b, /data/node-b/global_step_3)" in out.err
+    assert ("global_step_3 (all): 1 of 2 ranks here; missing rank1 (node 1, host node-b, "
+            "/data/node-b/global_step_3)") in out.err
     assert json.loads(out.out)["missing"] == [{"stage": "all",
                                               "rank": "rank1 (node 1, host node-b, /data/node-b/global_step_3)"}]
     assert load(merged_file(d))["rlprof_merge"]["missing"] == ["rank1 (node 1, host node-b, /data/node-b/global_step_3)"]
@@ -125,7 +126,9 @@ def test_merge_names_a_missing_rank_and_where_it_lives(tmp_path, capsys):
 def test_summary_names_a_missing_rank_and_strict_fails(tmp_path, capsys):
     d = one_node_of_two(tmp_path)
     assert rlprof(["summary", str(d), "--quiet"]) == 0
-    assert "step 3 (all) lacks rank1" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "step 3 (all): 1 of 2 ranks here; missing rank1 (node 1, host node-b" in said.err
+    assert said.err.count("missing") == 1
     assert rlprof(["summary", str(d), "--quiet", "--strict"]) == 1
 
 
@@ -135,7 +138,7 @@ def test_a_folder_without_manifest_counts_ranks_from_the_traces(tmp_path, capsys
     (d / "manifest.json").unlink()
     next(d.rglob("rank0.*")).unlink()
     assert rlprof(["merge", str(d), "--quiet", "--strict"]) == 1
-    assert "missing rank (all): rank0" in capsys.readouterr().err
+    assert "(all): 1 of 2 ranks here; missing rank0 " in capsys.readouterr().err
 
 
 def test_a_complete_step_warns_nothing(tmp_path, capsys):

@@ -88,9 +88,12 @@ def test_the_profilers_pauses_are_counted_apart(tmp_path):
     assert row["iterations"] == 8 and row["iteration_ms_total"] > 0
 
 
-def test_device_time_by_class_and_the_busiest_streams_idle_time(tmp_path):
-    """On vLLM-GPU-shaped Kineto traces (kernels, NCCL all-reduces, memcpys on device streams),
-    each rank's compute / communication / memcpy time and idle time equal the events' own sums."""
+def test_device_time_is_a_partition_of_the_iterations_kernels(tmp_path):
+    """On vLLM-GPU-shaped Kineto traces (eager prefill, CUDA-graph decode, NCCL all-reduces, memcpys on
+    several streams), each rank's device time over its iterations equals an independent sweep of the
+    events: the kernels launched inside an ``rlprof::iteration`` (by correlation id: a graph's kernels
+    share its ``cudaGraphLaunch``'s), split into compute, exposed communication, exposed memcpy and idle,
+    which add up to the window; per stage and per iteration likewise."""
     folder = tmp_path / "global_step_1"
     folder.mkdir()
     for rank in (0, 1):
@@ -100,17 +103,53 @@ def test_device_time_by_class_and_the_busiest_streams_idle_time(tmp_path):
     assert row["ranks"] == ["rank0", "rank1"] and row["operators"]["device"]
     for rank, times in row["rank_time"].items():
         events = load_trace(next(folder.glob(f"{rank}.*")))["traceEvents"]
-        work = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-        memcpy = sum(e["dur"] for e in work if e["cat"] != "kernel")
-        comm = sum(e["dur"] for e in work if e["cat"] == "kernel" and "nccl" in e["name"].lower())
-        compute = sum(e["dur"] for e in work if e["cat"] == "kernel") - comm
-        streams: dict = {}
-        for e in work:
-            streams.setdefault((e["pid"], e["tid"]), []).append(e)
-        busiest = max(streams.values(), key=lambda es: sum(e["dur"] for e in es))
-        idle = (max(e["ts"] + e["dur"] for e in busiest) - min(e["ts"] for e in busiest)
-                - sum(e["dur"] for e in busiest))
+        iterations = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
+                            if e.get("cat") == "user_annotation" and e["name"].startswith("rlprof::iteration"))
+        launched = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+
+        def iteration_of(e):
+            ts = launched.get(e["args"].get("correlation"))
+            return next((k for k, (a, b, _) in enumerate(iterations) if ts is not None and a <= ts <= b), None)
+
+        work = [(e, iteration_of(e)) for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        expected = _sweep([e for e, k in work if k is not None])
         device = times["device"]
-        assert comm > 0 and memcpy > 0 and compute > 0 and idle > 0
-        for key, us in (("compute_ms", compute), ("communication_ms", comm), ("memcpy_ms", memcpy), ("idle_ms", idle)):
-            assert abs(device[key] - us / 1000) < 0.002, (rank, key, device[key], us / 1000)
+        assert expected["communication"] > 0 and expected["memcpy"] > 0 and expected["idle"] > 0
+        for key, us in expected.items():
+            assert abs(device[f"{key}_ms"] - us / 1000) < 0.002, (rank, key, device, expected)
+        parts = sum(device[k] for k in ("compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms"))
+        assert abs(parts - device["window_ms"]) < 0.005
+        # per stage: the sum over its iterations, each its own window
+        assert set(times["device_by_stage"]) == {"prefill", "decode"}
+        for stage, part in times["device_by_stage"].items():
+            mine = [[e for e, k in work if k == i] for i, it in enumerate(iterations) if f"[{stage}]" in it[2]]
+            sums = {key: sum(_sweep(kernels)[key] for kernels in mine if kernels) for key in expected}
+            for key, us in sums.items():
+                assert abs(part[f"{key}_ms"] - us / 1000) < 0.002 * len(mine), (rank, stage, key)
+    # per iteration: the slowest rank's
+    assert len(row["iteration_device"]) == len(row["timeline"]) and all(row["iteration_device"])
+    decode = [d for it, d in zip(row["timeline"], row["iteration_device"]) if it[1] == "decode"]
+    assert decode and all(d["communication_ms"] > 0 for d in decode)
+
+
+def _sweep(events) -> dict[str, float]:
+    """The partition by brute force: every boundary of every event, each slice given to the first class
+    covering it (compute, then communication, then memcpy), idle where none does."""
+    def kind(e):
+        return "memcpy" if e["cat"] != "kernel" else "communication" if "nccl" in e["name"].lower() else "compute"
+
+    spans = [(e["ts"], e["ts"] + e["dur"], kind(e)) for e in events]
+    points = sorted({p for a, b, _ in spans for p in (a, b)})
+    out = dict.fromkeys(("window", "compute", "exposed_communication", "exposed_memcpy", "idle", "communication",
+                         "memcpy"), 0.0)
+    for a, b in zip(points, points[1:]):
+        covering = {k for s, e, k in spans if s <= a and b <= e}
+        width = b - a
+        out["window"] += width
+        for k in ("communication", "memcpy"):
+            out[k] += width if k in covering else 0.0
+        first = next((k for k in ("compute", "communication", "memcpy") if k in covering), None)
+        out[{"compute": "compute", "communication": "exposed_communication", "memcpy": "exposed_memcpy",
+             None: "idle"}[first]] += width
+    return out
