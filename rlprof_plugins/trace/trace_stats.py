@@ -46,7 +46,6 @@ from .device_time import LAUNCH_CATS, DeviceWork, partition
 from .time_split import SelfTimes
 
 CPU_OP_CATS = frozenset({"cpu_op"})
-NO_ARGS: dict = {}
 # torch records annotations as user annotations; torch_npu as framework ops.
 ITERATION_CATS = frozenset({"user_annotation", "cpu_op"})  # not gpu_user_annotation: the same range on a stream
 
@@ -147,11 +146,11 @@ def _read(st: TraceStats, report: bool) -> None:
                 name = "" if name is None else str(name)
                 if cat in DEVICE_WORK_CATS:
                     device_ops[name] += dur
-                    device.item((args or NO_ARGS).get("correlation"), cat, name, ts, dur)
+                    device.item(_correlation(args), cat, name, ts, dur)
                     device_placed.add(name, ts, dur)
                     continue
                 if cat in LAUNCH_CATS:
-                    device.launch((args or NO_ARGS).get("correlation"), ts)
+                    device.launch(_correlation(args), ts)
                     continue
                 if name == PAUSE_NAME and cat == PAUSE_CAT:
                     st.pauses += 1
@@ -184,6 +183,12 @@ def _fields_of(batch: list) -> list[tuple]:
         return [(e.ph, e.ts, e.dur, e.cat, e.name, e.pid, e.tid, e.args) for e in batch]
     return [(e.get("ph"), e.get("ts"), e.get("dur"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"),
              e.get("args")) for e in batch]
+
+
+def _correlation(args: object) -> object:
+    """An event's correlation id: from its ``args`` object (msgspec's light item or a dict); None where
+    ``args`` is absent or not an object (a malformed event costs its kernel's iteration, not the trace)."""
+    return args.get("correlation") if args is not None and hasattr(args, "get") else None
 
 
 def _split_device(st: TraceStats, windows: list[tuple], device: DeviceWork) -> None:

@@ -153,3 +153,22 @@ def _sweep(events) -> dict[str, float]:
         out[{"compute": "compute", "communication": "exposed_communication", "memcpy": "exposed_memcpy",
              None: "idle"}[first]] += width
     return out
+
+
+def test_a_device_item_with_malformed_args_costs_that_item_not_the_trace(tmp_path):
+    """``args`` that is no object (a writer's slip) leaves that kernel out of the iterations' device time;
+    the trace, its iterations and its other kernels still read."""
+    folder = tmp_path / "global_step_1"
+    folder.mkdir()
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 20, "dur": 30, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 60, "dur": 30, "args": [7]},
+    ]
+    (folder / "rank0.1795366444000000000.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    (row,) = step_rows(tmp_path)["steps"]
+    assert row["unreadable"] == [] and row["iterations"] == 1
+    device = row["rank_time"]["rank0"]["device"]
+    assert device["window_ms"] == device["compute_ms"] == 0.03 and device["idle_ms"] == 0.0
