@@ -28,8 +28,9 @@ A trace with no iteration at all (a user's trace without ``ProfilerStep``
 ranges) has its whole device timeline as one window: there is nothing else
 to restrict it to.
 
-Memory: during the pass, flat arrays (about 16 bytes a launch, 25 a kernel);
-at the end, per-iteration lists of the kernels' indices.
+Memory: during the pass, flat arrays (about 16 bytes a launch, 25 a device
+item); at the end, each item's iteration and the items in start order
+(about 45 bytes an item), and the merged intervals as flat arrays.
 """
 
 from __future__ import annotations
@@ -79,18 +80,30 @@ class DeviceWork:
     def seen(self) -> bool:
         return len(self.starts) > 0
 
-    def per_iteration(self, windows: list[tuple[float, float]]) -> list[list[int]]:
-        """The device items' indices per iteration (``windows``: each iteration's host start and end, in
-        start order), each item in the iteration its launch started in."""
-        out: list[list[int]] = [[] for _ in windows]
-        if not windows or not self.seen:
-            return out
+    def partitions(self, windows: list[tuple[float, float]]) -> tuple[dict[str, float] | None,
+                                                                      list[dict[str, float] | None]]:
+        """The partition of every item the iterations launched, and each iteration's (``windows``: each
+        iteration's host start and end, in start order). Without windows: every item, one window."""
+        if not self.seen:
+            return None, [None] * len(windows)
+        if not windows:
+            return _partition(self, sorted(range(len(self.starts)), key=self.starts.__getitem__)), []
+        owner = self._owners(windows)
+        order = sorted((k for k in range(len(owner)) if owner[k] >= 0), key=self.starts.__getitem__)
+        mine = [array("l") for _ in windows]  # each iteration's items, in start order
+        for k in order:
+            mine[owner[k]].append(k)
+        return _partition(self, order), [_partition(self, items) for items in mine]
+
+    def _owners(self, windows: list[tuple[float, float]]) -> array:
+        """Each item's iteration (its index in ``windows``; -1: no iteration launched it)."""
         ids, ts = self.launch_ids, self.launch_ts
         if any(ids[k] > ids[k + 1] for k in range(len(ids) - 1)):  # correlation ids rise with launches, mostly
             order = sorted(range(len(ids)), key=ids.__getitem__)
             ids, ts = array("q", (ids[k] for k in order)), array("d", (ts[k] for k in order))
         starts = [w[0] for w in windows]
         ends = [w[1] for w in windows]
+        owner = array("l", [-1]) * len(self.ids)
         for k, correlation in enumerate(self.ids):
             if correlation < 0:
                 continue
@@ -100,34 +113,37 @@ class DeviceWork:
             launched = ts[j]
             i = bisect_right(starts, launched) - 1
             if i >= 0 and launched <= ends[i]:
-                out[i].append(k)
-        return out
-
-    def intervals(self, indices: Iterable[int] | None = None) -> list[tuple[float, float, int]]:
-        """(start, end, class) of the given items (all where None), in start order."""
-        ks = range(len(self.starts)) if indices is None else indices
-        return sorted((self.starts[k], self.ends[k], self.kinds[k]) for k in ks)
+                owner[k] = i
+        return owner
 
 
-def partition(intervals: list[tuple[float, float, int]]) -> dict[str, float] | None:
-    """The window of ``intervals`` (start, end, class; in start order) split into compute, exposed
-    communication, exposed memcpy and idle, with each class's total beside; microseconds. None: no interval."""
-    if not intervals:
-        return None
-    merged: tuple[list[list[float]], ...] = ([], [], [])
-    for start, end, kind in intervals:
-        into = merged[kind]
-        if into and start <= into[-1][1]:
-            if end > into[-1][1]:
-                into[-1][1] = end
+def _partition(work: DeviceWork, order: Iterable[int]) -> dict[str, float] | None:
+    """The window of the items ``order`` names (in start order) split into compute, exposed communication,
+    exposed memcpy and idle, with each class's total beside; microseconds. None: no item. Each class's
+    intervals are merged into a flat array of (start, end) pairs: a few bytes an interval, not objects."""
+    starts, ends, kinds = work.starts, work.ends, work.kinds
+    merged = (array("d"), array("d"), array("d"))
+    first = last = None
+    for k in order:
+        start, end = starts[k], ends[k]
+        if first is None:
+            first = start
+        if last is None or end > last:
+            last = end
+        into = merged[kinds[k]]
+        if into and start <= into[-1]:
+            if end > into[-1]:
+                into[-1] = end
         else:
-            into.append([start, end])
+            into.append(start)
+            into.append(end)
+    if first is None:
+        return None
     compute, communication, memcpy = merged
     compute_us, communication_us, memcpy_us = _length(compute), _length(communication), _length(memcpy)
     exposed_communication = communication_us - _overlap(communication, compute)
-    covered = _union(compute, communication)
-    exposed_memcpy = memcpy_us - _overlap(memcpy, covered)
-    window = max(end for _, end, _ in intervals) - intervals[0][0]
+    exposed_memcpy = memcpy_us - _overlap(memcpy, _union(compute, communication))
+    window = last - first
     idle = max(0.0, window - compute_us - exposed_communication - exposed_memcpy)
     return {"window": window, "compute": compute_us, "exposed_communication": exposed_communication,
             "exposed_memcpy": exposed_memcpy, "idle": idle, "communication": communication_us, "memcpy": memcpy_us}
@@ -154,31 +170,41 @@ def in_ms(us: dict[str, float] | None) -> dict[str, Any] | None:
     return out
 
 
-def _length(merged: list[list[float]]) -> float:
-    return sum(end - start for start, end in merged)
+def _length(pairs: array) -> float:
+    # pair by pair: the traces' absolute microseconds (~1e15) summed first would lose milliseconds
+    return sum(pairs[k + 1] - pairs[k] for k in range(0, len(pairs), 2))
 
 
-def _overlap(a: list[list[float]], b: list[list[float]]) -> float:
-    """The length two lists of disjoint intervals (in order) share."""
+def _overlap(a: array, b: array) -> float:
+    """The length two flat arrays of disjoint (start, end) pairs, in order, share."""
     i = j = 0
     total = 0.0
     while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        start, end = max(a[i], b[j]), min(a[i + 1], b[j + 1])
         if end > start:
             total += end - start
-        if a[i][1] < b[j][1]:
-            i += 1
+        if a[i + 1] < b[j + 1]:
+            i += 2
         else:
-            j += 1
+            j += 2
     return total
 
 
-def _union(a: list[list[float]], b: list[list[float]]) -> list[list[float]]:
-    out: list[list[float]] = []
-    for start, end in sorted(a + b):
-        if out and start <= out[-1][1]:
-            if end > out[-1][1]:
-                out[-1][1] = end
+def _union(a: array, b: array) -> array:
+    """Two flat arrays of disjoint (start, end) pairs, in order, merged into one."""
+    out = array("d")
+    i = j = 0
+    while i < len(a) or j < len(b):
+        if j >= len(b) or (i < len(a) and a[i] <= b[j]):
+            start, end = a[i], a[i + 1]
+            i += 2
         else:
-            out.append([start, end])
+            start, end = b[j], b[j + 1]
+            j += 2
+        if out and start <= out[-1]:
+            if end > out[-1]:
+                out[-1] = end
+        else:
+            out.append(start)
+            out.append(end)
     return out

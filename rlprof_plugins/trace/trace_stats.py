@@ -42,7 +42,7 @@ from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
 from .reader import TraceReader
 from .step_numbers import BETWEEN, stage_label
-from .device_time import LAUNCH_CATS, DeviceWork, partition
+from .device_time import LAUNCH_CATS, DeviceWork
 from .time_split import SelfTimes
 
 CPU_OP_CATS = frozenset({"cpu_op"})
@@ -194,14 +194,8 @@ def _correlation(args: object) -> object:
 def _split_device(st: TraceStats, windows: list[tuple], device: DeviceWork) -> None:
     """The device time of the recorded iterations, for the trace and each iteration (without iterations:
     the whole device timeline, one window)."""
-    if not device.seen:
-        return
-    if not windows:
-        st.device = partition(device.intervals())
-        return
-    groups = device.per_iteration([(ts, ts + dur) for ts, dur, _ in windows])
-    st.iteration_device = [partition(device.intervals(g)) for g in groups]
-    st.device = partition(device.intervals(k for g in groups for k in g))
+    st.device, parts = device.partitions([(ts, ts + dur) for ts, dur, _ in windows])
+    st.iteration_device = parts if windows else []
 
 
 def _place(st: TraceStats, windows: list[tuple], placed: _Placed, kind: str, inside_only: bool) -> None:
