@@ -49,6 +49,11 @@ FIELDS = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memcpy
           "communication_ms", "memcpy_ms")
 
 
+def _is_id(correlation: Any) -> bool:
+    """A correlation id the arrays hold (CUPTI's count up from 1; anything else: no id)."""
+    return isinstance(correlation, int) and 0 <= correlation < 1 << 63
+
+
 def kind_of(cat: str, name: str) -> int:
     """A device item's class: a copy or memset, a collective kernel, else computation."""
     return MEMCPY if cat in MEMORY_CATS else COMMUNICATION if is_communication(name) else COMPUTE
@@ -63,12 +68,12 @@ class DeviceWork:
         self._kind_of: dict[tuple[str, str], int] = {}  # kernel names repeat: the collective regex once each
 
     def launch(self, correlation: Any, ts: float) -> None:
-        if isinstance(correlation, int):
+        if _is_id(correlation):
             self.launch_ids.append(correlation)
             self.launch_ts.append(ts)
 
     def item(self, correlation: Any, cat: str, name: str, start: float, dur: float) -> None:
-        self.ids.append(correlation if isinstance(correlation, int) else -1)
+        self.ids.append(correlation if _is_id(correlation) else -1)
         self.starts.append(start)
         self.ends.append(start + dur)
         kind = self._kind_of.get((cat, name))
@@ -162,9 +167,7 @@ def in_ms(us: dict[str, float] | None) -> dict[str, Any] | None:
     """A partition as the report writes it: ``FIELDS`` in ms, and the share of communication compute hid."""
     if us is None:
         return None
-    out: dict[str, Any] = {f"{k}_ms": round(us[k] / 1000.0, 3) for k in
-                           ("window", "compute", "exposed_communication", "exposed_memcpy", "idle", "communication",
-                            "memcpy")}
+    out: dict[str, Any] = {field: round(us[field[:-3]] / 1000.0, 3) for field in FIELDS}
     out["communication_overlap_pct"] = (round(100.0 * (1 - us["exposed_communication"] / us["communication"]), 1)
                                         if us["communication"] else None)
     return out
