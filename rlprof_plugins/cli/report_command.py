@@ -51,12 +51,13 @@ def cmd_report(args) -> int:
         raise UsageError(f"--compare: two different steps, not {pair[0]} and {pair[1]}")
     if pair and steps and not all(steps[0] <= s <= steps[1] for s in pair):
         raise UsageError(f"--compare {pair[0]} {pair[1]}: outside --steps {args.steps} (widen --steps, or leave it)")
-    # the report's rows and a fleet's summaries are tens of thousands of small dicts without cycles: the
-    # cycle collector, run every few hundred of them over an ever larger heap, would take most of the time
+    # the report's rows and a fleet's briefs are tens of thousands of small objects without cycles: the
+    # cycle collector, run every few hundred of them over an ever larger heap, would take most of the time;
+    # they are let go before it runs again (else its first pass walks them all)
     with gc_paused():
         try:
             built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args),
-                          replica=args.replica)
+                          replica=args.replica, every_number=bool(args.json or args.csv))
         except NoSuchReplica as e:
             raise UsageError(str(e)) from None
         if not built.report["steps_found"]:
@@ -69,13 +70,15 @@ def cmd_report(args) -> int:
             written.append(Path(args.json))
         if args.csv:
             written += write_csv(built, Path(args.csv))
-    for note in built.notes:
+        notes, cache, count = built.notes, built.cache, len(built.report["steps"])
+        failed = built.nothing or bool(built.unread)
+        del built
+    for note in notes:
         print(f"rlprof: {note}", file=sys.stderr)
-    cache = built.cache
-    print(f"wrote {', '.join(map(str, written))} ({len(built.report['steps'])} step(s); "
+    print(f"wrote {', '.join(map(str, written))} ({count} step(s); "
           f"{cache.hits} from the cache, {cache.misses} read)" if cache and cache.enabled else
-          f"wrote {', '.join(map(str, written))} ({len(built.report['steps'])} step(s))")
-    return EXIT_FAILED if built.nothing or built.unread else EXIT_OK
+          f"wrote {', '.join(map(str, written))} ({count} step(s))")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

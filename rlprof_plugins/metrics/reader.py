@@ -99,16 +99,19 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
 
 
 # ---- read again after one more step: only what was appended ------------------------
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the state keeps the steps read, not their numbers (the caller keeps those)
 RECENT = 4  # the newest steps whose records are kept, for a rank's line that comes after the others'
 
 
 def measured_incrementally(root: str | Path, state: dict[str, Any] | None
-                           ) -> tuple[dict[int, dict[str, Any]], list[str], dict[str, Any]]:
-    """``({global_step: measured numbers}, warnings, state)``: the same numbers as ``read_steps`` and
-    ``measured_numbers`` give, reading only what the step logs gained since ``state`` (a JSON value the
-    caller keeps between runs; None: read everything). The logs are appended to, a whole line at a
-    time; a log rotated, rewritten or gone, or a line for a step older than the newest ``RECENT``
+                           ) -> tuple[dict[int, dict[str, Any]], list[str], dict[str, Any], bool]:
+    """``({global_step: measured numbers}, warnings, state, whole)``, reading only what the step logs
+    gained since ``state`` (a small JSON value the caller keeps between runs; None: read everything).
+    The numbers are those of the steps the new lines touched, the same as ``read_steps`` and
+    ``measured_numbers`` give for them; ``whole`` says every step was read (the caller drops what it
+    kept). The caller keeps the numbers of earlier steps: a state is a few offsets and the newest
+    ``RECENT`` steps' records, whatever the number of steps. The logs are appended to, a whole line at
+    a time; a log rotated, rewritten or gone, or a line for a step older than the newest ``RECENT``
     ones already read, makes it read everything again."""
     folder = step_folder(root)
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -145,22 +148,23 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
         offsets[path.name].append(first_line + len(lines))
     if state and old_files:  # a log that was read before is gone
         return measured_incrementally(root, None)
-    numbers = {int(k): v for k, v in (state["numbers"].items() if state else ())}
+    known = set(state["steps"]) if state else set()
     recent = {int(k): {rank: StepRecord.from_json(r) for rank, r in v.items()}
               for k, v in (state["recent"].items() if state else ())}
+    numbers: dict[int, dict[str, Any]] = {}
     for step, ranks in fresh.items():
         if not isinstance(step, int):
             continue
-        if state and step in numbers and step not in recent:
+        if state and step in known and step not in recent:
             return measured_incrementally(root, None)  # a late line of an old step: read it all again
         merged = dict(recent.get(step, {}))
         for rank, record in ranks.items():
             merged[rank] = merged[rank].combine(record) if rank in merged else record
         recent[step] = merged
         numbers[step] = measured_numbers(merged)
+        known.add(step)
     newest = sorted(recent)[-RECENT:]
     new_state = {"version": STATE_VERSION, "files": {k: v[:2] for k, v in offsets.items()},
-                 "lines": {k: v[2] for k, v in offsets.items()}, "warnings": warnings,
-                 "numbers": {str(k): v for k, v in numbers.items()},
+                 "lines": {k: v[2] for k, v in offsets.items()}, "warnings": warnings, "steps": sorted(known),
                  "recent": {str(k): {rank: r.to_json() for rank, r in recent[k].items()} for k in newest}}
-    return numbers, warnings + torn, new_state
+    return numbers, warnings + torn, new_state, state is None

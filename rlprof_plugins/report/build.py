@@ -24,7 +24,8 @@ from .cache import StepCache
 from .compare import compare
 from ..store.servers import replicas_of
 from .fleet import fleet_rows, replica_table
-from .page import render
+from .fleet_view import NEWEST
+from .page import render_parts
 from .steps import flat_rows, step_rows
 
 
@@ -62,9 +63,10 @@ class Built:
 
 def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
           use_cache: bool = True, progress: Callable[[str], None] | None = None,
-          replica: str | None = None) -> Built:
+          replica: str | None = None, every_number: bool = True) -> Built:
     """The report of ``root``: one server's steps, or a fleet's side by side (``fleet``) where several
-    servers' step folders lie below it; ``replica`` narrows it to one of them."""
+    servers' step folders lie below it; ``replica`` narrows it to one of them. Without ``every_number``
+    (the page alone: no JSON, no CSV), a fleet keeps of each replica only what the page shows."""
     fleet = replicas_of(root)
     if replica is not None:
         fleet = [r for r in fleet if r.name == replica]
@@ -73,7 +75,8 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
             raise NoSuchReplica(f"--replica {replica}: no such replica below {root} "
                                 f"({'replicas: ' + ', '.join(names) if names else 'it holds one server'})")
     if len(fleet) > 1:
-        report = fleet_rows(root, fleet, progress, steps=steps, use_cache=use_cache, keep=pair or ())
+        report = fleet_rows(root, fleet, progress, steps=steps, use_cache=use_cache, keep=pair or (),
+                            every_number=every_number, newest=NEWEST)
         cache = report.pop("cache")
     else:
         target = fleet[0].root if fleet else root  # a replica folder below the root: its steps
@@ -133,7 +136,7 @@ def _ranges(steps: list[int]) -> str:
 
 
 def write_page(built: Built, path: Path) -> None:
-    write_text_atomic(path, render(built.report, built.notes, built.compared, page=path))
+    write_text_atomic(path, render_parts(built.report, built.notes, built.compared, page=path))
 
 
 def write_json(built: Built, path: Path) -> None:

@@ -34,12 +34,15 @@ VERSION = [4, __version__]  # 3: rows hold operators by stage, unreadable files,
 def fingerprint(directory: Path, traces: list[Path]) -> list[list]:
     files = [*traces, directory / MANIFEST]
     out = []
+    inside = str(directory) + os.sep  # a fleet's warm report takes hundreds of these: strings, not Path calls
     for path in sorted(files):
+        text = str(path)
         try:
-            st = path.stat()
+            st = os.stat(text)
         except OSError:
             continue
-        out.append([str(path.relative_to(directory)), st.st_size, st.st_mtime_ns])
+        out.append([text[len(inside):] if text.startswith(inside) else str(path.relative_to(directory)),
+                    st.st_size, st.st_mtime_ns])
     return out
 
 

@@ -21,127 +21,166 @@ every replica that has them.
 from __future__ import annotations
 
 import statistics
+from array import array
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..store.servers import Replica
+from . import brief
+from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
 from .cache import StepCache
-from .measured_rows import measured_row
+from .measured_rows import MeasuredSteps, measured_row
 from .steps import StepsFound, in_sequence
-
-class ReplicaNumbers:
-    """One replica's numbers of one step, as the fleet view shows them. A fleet of 64 replicas x 1,000
-    steps holds 64,000 of these at once, so they are slotted objects, not dicts (about a third of the
-    memory); ``as_dict()`` is the shape ``--json`` and the CSVs write."""
-
-    __slots__ = ("name", "state", "traced", "directory", "iterations", "iteration_ms_total", "mean_ms",
-                 "span_ms", "stages", "straggler", "imbalance")
-
-    def __init__(self, name: str, state: Any, traced: bool, directory: Any, iterations: int, busy: float,
-                 mean: float | None, span: float, stages: tuple, straggler: Any, imbalance: Any) -> None:
-        self.name, self.state, self.traced, self.directory = name, state, traced, directory
-        self.iterations, self.iteration_ms_total, self.mean_ms, self.span_ms = iterations, busy, mean, span
-        self.stages = stages  # ((stage, *STAGE_KEYS values), ...)
-        self.straggler, self.imbalance = straggler, imbalance
-
-    @property
-    def busy_pct(self) -> float | None:
-        return round(100.0 * self.iteration_ms_total / self.span_ms, 1) if self.span_ms else None
-
-    def stage(self, name: str) -> dict[str, Any]:
-        """One stage's numbers (``{}`` where the replica had none of it)."""
-        return next((dict(zip(STAGE_KEYS, s[1:])) for s in self.stages if s[0] == name), {})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "traced": self.traced, "directory": self.directory,
-                "iterations": self.iterations, "iteration_ms_total": self.iteration_ms_total,
-                "mean_ms": self.mean_ms, "span_ms": self.span_ms, "busy_pct": self.busy_pct,
-                "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in self.stages},
-                "straggler": self.straggler, "imbalance": self.imbalance}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReplicaNumbers) and self.as_dict() == other.as_dict()
-
-    def __repr__(self) -> str:
-        return f"ReplicaNumbers({self.as_dict()!r})"
-
-
-STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
 
 
 def replica_numbers(name: str, row: dict[str, Any]) -> ReplicaNumbers:
     """One replica's numbers of one step, from the step's row."""
-    straggler = row.get("straggler") or {}
-    return ReplicaNumbers(name, row.get("state"), row.get("traced", True), row.get("directory"),
-                          row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
-                          row.get("span_ms") or 0.0, _stages(row["stages"]), straggler.get("rank"),
-                          row.get("imbalance"))
+    return _numbers(name, row.get("state"), row.get("traced", True), row.get("directory"), brief.of_row(row))
 
 
 def measured_replica_numbers(name: str, numbers: dict[str, Any], folder: str) -> ReplicaNumbers:
-    """The same for a step only measured, straight from its measured numbers (no row is made: a fleet
-    of 64 replicas x 1,000 steps makes full rows only for each step's slowest replica)."""
-    straggler = numbers.get("straggler") or {}
-    return ReplicaNumbers(name, "measured", False, folder, numbers["iterations"],
-                          numbers["iteration_ms_total"] or 0.0, numbers["mean_ms"],
-                          round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3),
-                          _stages(numbers["stages"]), straggler.get("rank"), numbers["imbalance"])
+    """The same for a step only measured, straight from its measured numbers (no row is made)."""
+    return _numbers(name, "measured", False, folder, brief.of_measured(numbers))
 
 
-def _stages(stages: dict[str, dict[str, Any]]) -> tuple:
-    return tuple((stage, n.get("iterations"), n.get("mean_ms"), n.get("p90_ms"), n.get("prefill_tokens"),
-                  n.get("decode_tokens")) for stage, n in stages.items())
+def _numbers(name: str, state: Any, traced: bool, directory: Any, b: list) -> ReplicaNumbers:
+    return ReplicaNumbers(name, state, traced, directory, b[brief.ITERATIONS], b[brief.BUSY], b[brief.MEAN],
+                          b[brief.SPAN], tuple(tuple(s) for s in b[brief.STAGES]), b[brief.STRAGGLER],
+                          b[brief.IMBALANCE])
+
+
+class StepReplicas:
+    """Every replica's numbers of one step: where each lies in its replica's columns. Iterating makes
+    the ``ReplicaNumbers``; ``times()`` and ``totals()`` read the columns alone (the heat strip, the
+    spread)."""
+
+    __slots__ = ("_columns", "_replicas", "_places")
+
+    def __init__(self, columns: list[Any]) -> None:
+        self._columns = columns
+        self._replicas, self._places = array("H"), array("I")
+
+    def add(self, replica: int, place: int) -> None:
+        self._replicas.append(replica)
+        self._places.append(place)
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    def __iter__(self) -> Iterator[ReplicaNumbers]:
+        for r, place in zip(self._replicas, self._places):
+            yield self._columns[r].numbers(place)
+
+    def times(self) -> Iterator[tuple[str, float | None]]:
+        for r, place in zip(self._replicas, self._places):
+            columns = self._columns[r]
+            yield columns.name, columns.time(place)
+
+    def totals(self) -> list[float]:
+        return [self._columns[r].busy(place) for r, place in zip(self._replicas, self._places)]
+
+    def names(self) -> list[str]:
+        return [self._columns[r].name for r in self._replicas]
+
+
+class PageBriefs:
+    """What the page needs of a replica's briefs once it is read: each step's heat-strip time and
+    iteration time (16 bytes a step), and the numbers of its newest steps (the page's replica section
+    lists no more). The report without ``--json`` or ``--csv`` keeps these, not the columns, so its
+    memory stays flat in replicas and steps."""
+
+    __slots__ = ("name", "_times", "_busy", "_numbers")
+
+    def __init__(self, briefs: Briefs, newest: list[int]) -> None:
+        self.name = briefs.name
+        self._times = array("d", (brief.NONE if (t := briefs.time(p)) is None else t for p in range(len(briefs))))
+        self._busy = array("d", (briefs.busy(p) for p in range(len(briefs))))
+        self._numbers = {place: briefs.numbers(place) for place in newest}
+
+    def time(self, place: int) -> float | None:
+        value = self._times[place]
+        return None if value != value else value
+
+    def busy(self, place: int) -> float:
+        return self._busy[place]
+
+    def numbers(self, place: int) -> ReplicaNumbers:
+        try:
+            return self._numbers[place]
+        except KeyError:
+            raise LookupError(f"{self.name}: only its newest steps' numbers are kept for the page "
+                              "(every replica's numbers: --json or --csv)") from None
 
 
 def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], None] | None = None, *,
                steps: tuple[int, int] | None = None, use_cache: bool = True,
-               keep: tuple[int, ...] = ()) -> dict[str, Any]:
+               keep: tuple[int, ...] = (), every_number: bool = True, newest: int = 20) -> dict[str, Any]:
     """``step_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
-    change is against the step before's slowest replica. Replicas are read one at a time, and a full
-    row is made only for each step's slowest, so memory and time grow with the steps' summaries."""
-    summaries: dict[int | None, list[ReplicaNumbers]] = {}
-    # step -> (its slowest replica's iteration ms, name, the row, or what makes it): a replica's steps are
-    # let go once read; only each step's slowest replica's numbers stay until its row is made
+    change is against the step before's slowest replica. Replicas are read one at a time, each step
+    of each kept in brief (``brief.Briefs``: the measured steps' as their store kept them), and a full
+    row is made only for each step's slowest. Without ``every_number`` (a page alone), a replica once
+    read keeps what the page needs (``PageBriefs``: every step's time, its ``newest`` steps' numbers),
+    so memory stays flat in replicas and steps; with it (``--json``, ``--csv``), the briefs stay, about
+    130 bytes a replica-step."""
+    columns: list[Briefs | PageBriefs] = []
+    per_step: dict[int | None, StepReplicas] = {}
+    # step -> (its slowest replica's iteration ms, name, the row, or what makes it): only each step's
+    # slowest replica's row (or the place of its numbers) stays until its row is made
     slowest: dict[int | None, tuple[float, str, dict | partial]] = {}
     found_steps: set = set()
     warnings: list[str] = []
     caches = []
-    for replica in replicas:
+    for index, replica in enumerate(replicas):
         cache = StepCache(replica.root, enabled=use_cache)
         caches.append(cache)
         found = StepsFound.of(replica.root, cache, steps)
         found_steps.update(found.steps_found)
         warnings += [f"{replica.name}: {w}" for w in found.warnings]
+        measured = found.measured
+        mine = measured.briefs  # the measured steps' briefs, as the store kept them; traced steps join them
+        mine.name, mine.folder = replica.name, found.logs
+        columns.append(mine)
+        placed = []  # each chosen step's place, in step order
         for step, directory in found.chosen:
             if directory is not None:
                 row: dict | partial = found.row(step, directory, progress)
-                numbers = replica_numbers(replica.name, row)
+                place = mine.add(brief.of_row(row), (row.get("state"), row.get("directory")))
             else:
-                measured = found.measured[step]
-                row = partial(measured_row, step, measured, found.root, found.logs)
-                numbers = measured_replica_numbers(replica.name, measured, found.logs)
-            summaries.setdefault(step, []).append(numbers)
-            total = numbers.iteration_ms_total
+                place = measured.place(step)
+                row = partial(_measured_row, measured, place, step, found.root, found.logs)
+            at = per_step.get(step)
+            if at is None:
+                at = per_step[step] = StepReplicas(columns)
+            at.add(index, place)
+            placed.append(place)
+            total = mine.busy(place)
             held = slowest.get(step)
             if held is None or total > held[0]:  # a tie keeps the first replica
                 slowest[step] = (total, replica.name, row)
-        del found
-    order = sorted(summaries, key=lambda s: (s is not None, s if s is not None else -1))
+        if not every_number:  # the replica's own newest steps hold every newest step of the fleet it has
+            columns[index] = PageBriefs(mine, placed[-newest:] if newest else [])
+            measured.forget_briefs()
+        del found, measured, mine
+    order = sorted(per_step, key=lambda s: (s is not None, s if s is not None else -1))
     rows = []
     for step in order:
         total, name, row = slowest.pop(step)
         row = row() if isinstance(row, partial) else row
-        totals = [n.iteration_ms_total for n in summaries[step] if n.iteration_ms_total]
+        totals = [t for t in per_step[step].totals() if t]
         median = statistics.median(totals) if totals else 0.0
-        row.update(replica=name, replicas=summaries[step], slowest_replica=name,
+        row.update(replica=name, replicas=per_step.pop(step), slowest_replica=name,
                    replica_spread=round(total / median, 3) if median else None)
         rows.append(row)
     return {"root": str(root), "steps": in_sequence(rows, keep),
             "steps_found": sorted(found_steps, key=lambda s: (s is not None, s or 0)),
             "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches)}
+
+
+def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str) -> dict[str, Any]:
+    return measured_row(step, measured.numbers_at(place), root, folder)
 
 
 @dataclass

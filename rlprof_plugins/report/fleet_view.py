@@ -11,11 +11,13 @@ its numbers step by step (the newest ``NEWEST`` steps).
 
 from __future__ import annotations
 
+import io
+from array import array
 from bisect import bisect_left
 from html import escape
 from typing import Any
 
-from .fleet import ReplicaNumbers
+from .brief import ReplicaNumbers
 from .step_section import cell
 
 # light to dark: faster to slower, against the fleet's own quantiles
@@ -25,34 +27,44 @@ STRIP_W = 960  # pixels the steps share (a cell 2 to 24 px wide)
 LABEL_W = 190  # pixels of replica names left of the strip
 
 
-def time_of(numbers: ReplicaNumbers) -> float | None:
-    """What the strip colours: the replica's decode time per iteration, else its mean iteration time."""
-    decode = next((s[2] for s in numbers.stages if s[0] == "decode"), None)  # (stage, iterations, mean_ms, ...)
-    return decode if decode is not None else numbers.mean_ms
-
-
 def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
     place = {name: k for k, name in enumerate(replicas)}
-    # (step's column, replica's row, its time, is it the step's slowest): each cell's time taken once
-    cells = [(x, y, v, n.name == row.get("slowest_replica")) for x, row in enumerate(steps)
-             for n in row.get("replicas", ()) if (v := time_of(n)) is not None and (y := place.get(n.name)) is not None]
-    values = sorted(c[2] for c in cells)
-    if not values:
+    # each cell's step column, replica row, time and whether it is its step's slowest replica, in arrays (a
+    # fleet of 64 replicas x 1,000 steps has 64,000 cells): what the strip colours is each replica's decode
+    # time per iteration, else its mean iteration time (``brief.Briefs.time``)
+    xs, ys, times, slow = array("I"), array("I"), array("d"), bytearray()
+    for x, row in enumerate(steps):
+        if "replicas" not in row:
+            continue
+        slowest = row.get("slowest_replica")
+        for name, v in row["replicas"].times():
+            y = place.get(name)
+            if v is not None and y is not None:
+                xs.append(x)
+                ys.append(y)
+                times.append(v)
+                slow.append(name == slowest)
+    if not times:
         return ""
+    values = sorted(times)
     bounds = [values[min(len(values) - 1, (len(values) * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
+    del values
     cw = max(2, min(24, STRIP_W // max(1, len(steps))))  # pixels per step
     ch = max(3, min(14, 900 // max(1, len(replicas))))  # pixels per replica
-    paths: list[list[str]] = [[] for _ in SHADES]
-    marks = []
+    shaded = [io.StringIO() for _ in SHADES]
+    marked = io.StringIO()
     bar = max(1, ch // 4)
-    for x, y, v, slowest in cells:  # a cell's shade: how many of the bounds lie below its time
-        paths[bisect_left(bounds, v)].append(f"M{LABEL_W + x * cw},{y * ch}h{cw}v{ch}h-{cw}z")
+    cell_end = f"h{cw}v{ch}h-{cw}z"
+    for x, y, v, slowest in zip(xs, ys, times, slow):  # a cell's shade: how many of the bounds lie below its time
+        left = LABEL_W + x * cw
+        shaded[bisect_left(bounds, v)].write(f"M{left},{y * ch}{cell_end}")
         if slowest:
-            marks.append(f"M{LABEL_W + x * cw},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
+            marked.write(f"M{left},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
+    paths, marks = [p.getvalue() for p in shaded], marked.getvalue()
     strip_end = LABEL_W + max(1, len(steps)) * cw
     width, height = max(strip_end, LABEL_W + 90), max(1, len(replicas)) * ch  # room for the step label
-    body = "".join(f"<path fill='{SHADES[k]}' d='{''.join(p)}'/>" for k, p in enumerate(paths) if p)
-    body += f"<path fill='#111' d='{''.join(marks)}' data-slowest/>" if marks else ""
+    body = "".join(f"<path fill='{SHADES[k]}' d='{p}'/>" for k, p in enumerate(paths) if p)
+    body += f"<path fill='#111' d='{marks}' data-slowest/>" if marks else ""
     size = min(11, ch)
     labels = "".join(f"<text x={LABEL_W - 6} y={k * ch + (ch + size) // 2 - 1} text-anchor=end font-size={size}>"
                      f"{escape(name)}</text>" for k, name in enumerate(replicas)) if ch >= 7 else ""
@@ -94,8 +106,8 @@ def fleet_section(report: dict[str, Any]) -> str:
             per_replica.setdefault(n.name, []).append((row["global_step"], n))
     counts: dict[str, int] = {}
     for row in steps:
-        for n in row.get("replicas", ()):
-            counts[n.name] = counts.get(n.name, 0) + 1
+        for name in row["replicas"].names() if "replicas" in row else ():
+            counts[name] = counts.get(name, 0) + 1
     sections = [_replica_section(name, per_replica.get(name, []), counts.get(name, 0), slowest_count[name])
                 for name in replicas]
     return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "

@@ -41,6 +41,12 @@ NEWEST_ROWS = 60  # across-steps rows shown unfolded; older ones fold away
 def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
            page: Path | None = None) -> str:
     """The page; ``page`` (where it will be written) makes the links to each step's files relative."""
+    return "".join(render_parts(report, notes, compared, page))
+
+
+def render_parts(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
+                 page: Path | None = None) -> list[str]:
+    """The page in parts, in order (written one by one: ``build.write_page``)."""
     steps = report["steps"]
     base = page.parent if page else Path(report["root"])
     sources = sorted({s for row in steps for s in row.get("sources", [])})
@@ -62,9 +68,9 @@ def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | 
                     f"<code>rlprof report {escape(report['root'])} --steps A-B</code> shows any of them in full.</p>")
     for k, row in enumerate(detailed):
         body.append(step_section(row, open_=k == len(detailed) - 1 or len(detailed) <= 3, href=_href(base)))
-    return ("<!doctype html><html lang=en><head><meta charset=utf-8><title>rlprof step report: "
+    return ["<!doctype html><html lang=en><head><meta charset=utf-8><title>rlprof step report: "
             f"{escape(report['root'])}</title><meta name=viewport content='width=device-width'>"
-            f"<style>{STYLE}</style></head><body>" + "".join(body) + "</body></html>")
+            f"<style>{STYLE}</style></head><body>", *body, "</body></html>"]
 
 
 def _href(base: Path):

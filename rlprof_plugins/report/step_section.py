@@ -10,6 +10,7 @@ the page.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from html import escape
 from typing import Any, Callable
 
@@ -19,10 +20,16 @@ from ..trace.summary import step_label
 
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
-    """A table cell with the JSON value in ``data-value``."""
+    """A table cell with the JSON value in ``data-value``. (A page of a thousand steps has tens of
+    thousands: a finite number, the common case, is written without the escaping it never needs.)"""
     kind = type(value)
-    raw = repr(value) if (kind is int or kind is float) and value == value and abs(value) != float("inf") else \
-        "null" if value is None else json.dumps(value)
+    if (kind is int or kind is float) and value == value and value not in _INFINITE:
+        if pct:
+            text, cls = f"{value:+.1f}%", (" class=up" if value > 0 else " class=down" if value < 0 else "")
+        else:
+            text, cls = f"{value:,.3f}".rstrip("0").rstrip(".") if kind is float else f"{value:,}", ""
+        return f"<td{span}{cls} data-field=\"{_escaped(field)}\" data-value='{value!r}'>{text}{unit}</td>"
+    raw = "null" if value is None else json.dumps(value)
     if value is None:
         text, cls = "", ""
     elif pct:
@@ -31,8 +38,12 @@ def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = 
         text, cls = f"{value:,.3f}".rstrip("0").rstrip("."), ""
     else:
         text, cls = f"{value:,}" if isinstance(value, int) else str(value), ""
-    return (f"<td{span}{cls} data-field=\"{escape(field)}\" data-value='{escape(raw)}'>"
+    return (f"<td{span}{cls} data-field=\"{_escaped(field)}\" data-value='{escape(raw)}'>"
             f"{escape(text)}{unit if text else ''}</td>")
+
+
+_INFINITE = (float("inf"), float("-inf"))
+_escaped = lru_cache(maxsize=4096)(escape)  # a page's fields are a few dozen names, over and over
 
 
 def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -> str:

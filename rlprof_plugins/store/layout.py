@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import RequestError
 
@@ -131,10 +132,19 @@ def read_piece(path: Path, offset: int, length: int) -> dict:
         return {"data": f.read(length), "size": os.fstat(f.fileno()).st_size}
 
 
-def write_text_atomic(final: Path, text: str) -> None:
+def write_text_atomic(final: Path, text: str | Iterable[str]) -> None:
+    """``text`` as UTF-8 (what the pages declare and JSON is), whatever the locale; given in parts, each
+    is written as it comes (a page of megabytes is never held whole, nor twice)."""
+    write_bytes_atomic(final, [text.encode("utf-8")] if isinstance(text, str) else
+                       (part.encode("utf-8") for part in text))
+
+
+def write_bytes_atomic(final: Path, data: bytes | Iterable[bytes]) -> None:
     tmp = atomic_target(final)
     try:
-        tmp.write_text(text)
+        with open(tmp, "wb") as f:
+            for chunk in [data] if isinstance(data, bytes) else data:
+                f.write(chunk)
         publish(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)

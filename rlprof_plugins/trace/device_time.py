@@ -28,17 +28,22 @@ A trace with no iteration at all (a user's trace without ``ProfilerStep``
 ranges) has its whole device timeline as one window: there is nothing else
 to restrict it to.
 
-Memory: during the pass, flat arrays (about 16 bytes a launch, 25 a device
-item); at the end, each item's iteration and the items in start order
-(about 45 bytes an item), and the merged intervals as flat arrays.
+Memory: during the pass, flat arrays of the device items (25 bytes an
+item) and of the launches (16 bytes a launch, a chunk at a time: ``spill``);
+at the end, each item's iteration and its place in correlation order (16
+bytes an item) and the merged intervals as flat arrays. The items are walked in start order without sorting them:
+a trace lists each stream's kernels in start order, so the few ascending
+runs are merged as they are read (``in_order``).
 """
 
 from __future__ import annotations
 
+import heapq
 from array import array
 from bisect import bisect_left, bisect_right
-from typing import Any, Iterable
+from typing import Any, Iterator
 
+from .spill import SpilledColumns
 from .time_split import MEMORY_CATS, is_communication
 
 # Kineto's categories of host calls that launch device work: CUDA's and HIP's runtime (ROCm's Kineto files
@@ -63,14 +68,17 @@ class DeviceWork:
     """The launches and the device items of one trace, gathered as the events stream in."""
 
     def __init__(self) -> None:
-        self.launch_ids, self.launch_ts = array("q"), array("d")
+        self.launches = SpilledColumns("q", "d")  # each launch's correlation id and start, a chunk at a time
+        self._launch_ids, self._launch_ts = self.launches.columns
         self.ids, self.starts, self.ends, self.kinds = array("q"), array("d"), array("d"), array("b")
         self._kind_of: dict[tuple[str, str], int] = {}  # kernel names repeat: the collective regex once each
 
     def launch(self, correlation: Any, ts: float) -> None:
         if _is_id(correlation):
-            self.launch_ids.append(correlation)
-            self.launch_ts.append(ts)
+            self._launch_ids.append(correlation)
+            self._launch_ts.append(ts)
+            if len(self._launch_ts) >= self.launches.chunk:
+                self.launches.added()
 
     def item(self, correlation: Any, cat: str, name: str, start: float, dur: float) -> None:
         self.ids.append(correlation if _is_id(correlation) else -1)
@@ -88,70 +96,103 @@ class DeviceWork:
     def partitions(self, windows: list[tuple[float, float]]) -> tuple[dict[str, float] | None,
                                                                       list[dict[str, float] | None]]:
         """The partition of every item the iterations launched, and each iteration's (``windows``: each
-        iteration's host start and end, in start order). Without windows: every item, one window."""
+        iteration's host start and end, in start order). Without windows: every item, one window. The
+        items are walked once, in start order, each into its rank's and its iteration's merged intervals."""
         if not self.seen:
             return None, [None] * len(windows)
+        whole = _Merged()
         if not windows:
-            return _partition(self, sorted(range(len(self.starts)), key=self.starts.__getitem__)), []
+            for k in in_order(self.starts):
+                whole.add(self.starts[k], self.ends[k], self.kinds[k])
+            return whole.partition(), []
         owner = self._owners(windows)
-        order = sorted((k for k in range(len(owner)) if owner[k] >= 0), key=self.starts.__getitem__)
-        mine = [array("l") for _ in windows]  # each iteration's items, in start order
-        for k in order:
-            mine[owner[k]].append(k)
-        return _partition(self, order), [_partition(self, items) for items in mine]
+        mine = [_Merged() for _ in windows]
+        starts, ends, kinds = self.starts, self.ends, self.kinds
+        for k in in_order(starts):
+            i = owner[k]
+            if i >= 0:
+                start, end, kind = starts[k], ends[k], kinds[k]
+                whole.add(start, end, kind)
+                mine[i].add(start, end, kind)
+        return whole.partition(), [m.partition() for m in mine]
 
     def _owners(self, windows: list[tuple[float, float]]) -> array:
-        """Each item's iteration (its index in ``windows``; -1: no iteration launched it)."""
-        ids, ts = self.launch_ids, self.launch_ts
-        if any(ids[k] > ids[k + 1] for k in range(len(ids) - 1)):  # correlation ids rise with launches, mostly
-            order = sorted(range(len(ids)), key=ids.__getitem__)
-            ids, ts = array("q", (ids[k] for k in order)), array("d", (ts[k] for k in order))
+        """Each item's iteration (its index in ``windows``; -1: no iteration launched it): the launches are
+        read back once, each looked up among the items by correlation id (a replayed graph's kernels
+        share their launch's), so only the items are held, never every launch."""
+        ids = self.ids
+        by_id = array("i", in_order(ids))  # the items in correlation id order
+        sorted_ids = array("q", (ids[k] for k in by_id))
         starts = [w[0] for w in windows]
         ends = [w[1] for w in windows]
-        owner = array("l", [-1]) * len(self.ids)
-        for k, correlation in enumerate(self.ids):
-            if correlation < 0:
-                continue
-            j = bisect_left(ids, correlation)
-            if j == len(ids) or ids[j] != correlation:
-                continue  # launched before the trace began, or by nothing the trace kept
-            launched = ts[j]
+        owner = array("i", [-1]) * len(ids)
+        for correlation, launched in self.launches.rows():
+            j = bisect_left(sorted_ids, correlation)
+            if j == len(sorted_ids) or sorted_ids[j] != correlation:
+                continue  # a launch whose work the trace did not keep
             i = bisect_right(starts, launched) - 1
-            if i >= 0 and launched <= ends[i]:
-                owner[k] = i
+            if i < 0 or launched > ends[i]:
+                continue
+            while j < len(sorted_ids) and sorted_ids[j] == correlation:
+                owner[by_id[j]] = i
+                j += 1
         return owner
 
 
-def _partition(work: DeviceWork, order: Iterable[int]) -> dict[str, float] | None:
-    """The window of the items ``order`` names (in start order) split into compute, exposed communication,
-    exposed memcpy and idle, with each class's total beside; microseconds. None: no item. Each class's
-    intervals are merged into a flat array of (start, end) pairs: a few bytes an interval, not objects."""
-    starts, ends, kinds = work.starts, work.ends, work.kinds
-    merged = (array("d"), array("d"), array("d"))
-    first = last = None
-    for k in order:
-        start, end = starts[k], ends[k]
-        if first is None:
-            first = start
-        if last is None or end > last:
-            last = end
-        into = merged[kinds[k]]
+MAX_RUNS = 4096  # beyond this many ascending runs, a plain sort
+
+
+def in_order(values: array) -> Iterator[int]:
+    """The indices of ``values`` in ascending order of their values, without a list of every index where
+    the values come in few ascending runs, as a trace's do (each stream's kernels in start order, each
+    thread's launches in id order): the runs merged as they are read."""
+    n = len(values)
+    bounds = [0, *(k for k in range(1, n) if values[k] < values[k - 1]), n]
+    if len(bounds) - 1 > MAX_RUNS:
+        return iter(sorted(range(n), key=values.__getitem__))
+    if len(bounds) == 2:
+        return iter(range(n))
+    return heapq.merge(*(range(a, b) for a, b in zip(bounds, bounds[1:])), key=values.__getitem__)
+
+
+class _Merged:
+    """One window's items, given in start order, as each class's merged intervals: flat arrays of
+    (start, end) pairs, a few bytes an interval, not objects; and the window's first start, last end."""
+
+    __slots__ = ("merged", "first", "last")
+
+    def __init__(self) -> None:
+        self.merged = (array("d"), array("d"), array("d"))  # COMPUTE, COMMUNICATION, MEMCPY
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def add(self, start: float, end: float, kind: int) -> None:
+        if self.first is None:
+            self.first = start
+        if self.last is None or end > self.last:
+            self.last = end
+        into = self.merged[kind]
         if into and start <= into[-1]:
             if end > into[-1]:
                 into[-1] = end
         else:
             into.append(start)
             into.append(end)
-    if first is None:
-        return None
-    compute, communication, memcpy = merged
-    compute_us, communication_us, memcpy_us = _length(compute), _length(communication), _length(memcpy)
-    exposed_communication = communication_us - _overlap(communication, compute)
-    exposed_memcpy = memcpy_us - _overlap(memcpy, _union(compute, communication))
-    window = last - first
-    idle = max(0.0, window - compute_us - exposed_communication - exposed_memcpy)
-    return {"window": window, "compute": compute_us, "exposed_communication": exposed_communication,
-            "exposed_memcpy": exposed_memcpy, "idle": idle, "communication": communication_us, "memcpy": memcpy_us}
+
+    def partition(self) -> dict[str, float] | None:
+        """The window split into compute, exposed communication, exposed memcpy and idle, with each class's
+        total beside; microseconds. None: no item."""
+        if self.first is None:
+            return None
+        compute, communication, memcpy = self.merged
+        compute_us, communication_us, memcpy_us = _length(compute), _length(communication), _length(memcpy)
+        exposed_communication = communication_us - _overlap(communication, compute)
+        exposed_memcpy = memcpy_us - _overlap(memcpy, _union(compute, communication))
+        window = self.last - self.first
+        idle = max(0.0, window - compute_us - exposed_communication - exposed_memcpy)
+        return {"window": window, "compute": compute_us, "exposed_communication": exposed_communication,
+                "exposed_memcpy": exposed_memcpy, "idle": idle, "communication": communication_us,
+                "memcpy": memcpy_us}
 
 
 def add(total: dict[str, float] | None, part: dict[str, float] | None) -> dict[str, float] | None:

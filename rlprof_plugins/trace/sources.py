@@ -227,20 +227,20 @@ def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
     ones skipped: chunks, temporaries, the report's cache). ``os.walk``: a fleet's report walks hundreds
     of step folders on every run, and ``Path.rglob`` costs several times as much."""
     files, npu = [], []
+    base = len(str(directory))
     for top, dirs, names in os.walk(directory):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        here = Path(top)
-        inside_npu = any(part.endswith(ASCEND_SUFFIX) for part in here.relative_to(directory).parts)
-        npu += [here / d for d in dirs if d.endswith(ASCEND_SUFFIX)]
+        inside_npu = any(part.endswith(ASCEND_SUFFIX) for part in top[base:].split(os.sep))
+        npu += [os.path.join(top, d) for d in dirs if d.endswith(ASCEND_SUFFIX)]
         for name in names:
             if name.startswith("."):
                 continue
             if inside_npu:
                 if name == ASCEND_TRACE_VIEW:
-                    files.append(here / name)
+                    files.append(os.path.join(top, name))
             elif name.endswith(TRACE_SUFFIXES):
-                files.append(here / name)
-    return sorted(files), sorted(npu)
+                files.append(os.path.join(top, name))
+    return sorted(map(Path, files)), sorted(map(Path, npu))
 
 
 def _from_names(directory: Path) -> Plan:

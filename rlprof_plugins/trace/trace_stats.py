@@ -18,14 +18,14 @@ For each trace (one rank, one stage or the whole session) the pass collects:
 
 Attributing operators needs the iterations, which a trace may list after
 them, so each operator's start, self time and name are kept in flat arrays
-for the pass (about 20 bytes an operator) and placed at its end. A trace
+for the pass (20 bytes an operator, a chunk at a time: ``spill``) and
+placed at its end. A trace
 that cannot be read gives its ``error``, not an exception: the step keeps
 its other ranks.
 """
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from .._parallel import pool, processes_for
 from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
 from .reader import TraceReader
+from .spill import SpilledColumns
 from .step_numbers import BETWEEN, stage_label
 from .device_time import LAUNCH_CATS, DeviceWork
 from .time_split import SelfTimes
@@ -85,10 +86,12 @@ class TraceStats:
 
 
 class _Placed:
-    """Operators kept for the pass: start, time and name id each, in flat arrays."""
+    """Operators kept for the pass: start, time and name id each (20 bytes an operator), a chunk at a time
+    (``spill``): a trace of millions of operators holds one chunk."""
 
     def __init__(self) -> None:
-        self.starts, self.us, self.names = array("d"), array("d"), array("l")
+        self.kept = SpilledColumns("d", "d", "i")
+        self.starts, self.us, self.names = self.kept.columns
         self._ids: dict[str, int] = {}
         self.by_id: list[str] = []
 
@@ -100,6 +103,8 @@ class _Placed:
         self.starts.append(start)
         self.us.append(us)
         self.names.append(i)
+        if len(self.names) >= self.kept.chunk:  # called per operator: the check here, not a call
+            self.kept.added()
 
 
 _FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid", args=("correlation",))
@@ -204,7 +209,7 @@ def _place(st: TraceStats, windows: list[tuple], placed: _Placed, kind: str, ins
     ends = [w[0] + w[1] for w in windows]
     labels = [item[1] for item in st.iteration_list]
     totals: dict[tuple[str, int], float] = defaultdict(float)
-    for start, us, name in zip(placed.starts, placed.us, placed.names):
+    for start, us, name in placed.kept.rows():
         i = bisect_right(starts, start) - 1
         where = BETWEEN if i < 0 or (inside_only and start >= ends[i]) else labels[i]
         totals[where, name] += us

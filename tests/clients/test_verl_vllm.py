@@ -30,9 +30,10 @@ def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
                          timeout=500)
 
 
-# TP=2 in `make test` (CI): one trace per rank, the API server's beside them; TP=1 (one worker in the
-# EngineCore process) in `make test-extended`, with the other variants CI leaves out for time.
-@pytest.mark.parametrize("tp", [pytest.param(1, marks=pytest.mark.extended), 2])
+# TP=1 (one worker in the EngineCore process) in `make test` (CI); TP=2, one trace per rank, in `make
+# test-extended` with the other variants CI leaves out for time (a rank's trace each, at TP=2, in CI:
+# tests/e2e/test_vllm_server_tp2.py).
+@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.extended)])
 def test_files_are_on_disk_when_stop_returns(tmp_path, tp):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -78,7 +78,8 @@ def test_cuda_profiler_marks_global_step_38_with_its_iterations(sglang_plain, tm
     assert mixed.status_code == 400 and mixed.json()["error"]["field"] == "activities", mixed.text
 
 
-@pytest.mark.parametrize("how", ["flag", "env"])
+# the environment variable's form in `make test-extended` (CI's 25 minutes: docs/testing.md); the flag's in CI
+@pytest.mark.parametrize("how", ["flag", pytest.param("env", marks=pytest.mark.extended)])
 def test_bad_configuration_stops_the_launch_naming_the_key(tmp_path, how):
     from tests.helpers.sglang_server import run_until_exit
 

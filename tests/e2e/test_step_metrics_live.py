@@ -122,7 +122,10 @@ def check(rows: dict, root, ranks: int) -> None:
         assert {2, 3, 4, 5, 6} <= set(steps), (path.name, steps)
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, vLLM's step logs live on the two servers of
+# tests/e2e/test_fleet_live.py (steps 1..4 measured, step 3 traced, the report), and this story on SGLang below
 @pytest.mark.vllm
+@pytest.mark.extended
 def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
     root = tmp_path / "traces"
     server = start_server(tmp_path, {"profiler": "torch", "torch_profiler_dir": str(root), **CONFIG}, tp=2,

@@ -150,3 +150,124 @@ def test_a_measured_steps_replica_numbers_are_those_of_its_row():
     numbers = measured_numbers(ranks)
     row = measured_row(7, numbers, Path("/r"))
     assert measured_replica_numbers("a", numbers, row["directory"]) == replica_numbers("a", row)
+
+
+def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
+    """A fleet keeps each replica-step in brief, in columns (``brief.Briefs``): what comes back is the
+    brief, whatever the stages (one missing, one appearing later), a None, a traced step's own state, a
+    step measured again, and the columns written as bytes and read back."""
+    from rlprof_plugins.report.brief import Briefs
+
+    briefs = [
+        [10, 50.5, 5.05, 80.0, 1.2, "rank1", [["decode", 8, 5.5, 7.0, 0, 64], ["prefill", 2, 3.25, 4.0, 512, 0]]],
+        [3, 9.0, 3.0, 20.0, None, None, [["decode", 3, 3.0, None, 0, 24]]],  # no prefill, no imbalance
+        [4, 12.0, None, 0.0, 1.0, "rank0", [["prefill", 1, 2.0, 2.0, 64, 0], ["mixed", 3, 3.3, 4.4, 8, 8]]],
+        [10, 50.5, 5.05, 80.0, 1.2, "rank1", [["decode", 8, 5.5, 7.0, 0, 64], ["prefill", 2, 3.25, 4.0, 512, 0]]],
+    ]
+
+    def same(columns, place, b, traced=None):
+        n = columns.numbers(place).as_dict()
+        assert (n["iterations"], n["iteration_ms_total"], n["mean_ms"], n["span_ms"], n["imbalance"],
+                n["straggler"]) == tuple(b[:6])
+        assert n["stages"] == {s[0]: dict(zip(("iterations", "mean_ms", "p90_ms", "prefill_tokens",
+                                                "decode_tokens"), s[1:])) for s in b[6]}
+        assert isinstance(n["iterations"], int) and all(isinstance(s["iterations"], int) for s in n["stages"].values())
+        assert (n["state"], n["traced"], n["directory"]) == (("done", True, "/steps/7") if traced else
+                                                             ("measured", False, "/logs"))
+
+    columns = Briefs("r0", "/logs")
+    places = [columns.add(b) for b in briefs[:3]]
+    again = Briefs.of_bytes(columns.to_bytes())  # as the measured steps' store keeps them
+    again.name, again.folder = "r0", "/logs"
+    assert places == [0, 1, 2] and len(again) == 3
+    for place, b in zip(places, briefs):
+        same(columns, place, b)
+        same(again, place, b)
+    assert again.add(briefs[3], ("done", "/steps/7")) == 3
+    same(again, 3, briefs[3], traced=True)
+    again.set(1, briefs[2])  # measured again: its newer numbers
+    same(again, 1, briefs[2])
+    same(again, 2, briefs[2])
+    assert columns.time(0) == 5.5 and columns.time(2) is None  # decode's mean, else the step's mean
+    with pytest.raises(ValueError):
+        Briefs.of_bytes(columns.to_bytes()[:-3])
+
+
+def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again_when_it_changed(tmp_path, monkeypatch):
+    """The report's store of measured numbers (``measured_rows.measured_steps``): a warm run adds a line
+    per new step, and the numbers are a whole read's; a store that is not as the cache left it (cut
+    short) is written anew, never read half; one that cannot be written gives every step from the logs."""
+    from rlprof_plugins.metrics.reader import measured_numbers, read_steps
+    from rlprof_plugins.report import measured_rows
+    from rlprof_plugins.report.cache import StepCache
+    from rlprof_plugins.report.measured_rows import NUMBERS, measured_steps
+
+    def whole() -> dict:
+        records, _ = read_steps(tmp_path)
+        return {step: measured_numbers(ranks) for step, ranks in records.items() if isinstance(step, int)}
+
+    def lines() -> int:
+        return len((tmp_path / ".rlprof-report-cache" / NUMBERS).read_bytes().splitlines())
+
+    write_measured(tmp_path, 1, 20, ranks=2)
+    measured, warnings = measured_steps(tmp_path, StepCache(tmp_path))
+    assert not warnings and {s: measured[s] for s in measured} == whole() and lines() == 20
+    write_measured(tmp_path, 21, 21, ranks=2)
+    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    assert lines() == 21 and list(measured) == list(range(1, 22)) and measured[21] == whole()[21]
+    assert measured.briefs.numbers(measured.place(21)).iterations == whole()[21]["iterations"]
+    store = tmp_path / ".rlprof-report-cache" / NUMBERS
+    store.write_bytes(store.read_bytes()[:-10])  # cut short: written anew, every line once
+    write_measured(tmp_path, 22, 22, ranks=2)
+    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    assert lines() == 22 and {s: measured[s] for s in measured} == whole()
+    write_measured(tmp_path, 22, 22, ranks=1)  # a rank's second line for the newest step: measured again
+    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    assert lines() == 23 and len(measured) == 22 and {s: measured[s] for s in measured} == whole()
+    assert measured.briefs.numbers(measured.place(22)).iterations == whole()[22]["iterations"]
+    measured, _ = measured_steps(tmp_path, StepCache(tmp_path, enabled=False))  # --no-cache: nothing kept
+    assert {s: measured[s] for s in measured} == whole() and lines() == 23
+    write_measured(tmp_path, 23, 23, ranks=2)
+
+    def refused(*_args):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(measured_rows, "write_bytes_atomic", refused)  # the store cannot be written this time
+    cache = StepCache(tmp_path)
+    measured, _ = measured_steps(tmp_path, cache)
+    assert {s: measured[s] for s in measured} == whole() and len(measured) == 23  # every step, not the new one
+    assert "Permission denied" in cache.write_error
+
+
+def write_measured(root: Path, first: int, last: int, ranks: int, slow: float = 1.0) -> None:
+    """Step logs of steps ``first``..``last``, as the engines append them."""
+    from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
+
+    (root / "steps").mkdir(parents=True, exist_ok=True)
+    for rank in range(ranks):
+        with (root / "steps" / f"rank{rank}.jsonl").open("a") as f:
+            for step in range(first, last + 1):
+                counts = [0] * len(BUCKETS_MS)
+                counts[3] = 10 + step
+                decode = StageRecord(10 + step, slow * (5.0 * step + rank), 2.0, 0, 80, 80, counts)
+                f.write(StepRecord(step, "weight_version", f"rank{rank}", 100.0 + step, 100.5 + step, 10 + step,
+                                   decode.total_ms, 1.0, {"decode": decode}).encode())
+
+
+def test_the_page_alone_keeps_what_it_shows_and_is_the_same_page(tmp_path):
+    """Without ``--json`` or ``--csv`` a fleet keeps of each replica only what the page shows (each step's
+    time, its newest steps' numbers: ``fleet.PageBriefs``): the page is byte for byte the one written
+    beside the JSON, with replicas that have different steps (one lacks the newest), warm and cold."""
+    root = tmp_path / "save_path"
+    for r, (first, last) in enumerate([(1, 40), (1, 25), (30, 45)]):
+        write_measured(root / f"agent_loop_rollout_replica_{r}", first, last, ranks=2, slow=1.0 + r / 10)
+    for cache in (["--no-cache"], [], []):
+        assert rlprof(["report", str(root), "-q", *cache, "-o", str(tmp_path / "alone.html")]) == 0
+        assert rlprof(["report", str(root), "-q", *cache, "-o", str(tmp_path / "beside.html"),
+                       "--json", str(tmp_path / "r.json")]) == 0
+        page = (tmp_path / "alone.html").read_text()
+        assert page == (tmp_path / "beside.html").read_text()
+    steps = json.loads((tmp_path / "r.json").read_text())["steps"]
+    assert [s["global_step"] for s in steps] == list(range(1, 46))
+    assert [len(s["replicas"]) for s in steps] == [2] * 25 + [1] * 4 + [2] * 11 + [1] * 5
+    assert "data-replica='agent_loop_rollout_replica_1'><summary>agent_loop_rollout_replica_1: 25 step(s)" in page

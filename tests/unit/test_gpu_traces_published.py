@@ -96,3 +96,30 @@ def test_two_ranks_of_a_128_rank_job_say_what_is_missing_in_one_line(tmp_path, c
         lines = [line for line in said.splitlines() if "missing" in line or "lacks" in line]
         assert len(lines) == 1 and expected in lines[0], (args, said)
         assert "None" not in said, (args, said)
+
+
+def test_the_pass_holds_a_chunk_at_a_time_and_gives_the_same_numbers(monkeypatch):
+    """Memory flat in the trace's size: the operators and the launches of a pass are kept a chunk at a time
+    (``trace.spill``) and the device items are walked in start order by merging the trace's own ascending
+    runs (``device_time.in_order``), without a list of every item. On each real GPU fixture, chunks of 997
+    rows (the fixtures' tens of thousands of operators and launches: dozens of chunks) and a plain sort
+    instead of the runs give exactly the numbers of one chunk."""
+    from rlprof_plugins.trace import device_time, spill
+    from rlprof_plugins.trace.trace_stats import trace_stats
+
+    def numbers(path: Path) -> tuple:
+        st = trace_stats(path, "rank0", None)
+        assert st.error is None
+        return (st.device, st.iteration_device, st.stage_ops, dict(st.cpu_self), st.iteration_list)
+
+    paths = sorted(p for name in NVIDIA for p in (FIXTURES / name).rglob("*.json*"))
+    whole = [numbers(p) for p in paths]
+    assert all(w[0] and w[1] for w in whole)
+    monkeypatch.setattr(spill, "CHUNK", 997)
+    monkeypatch.setattr(device_time, "MAX_RUNS", 1)
+    assert [numbers(p) for p in paths] == whole
+    monkeypatch.setattr(device_time, "MAX_RUNS", 4096)
+    assert [numbers(p) for p in paths] == whole
+    runs = [3.0, 4.0, 9.0, 1.0, 2.0, 9.5, 0.5, 8.0, 8.0]  # three ascending runs, a tie
+    from array import array
+    assert [runs[k] for k in device_time.in_order(array("d", runs))] == sorted(runs)

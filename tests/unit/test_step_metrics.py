@@ -251,7 +251,8 @@ def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path)
 
 def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_numbers(tmp_path):
     """The report's incremental reader (``measured_incrementally``) against a whole read, after appends:
-    a new step, a rank's late line of a recent step, a torn line; a rotation reads everything again."""
+    a new step, a rank's late line of a recent step, a torn line; a rotation reads everything again.
+    The reader gives the steps the new lines touched; the caller keeps the others."""
     from rlprof_plugins.metrics.reader import measured_incrementally
 
     def put(rank: str, step: int, busy: float) -> None:
@@ -263,22 +264,36 @@ def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_number
         records, _ = read_steps(tmp_path)
         return {step: measured_numbers(ranks) for step, ranks in records.items() if isinstance(step, int)}
 
+    kept: dict = {}
+
+    def again(state):
+        numbers, warnings, state, everything = measured_incrementally(tmp_path, state)
+        if everything:
+            kept.clear()
+        kept.update(numbers)
+        return numbers, warnings, json.loads(json.dumps(state)), everything
+
     (tmp_path / "steps").mkdir()
     for step in (1, 2, 3):
         put("rank0", step, 10.0 + step)
         put("rank1", step, 20.0 + step)
-    numbers, warnings, state = measured_incrementally(tmp_path, None)
-    assert numbers == whole() and not warnings
+    numbers, warnings, state, everything = again(None)
+    assert everything and kept == whole() and not warnings
     put("rank0", 4, 14.0)  # step 4 on one rank so far
-    numbers, _, state = measured_incrementally(tmp_path, json.loads(json.dumps(state)))
-    assert numbers == whole() and numbers[4]["ranks"] == ["rank0"]
+    numbers, _, state, everything = again(state)
+    assert not everything and sorted(numbers) == [4]  # only the step the new line touched
+    assert kept == whole() and kept[4]["ranks"] == ["rank0"]
+    assert len(json.dumps(state)) < 4000  # offsets and the newest steps' records, not every step's numbers
     put("rank1", 4, 40.0)  # its other rank's line, later
     with (tmp_path / "steps" / "rank1.jsonl").open("a") as f:
         f.write('{"global_step": 5, "rank": "ra')  # being written
-    numbers, warnings, state = measured_incrementally(tmp_path, json.loads(json.dumps(state)))
-    assert numbers[4] == whole()[4] and numbers[4]["straggler"]["rank"] == "rank1"
+    numbers, warnings, state, everything = again(state)
+    assert not everything and kept == whole() and kept[4]["straggler"]["rank"] == "rank1"
     assert len(warnings) == 1 and "not whole" in warnings[0]
+    numbers, warnings, state, everything = again(state)  # nothing new
+    assert numbers == {} and not everything and kept == whole()
     (tmp_path / "steps" / "rank0.jsonl").rename(tmp_path / "steps" / "rank0.jsonl.1")  # rotated
     put("rank0", 5, 15.0)
-    numbers, _, _ = measured_incrementally(tmp_path, state)
-    assert {s: n["iterations"] for s, n in numbers.items()} == {s: n["iterations"] for s, n in whole().items()}
+    numbers, _, _, everything = again(state)
+    assert everything
+    assert {s: n["iterations"] for s, n in kept.items()} == {s: n["iterations"] for s, n in whole().items()}
