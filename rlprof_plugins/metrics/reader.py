@@ -149,22 +149,22 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
     if state and old_files:  # a log that was read before is gone
         return measured_incrementally(root, None)
     known = set(state["steps"]) if state else set()
-    recent = {int(k): {rank: StepRecord.from_json(r) for rank, r in v.items()}
-              for k, v in (state["recent"].items() if state else ())}
+    # the newest steps' records as the state keeps them (JSON), read only for a step the new lines touch
+    recent: dict[int, dict[str, Any]] = {int(k): v for k, v in (state["recent"].items() if state else ())}
     numbers: dict[int, dict[str, Any]] = {}
     for step, ranks in fresh.items():
         if not isinstance(step, int):
             continue
         if state and step in known and step not in recent:
             return measured_incrementally(root, None)  # a late line of an old step: read it all again
-        merged = dict(recent.get(step, {}))
+        merged = {rank: StepRecord.from_json(r) for rank, r in recent.get(step, {}).items()}
         for rank, record in ranks.items():
             merged[rank] = merged[rank].combine(record) if rank in merged else record
-        recent[step] = merged
+        recent[step] = {rank: r.to_json() for rank, r in merged.items()}
         numbers[step] = measured_numbers(merged)
         known.add(step)
     newest = sorted(recent)[-RECENT:]
     new_state = {"version": STATE_VERSION, "files": {k: v[:2] for k, v in offsets.items()},
                  "lines": {k: v[2] for k, v in offsets.items()}, "warnings": warnings, "steps": sorted(known),
-                 "recent": {str(k): {rank: r.to_json() for rank, r in recent[k].items()} for k in newest}}
+                 "recent": {str(k): recent[k] for k in newest}}
     return numbers, warnings + torn, new_state, state is None

@@ -143,6 +143,22 @@ class Briefs:
             value = self.base[place * _BASE + 2]
         return None if value != value else value
 
+    def busies(self) -> array:
+        """Every place's iteration time (``busy``), one array."""
+        return self.base[1::_BASE]
+
+    def times(self) -> array:
+        """Every place's ``time`` (NaN for None), one array: the columns sliced, not a call per place."""
+        means = self.base[2::_BASE]
+        decode = self.stages.get("decode")
+        if decode is None:
+            return means
+        out = decode[1::_WIDTH]
+        for place, value in enumerate(out):
+            if value != value:
+                out[place] = means[place]
+        return out
+
     def numbers(self, place: int) -> ReplicaNumbers:
         at = place * _BASE
         iterations, busy, mean, span, imbalance, rank = self.base[at:at + _BASE]

@@ -15,7 +15,7 @@ import json
 from itertools import zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..store.layout import write_text_atomic
 from ..trace.iteration_names import SOURCE_TITLES, SOURCES
@@ -52,13 +52,27 @@ class Built:
         return [row for row in self.report["steps"] if row["error"] or row["unreadable"]]
 
     def to_json(self) -> dict[str, Any]:
-        steps = [{k: [n.as_dict() for n in v] if k == "replicas" else v for k, v in row.items()
-                  if not k.startswith("_")} for row in self.report["steps"]]
-        out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "steps": steps,
-               "notes": self.notes, "compare": self.compared}
+        return {**self._head(), "steps": [_step_json(row) for row in self.report["steps"]]}
+
+    def json_parts(self) -> Iterator[str]:
+        """``to_json()`` as text, a step at a time (a fleet's 64,000 replica-steps are never one string;
+        ``steps`` comes last)."""
+        head = json.dumps(self._head(), indent=1)
+        yield head[:-2] + ',\n "steps": [\n'
+        for k, row in enumerate(self.report["steps"]):
+            yield (",\n" if k else "") + json.dumps(_step_json(row), indent=1)
+        yield "\n]\n}\n"
+
+    def _head(self) -> dict[str, Any]:
+        out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "notes": self.notes,
+               "compare": self.compared}
         if "replicas" in self.report:
             out["replicas"] = self.report["replicas"]
         return out
+
+
+def _step_json(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: [n.as_dict() for n in v] if k == "replicas" else v for k, v in row.items() if not k.startswith("_")}
 
 
 def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
@@ -140,7 +154,7 @@ def write_page(built: Built, path: Path) -> None:
 
 
 def write_json(built: Built, path: Path) -> None:
-    write_text_atomic(path, json.dumps(built.to_json(), indent=1))
+    write_text_atomic(path, built.json_parts())
 
 
 def write_csv(built: Built, folder: Path) -> list[Path]:

@@ -95,8 +95,7 @@ class PageBriefs:
 
     def __init__(self, briefs: Briefs, newest: list[int]) -> None:
         self.name = briefs.name
-        self._times = array("d", (brief.NONE if (t := briefs.time(p)) is None else t for p in range(len(briefs))))
-        self._busy = array("d", (briefs.busy(p) for p in range(len(briefs))))
+        self._times, self._busy = briefs.times(), briefs.busies()
         self._numbers = {place: briefs.numbers(place) for place in newest}
 
     def time(self, place: int) -> float | None:
