@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -45,27 +44,16 @@ def selected(engine: str, version: str) -> bool:
 
 _RUNS: dict = {}
 CONCURRENT = max(1, min(2, len(os.sched_getaffinity(0))))
-GATE = threading.Event()  # set by the first contract test: the second lane opens
-
-
-def start_contract_runs() -> None:
-    """Every selected release's contract run, ``CONCURRENT`` at a time: each is one interpreter busy with
-    imports on one core, so two cores run the matrix in about half the time. Started when collection
-    ends (tests/conftest.py), while the unit tests run on the other core: one lane until the first
-    contract test waits (``GATE``), then two."""
-    if _RUNS:
-        return
-    pool = ThreadPoolExecutor(max_workers=CONCURRENT)
-    if CONCURRENT > 1:
-        pool.submit(GATE.wait)  # holds the second lane
-    _RUNS.update({(e, v): pool.submit(run_contract, e, v) for e, v in MATRIX if selected(e, v)})
-    pool.shutdown(wait=False)
 
 
 def contract_run(engine: str, version: str):
-    """The release's contract run (started now where collection did not start them)."""
-    start_contract_runs()
-    GATE.set()
+    """The release's contract run. Every selected release is started at the
+    first call, ``CONCURRENT`` at a time: each is one interpreter busy with
+    imports on one core, so two cores run the matrix in about half the time."""
+    if not _RUNS:
+        pool = ThreadPoolExecutor(max_workers=CONCURRENT)
+        _RUNS.update({(e, v): pool.submit(run_contract, e, v) for e, v in MATRIX if selected(e, v)})
+        pool.shutdown(wait=False)
     return _RUNS[(engine, version)].result()
 
 
