@@ -221,6 +221,8 @@ bench: env tiny-model
 	$(VPY) benchmarks/bench_vllm_profiling.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --skip "on | native"
+	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --stacks-modes
+	$(VPY) benchmarks/bench_stack_sampling.py
 	$(VPY) benchmarks/stop_breakdown.py
 
 bench-merge: env
@@ -245,6 +247,7 @@ bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_sglang_stop.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"
+	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --stacks-modes
 
 # docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
 bench-nvtx: env

@@ -22,7 +22,11 @@ so the final stop holds iterations as a rotation does. The engine is vLLM's
 bench-sglang``).
 ``--scenario bursty`` measures agent-loop bursts with idle gaps instead
 (``bursty_scenario.py``: each recorder on a fresh server, the engine's peak memory).
-Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 32] [--scenario bursty]``.
+``--scenario bursty --stacks-modes``: rlprof's default once per ``python_stacks`` mode (sampled, exact, off)
+against the same traffic unrecorded: serving time, the engine's peak memory, the longest pause, the trace's
+bytes per iteration (issue 57).
+Usage: ``python benchmarks/bench_stop_stall.py [--engine vllm|sglang] [--chunks 32] [--scenario bursty]
+[--stacks-modes]``.
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ def no_profiling(server, engine: str) -> dict:
 def rlprof_bodies(chunks: list[int]) -> dict[str, dict]:
     """rlprof's sessions by label: the default, one torch session, fixed lengths."""
     return {"rlprof default (auto)": {}, "rlprof one session": {"chunk_iterations": 0},
+            # torch's stacks off, the engine thread's stack sampled (issue 57); with_stack None: not asked
+            "rlprof sampled stacks": {"python_stacks": "sampled", "with_stack": None},
             **{f"rlprof chunks of {n}": {"chunk_iterations": n} for n in chunks}}
 
 
@@ -230,7 +236,19 @@ def main() -> int:
                         help="bursty: agent-loop bursts with idle gaps, one fresh server per recorder "
                              "(benchmarks/bursty_scenario.py)")
     parser.add_argument("--skip", default="", help="bursty rows to leave out, comma-separated: 'on | native'")
+    parser.add_argument("--stacks-modes", action="store_true",
+                        help="bursty: a row per python_stacks mode (sampled, exact, off) against unrecorded")
     args = parser.parse_args()
+    if args.scenario == "bursty" and args.stacks_modes:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        import bursty_scenario
+
+        with tempfile.TemporaryDirectory() as d:
+            results = bursty_scenario.measure_stacks(Path(d), args.engine)
+        out = args.out or REPO / "benchmarks" / f"results-bursty-stacks-{args.engine}.json"
+        out.write_text(json.dumps(results, indent=2))
+        print(bursty_scenario.render_stacks(results, args.engine))
+        return 0
     if args.scenario == "bursty":
         sys.path.insert(0, str(REPO / "benchmarks"))
         import bursty_scenario

@@ -91,6 +91,12 @@ def _session(server, pid: int, engine: str, body: dict | None, folder: Path) -> 
             out["causes"] = sorted({p["args"]["cause"] for p in pauses})
             out["pause_list"] = [(p["args"]["cause"], round(p["dur"] / 1e3), p["args"].get("iterations"))
                                  for p in sorted(pauses, key=lambda p: p["ts"])]
+            rank_files = [f for f in files if f.parent.name == "ranks" and "async_llm" not in f.name]
+            iterations = sum(1 for f in rank_files for e in load_trace(f)["traceEvents"]
+                             if str(e.get("name", "")).startswith("rlprof::iteration"))
+            rank_bytes = sum(f.stat().st_size for f in rank_files)
+            out["iterations"] = iterations
+            out["trace_kb_per_iteration"] = rank_bytes / 1024 / iterations if iterations else None
     out["peak_mb"], out["final_mb"] = status_mb(pid, "VmHWM"), status_mb(pid, "VmRSS")
     return out
 
@@ -155,3 +161,51 @@ def render(results: dict) -> str:
 
 
 
+
+
+STACK_MODES = ("none", "off", "exact", "sampled")
+
+
+def measure_stacks(tmp: Path, engine: str) -> dict:
+    """rlprof's default recorder once per Python-stacks mode (``python_stacks`` in the start request), each on
+    a fresh server, beside the same traffic unrecorded (issue 57)."""
+    from tests.helpers import sglang_server, vllm_server
+    names = ("VLLM::Worker",) if engine == "vllm" else ("sglang::schedul",)
+    results: dict = {}
+    for mode in STACK_MODES:
+        folder = tmp / f"{engine}-stacks-{mode}"
+        if engine == "vllm":
+            server = vllm_server.start_server(tmp, {"profiler": "torch", "torch_profiler_dir": str(folder)})
+            body = {"global_step": 1}
+        else:
+            server = sglang_server.start_server(tmp, None)
+            body = {"global_step": 1, "output_dir": str(folder)}
+        body = None if mode == "none" else {**body, "python_stacks": mode}
+        try:
+            server.complete(max_tokens=TOKENS)  # warm-up
+            results[mode] = run_one(server, engine_pid(server, names), engine, body, folder)
+            print(mode, json.dumps(results[mode]), flush=True)
+        finally:
+            server.stop()
+    return results
+
+
+def render_stacks(results: dict, engine: str) -> str:
+    none = results.get("none", {}).get("bursts_s")
+    none_mb = results.get("none", {}).get("peak_mb")
+    lines = [f"| {engine}: python_stacks | 5 bursts (vs unrecorded) | engine peak MB (VmHWM, vs unrecorded) | "
+             "longest pause | trace KB per iteration (iterations) | stop answered |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for mode, r in results.items():
+        if "failed" in r:
+            lines.append(f"| {mode} | failed: {r['failed']} | | | | |")
+            continue
+        ratio = f" ({r['bursts_s'] / none:.2f}x)" if none else ""
+        memory = f"{r['peak_mb']:.0f}" + (f" ({r['peak_mb'] / none_mb:.2f}x)" if none_mb and r.get("peak_mb") else "")
+        pause = f"{r['longest_pause_ms']:.0f} ms" if "longest_pause_ms" in r else "-"
+        per = (f"{r['trace_kb_per_iteration']:.1f} ({r['iterations']})" if r.get("trace_kb_per_iteration")
+               else "-")
+        stop = f"{r['stop_answer_s']:.2f} s" if "stop_answer_s" in r else "-"
+        lines.append(f"| {'unrecorded' if mode == 'none' else mode} | {r['bursts_s']:.2f} s{ratio} | {memory} | "
+                     f"{pause} | {per} | {stop} |")
+    return "\n".join(lines)

@@ -67,15 +67,18 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
         return None
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is None:
-        from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend
+        from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, with_python_stacks
 
         # The worker's settings, CPU only: the front end runs no device work.
         settings = dataclasses.replace(torch_settings(cfg), activities=("CPU",), table_sort_key="self_cpu_time_total",
                                        write_table=options_of(cfg).operator_table)
         base_name = vllm_frontend_name(socket.gethostname(), os.getpid())
-        recorder = FrontendRecorder(
-            backend_factory=lambda overrides: TorchProfilerBackend(
-                with_overrides(settings, {k: v for k, v in (overrides or {}).items() if k != "activities"})),
+        keys = options_of(cfg).backend_keys
+        recorder = FrontendRecorder(  # sampled stacks sample the engine threads: the front end records none
+            backend_factory=lambda overrides: TorchProfilerBackend(dataclasses.replace(with_python_stacks(
+                with_overrides(settings, {k: v for k, v in (overrides or {}).items()
+                                          if k not in ("activities", "python_stacks")}), keys, overrides),
+                sample_hz=None)),
             worker_name=lambda prefix: vllm_worker_name(prefix, base_name),
         )
         llm.__dict__[RECORDER_ATTR] = recorder

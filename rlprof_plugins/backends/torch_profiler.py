@@ -9,14 +9,17 @@ an atomic rename, so no half-written trace ever appears under a final name.
 from __future__ import annotations
 
 import gzip
+import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .._log import warn_once
 from ..store.layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.naming import trace_file
 from ..trace.pauses import Pause, with_pauses
+from . import stack_sampler
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .forked_export import export_chrome_trace
@@ -54,6 +57,70 @@ class TorchSettings:
     write_table: bool = False
     table_sort_key: str = "self_cpu_time_total"
     extra_metadata: dict = field(default_factory=dict)
+    # Sampled Python stacks (``python_stacks: "sampled"``): the engine thread's stack read this many
+    # times a second by ``stack_sampler``, torch's own ``with_stack`` off. None: no sampler.
+    sample_hz: int | None = None
+
+    @property
+    def python_stacks(self) -> str:
+        """Which Python stacks this session records: ``exact`` (torch's tracer), ``sampled`` or ``off``."""
+        return "exact" if self.with_stack else "sampled" if self.sample_hz else "off"
+
+
+# The torch backend's own keys (flat in the JSON, beside vLLM's native ones; ``registry``).
+# ``python_stacks`` unset (null) follows the engine's ``torch_profiler_with_stack``.
+STACK_MODES = ("sampled", "exact", "off")
+KEYS = {"python_stacks": None, "sample_hz": stack_sampler.DEFAULT_HZ}
+
+
+def check_key(key: str, value: Any, error: Any) -> Any:
+    """One of the torch backend's keys, checked (``error(key, why)``)."""
+    if key == "python_stacks":
+        if value is not None and value not in STACK_MODES:
+            raise error(key, f"must be one of {', '.join(STACK_MODES)} (or null: as torch_profiler_with_stack), "
+                             f"got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= stack_sampler.MAX_HZ:
+        raise error(key, f"must be an integer from 1 to {stack_sampler.MAX_HZ} (samples a second), got {value!r}")
+    return value
+
+
+def check_against_native(native: Mapping[str, Any], ours: Mapping[str, Any], error: Any) -> None:
+    """``python_stacks`` and the engine's ``torch_profiler_with_stack`` both written and saying
+    different things: refused at start-up, naming ``python_stacks``."""
+    mode, with_stack = ours.get("python_stacks"), native.get("torch_profiler_with_stack")
+    if mode is None or with_stack is None:
+        return
+    if (mode == "exact") != bool(with_stack):
+        raise error("python_stacks", f"{mode!r} contradicts torch_profiler_with_stack {str(with_stack).lower()} "
+                                     "(exact stacks are torch's with_stack); write one of them")
+
+
+def with_python_stacks(settings: TorchSettings, keys: Mapping[str, Any],
+                       overrides: Mapping[str, Any] | None = None) -> TorchSettings:
+    """One session's Python stacks, the first that says: the request's ``python_stacks``; its
+    ``with_stack: true`` (exact); the server's ``python_stacks`` (a request's ``with_stack: false``
+    turns exact stacks off, not a sampler: it is the cheap kind); the engine's
+    ``torch_profiler_with_stack`` (``settings`` as they are)."""
+    overrides = overrides or {}
+    with_stack = overrides.get("with_stack")
+    mode = overrides.get("python_stacks") or ("exact" if with_stack is True else None)
+    if mode is None:
+        mode = keys.get("python_stacks")
+        if with_stack is False and mode != "sampled":
+            mode = "off"
+    if mode == "sampled":
+        return replace(settings, with_stack=False, sample_hz=int(keys.get("sample_hz") or stack_sampler.DEFAULT_HZ))
+    if mode in ("exact", "off"):
+        return replace(settings, with_stack=mode == "exact", sample_hz=None)
+    return settings
+
+
+def _build(context: Any, table: bool, overrides: dict) -> "TorchProfilerBackend":
+    """A session's backend: the engine's settings with the request's torch overrides, then its stacks."""
+    torch_overrides = {k: v for k, v in overrides.items() if k != "python_stacks"}
+    settings = context.torch_settings(table, torch_overrides)
+    return TorchProfilerBackend(with_python_stacks(settings, context.options.backend_keys, overrides))
 
 
 def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
@@ -99,6 +166,7 @@ class TorchProfilerBackend:
         }
         self._activities = [kinds[a] for a in settings.activities]
         self._prof = None
+        self._sampler = stack_sampler.StackSampler(settings.sample_hz) if settings.sample_hz else None
 
     def prepare(self, directory: Path, worker_name: str) -> None:
         """Nothing to stage: torch keeps the recording in memory until export."""
@@ -114,12 +182,26 @@ class TorchProfilerBackend:
             with_modules=s.with_modules,
         )
         self._prof.start()
+        self._prof.add_metadata_json("rlprof_python_stacks", json.dumps(s.python_stacks))
         for key, value in s.extra_metadata.items():
             self._prof.add_metadata_json(key, value)
+        if self._sampler is not None:
+            self._sampler.start()
+            if self._sampler.why_thread:
+                warn_once("stack sampler thread", "rlprof: sampled Python stacks by a sampler thread, not the "
+                          "signal timer: %s; samples gather where the engine releases the GIL",
+                          self._sampler.why_thread)
 
     def stop(self) -> None:
         assert self._prof is not None, "stop() before start()"
+        if self._sampler is not None:  # first: its thread takes the GIL, torch's stop holds it
+            self._sampler.stop()
         self._prof.stop()
+
+    def set_iteration(self, index: int | None) -> None:
+        """The engine thread entered iteration ``index`` (None: left it): the sampler's spans split there."""
+        if self._sampler is not None:
+            self._sampler.set_iteration(index)
 
     def annotation(self, name: str):
         return self._torch.profiler.record_function(name)
@@ -150,7 +232,8 @@ class TorchProfilerBackend:
             packed, copied = s.use_gzip and not by_stage, False
             try:
                 with (gzip.open(fixed, "wb", compresslevel=6) if packed else open(fixed, "wb")) as dst:
-                    for piece in with_pauses(raw, list(pauses)):
+                    more = self._sampler.events if self._sampler is not None else None
+                    for piece in with_pauses(raw, list(pauses), more):
                         dst.write(piece)
                 copied = True
                 if by_stage:
@@ -186,5 +269,7 @@ KIND = BackendKind(
     # torch_npu swaps torch.profiler.profile for its own on Ascend (SGLang applies that swap), so
     # "torch" would record through torch_npu with torch's options and export no NPU data.
     refuses={"npu": "torch records no NPU activity on Ascend; use npu (or auto)"},
-    build=lambda context, table, overrides: TorchProfilerBackend(context.torch_settings(table, overrides)),
+    keys=KEYS,
+    check=check_key,
+    build=_build,
 )

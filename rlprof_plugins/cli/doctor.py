@@ -172,6 +172,31 @@ def given_keys() -> set[str]:
         return set()
 
 
+def python_stacks_note(config: object | None) -> str:
+    """Which Python stacks sessions record (``python_stacks``, ``backends.stack_sampler``), and how."""
+    from ..backends import stack_sampler
+    from ..backends.torch_profiler import NATIVE_DEFAULTS, with_python_stacks, TorchSettings
+
+    if config is not None:
+        keys, with_stack, where = config.options.backend_keys, config.torch_profiler_with_stack, ENV_NAME
+    else:
+        keys, with_stack, where = {}, NATIVE_DEFAULTS["torch_profiler_with_stack"], "the engines' default"
+    settings = with_python_stacks(TorchSettings(with_stack=with_stack), keys)
+    mode = settings.python_stacks
+    if mode == "sampled":
+        how = (f"sampled at {settings.sample_hz} Hz (a signal timer on the engine's main thread; elsewhere a "
+               "sampler thread, with one warning)")
+    elif mode == "exact":
+        how = ("exact (torch's with_stack: an event per Python call; `\"python_stacks\": \"sampled\"` samples at "
+               f"{stack_sampler.DEFAULT_HZ} Hz for a fraction of the cost)")
+    else:
+        how = "off"
+    return f"python stacks ({where}): {how}"
+
+
+ENV_NAME = "RLPROF_PROFILER_CONFIG"
+
+
 def _environment(engine: str, version: str) -> list[str]:
     from packaging.version import Version
 
@@ -190,6 +215,8 @@ def _environment(engine: str, version: str) -> list[str]:
                              f"(a key set differently in both stops the launch): {ours}")
     except Exception as e:
         notes.append(f"{ENV} is set but invalid: {e}")
+        config = None
+    notes.append(python_stacks_note(config))
     vllm = ENGINES["vllm"]
     legacy = sorted(k for k in os.environ if k.startswith(vllm.LEGACY_ENV))
     if engine == vllm.NAME and legacy:

@@ -21,7 +21,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, settings_from_config
+from ..backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, check_against_native, settings_from_config
 from ..errors import OptionsError
 from ..store.servers import server_root
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
@@ -120,6 +120,7 @@ def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
     activities = data.get("torch_profiler_activities")
     flags = {key: check_flag(key, data.get(key, default)) for key, default in _FLAGS.items()}
     options = parse_options({k: v for k, v in data.items() if k in OUR_KEYS})
+    check_against_native(data, data, OptionsError)
     if profiler == "cuda" and options.backend not in ("auto", "cuda"):
         raise OptionsError("backend", f'{options.backend!r} contradicts "profiler": "cuda"; leave backend at auto')
     directory = os.path.abspath(os.path.expanduser(directory)) if directory else None

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 from ..backends import memory_history
 from ..backends.which_backend import check_backend
 from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
+from ..backends.torch_profiler import check_against_native
 from ..errors import OptionsError
 
 
@@ -298,4 +299,5 @@ def split_options(
                 f"unknown key{hint}; rlprof keys: {', '.join(OUR_KEYS)}; "
                 "the engine's own keys are listed in its profiler documentation",
             )
+    check_against_native(rest, ours, OptionsError)
     return rest, ours

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..backends import memory_history
+from ..backends.torch_profiler import STACK_MODES
 from ..errors import RequestError
 from .launch_config import check_activities_on_host, parse_activities
 from .options import check_flag
@@ -53,7 +54,7 @@ def parse_profiler_kwargs(value: Any) -> dict[str, bool]:
 
 def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: bool) -> Recorded:
     """vLLM's ``profiler_kwargs``, SGLang's ``activities``/``with_stack``/
-    ``record_shapes`` and rlprof's ``memory``, as one session's recording on a
+    ``record_shapes`` and rlprof's ``memory`` and ``python_stacks``, as one session's recording on a
     host of ``device``."""
     overrides: dict[str, Any] = parse_profiler_kwargs(given.get("profiler_kwargs"))
     activities = given.get("activities")
@@ -74,6 +75,14 @@ def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: boo
             if overrides.get(name, value) != value:
                 raise RequestError(name, f"contradicts profiler_kwargs.{name}")
             overrides[name] = value
+    if given.get("python_stacks") is not None:
+        mode = given["python_stacks"]
+        if mode not in STACK_MODES:
+            raise RequestError("python_stacks", f"must be one of {', '.join(STACK_MODES)}, got {mode!r}")
+        if "with_stack" in overrides and overrides["with_stack"] != (mode == "exact"):
+            raise RequestError("python_stacks", f"{mode!r} contradicts with_stack "
+                                                f"{str(overrides['with_stack']).lower()} (exact stacks are with_stack)")
+        overrides["python_stacks"] = mode
     memory = memory_default
     if "memory" in given:
         memory = check_flag("memory", given["memory"], error=RequestError)

@@ -42,6 +42,11 @@ FIELDS = (
     Field("memory", (RLPROF,), "bool",
           "also record the device allocator's memory history over the window: each rank's snapshot in "
           "`memory/<rank>.pickle` (CUDA or Ascend; elsewhere 400 naming `memory`; default: the server's `memory`)"),
+    Field("python_stacks", (RLPROF,), "`sampled`, `exact` or `off`",
+          "this session's Python stacks: `sampled` (the engine thread's stack read `sample_hz` times a second, "
+          "torch's stacks off), `exact` (torch's `with_stack`), `off` (default: the server's `python_stacks`, "
+          "else its `torch_profiler_with_stack`); with `with_stack` or `profiler_kwargs.with_stack` saying "
+          "otherwise: 400 naming `python_stacks`"),
     Field("profile_prefix", (VLLM, SGLANG), "string",
           "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
     Field("delay_iterations", (VLLM,), "int >= 0",

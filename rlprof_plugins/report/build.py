@@ -22,6 +22,7 @@ from ..trace.iteration_names import SOURCE_TITLES, SOURCES
 from ..trace.summary import step_label
 from .cache import StepCache
 from .compare import compare
+from . import flame
 from ..store.servers import replicas_of
 from .fleet import fleet_rows, replica_table
 from .fleet_view import NEWEST
@@ -159,7 +160,7 @@ def write_json(built: Built, path: Path) -> None:
 
 def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
-    whole and per stage), ``operators.csv``, ``iterations.csv``
+    whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage)
     and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
     details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
@@ -183,6 +184,7 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
                         **{f"device_{k}": v for k, v in (device or {}).items()}}
                        for row in steps for it, device in zip_longest(row.get("timeline", []),
                                                                       row.get("iteration_device", []))],
+        "python": [r for row in steps for r in flame.csv_rows(row)],
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)

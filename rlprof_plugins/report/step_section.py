@@ -1,4 +1,5 @@
-"""One step's section of the report page: where each rank's time went, its iterations, operators, memory, files.
+"""One step's section of the report page: where each rank's time went, its iterations, operators, Python
+functions (``flame``), memory, files.
 
 Operators are listed per iteration of their stage beside their totals, with
 the iteration counts next to every change and ``new``/``gone`` marked
@@ -14,7 +15,7 @@ from functools import lru_cache
 from html import escape
 from typing import Any, Callable
 
-from . import charts
+from . import charts, flame
 from .ranks import PERFETTO
 from ..trace.summary import step_label
 
@@ -72,6 +73,7 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
     for kind, heading in (("device", "Top device kernels"), ("cpu", "Top CPU operators (self time)")):
         if row["operators"].get(kind):
             parts.append(_operators(row["operators"][kind], f"{heading}, all ranks", kind))
+    parts.append(flame.section(row.get("python"), cell, name_cell))
     if row.get("memory"):
         parts.append(_memory(row["memory"], title))
     parts.append(_files(row, href))

@@ -34,6 +34,7 @@ from ..trace.step_numbers import (change_pct, imbalance, operator_changes, slowe
 from ..trace.summary import step_dirs
 from ..trace.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
+from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
@@ -41,8 +42,8 @@ from .ranks import files_of, rank_time
 
 DETAILED = 20  # the newest steps shown in full
 TOP_OPERATORS = 15
-DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "files", "memory", "slowest_rank_iterations",
-           "rank_busy_ms")
+DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "python", "files", "memory",
+           "slowest_rank_iterations", "rank_busy_ms")
 
 
 def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *,
@@ -102,6 +103,7 @@ def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[
     previous: dict[str, float] = {}  # stage -> the last mean iteration ms seen
     previous_step = None
     before = None  # (stage operators, iterations per stage) of the last step read
+    before_python = None  # (its Python frames per stage, iterations per stage)
     for k, row in enumerate(rows):
         row["change_pct"] = {}
         for stage, numbers in row["stages"].items():
@@ -110,10 +112,14 @@ def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[
         row["step_change_pct"] = change_pct(previous_step, row["mean_ms"])
         previous_step = row["mean_ms"] if row["iterations"] else previous_step
         ops, counts = row.pop("stage_operators"), {s: n["iterations"] for s, n in row["stages"].items()}
+        python = row.pop("stage_python", None)
         if k in detailed:
             row["operators"] = operator_changes(ops, counts, *(before or (None, None)), n=TOP_OPERATORS)
+            if python:
+                row["python"] = flame_view(python, counts, *(before_python or (None, None)))
         if row["ranks"] and row["traced"]:
             before = (ops, counts)
+            before_python = (python, counts)
         if row["global_step"] in keep:
             row["_stage_ops"] = ops  # for --compare; not part of the report's JSON
         if k not in detailed:
@@ -151,7 +157,7 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
         "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {}, "straggler": None, "imbalance": None,
         "iterations": 0, "iteration_ms_total": 0.0, "mean_ms": None, "span_ms": 0.0,
         "profiler_pauses": 0, "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [], "iteration_device": [],
-        "stage_operators": {}, "error": None, "memory": step_memory(directory, memory),
+        "stage_operators": {}, "stage_python": None, "error": None, "memory": step_memory(directory, memory),
     }
     if data.get("state") == "failed":
         errors = [w.get("error") for w in (data.get("writers") or {}).values() if w.get("error")]
@@ -173,6 +179,7 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
     _add_iterations(row, stats)
     row["rank_time"] = rank_time(stats)
     row["stage_operators"] = stage_operators(stats)
+    row["stage_python"] = stage_python(stats)
     return row
 
 

@@ -111,6 +111,7 @@ class Recording:
         (``ProfilerStep#N``, what HolisticTraceAnalysis finds iterations by).
         The running chunk holds the iteration (its pause's ``args`` say so)."""
         self._chunk.enter(index)
+        self._tell_iteration(index)
         ranges = (self.annotation(iteration_annotation(index, info)), self.annotation(profiler_step(index)))
         for entered, annotation in enumerate(ranges):
             try:
@@ -124,6 +125,14 @@ class Recording:
     def leave_iteration(self) -> None:
         """The iteration's ranges closed: its time counts as busy, not idle."""
         self._chunk.leave()
+        self._tell_iteration(None)
+
+    def _tell_iteration(self, index: int | None) -> None:
+        """A backend that keeps events of its own per iteration hears where each begins and ends
+        (the torch backend's sampled Python stacks: ``backends.stack_sampler``)."""
+        tell = getattr(self.backend, "set_iteration", None)
+        if tell is not None:
+            tell(index)
 
     def rotate(self, backend: Backend) -> float:
         """End the current chunk at an iteration boundary (engine thread): stop

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..store.layout import write_text_atomic
 from . import codec
@@ -103,11 +103,14 @@ def _base_of(head: bytes, path: Path) -> int:
     return int(found[-1]) if found else 0
 
 
-def with_pauses(path: Path, pauses: list[Pause], piece: int = 1 << 20) -> Iterator[bytes]:
+def with_pauses(path: Path, pauses: list[Pause], more: Callable[[int], list[dict[str, Any]]] | None = None,
+                piece: int = 1 << 20) -> Iterator[bytes]:
     """The bytes of the plain Chrome trace Kineto wrote at ``path``, with
     ``pauses`` as the first events of its ``traceEvents`` array and its frame
     names' bare quotes escaped (``repair.repair_lines``): a byte copy, no JSON
-    parsing, so it costs the writer no more than copying the file."""
+    parsing, so it costs the writer no more than copying the file. ``more(base_ns)``:
+    other events of rlprof's own on the trace's clock beside them (the sampled
+    Python stacks: ``backends.stack_sampler``)."""
     with open(path, "rb") as f:
         head = b""
         while True:
@@ -116,11 +119,15 @@ def with_pauses(path: Path, pauses: list[Pause], piece: int = 1 << 20) -> Iterat
             m = _EVENTS_OPEN.search(head)
             if m or not block:
                 break
-        if not m or not pauses:  # not the layout expected: the file as it is
+        if not m or not (pauses or more):  # not the layout expected: the file as it is
             yield from repair_lines(_pieces(head, f, piece))
             return
         base = _base_of(head[:m.start()], path)
-        text = codec.encode_events([p.event(base) for p in pauses])
+        events = [p.event(base) for p in pauses] + (more(base) if more is not None else [])
+        if not events:
+            yield from repair_lines(_pieces(head, f, piece))
+            return
+        text = codec.encode_events(events)
         rest = head[m.end():]
         while not rest.strip() and (block := f.read(piece)):
             rest += block

@@ -40,6 +40,7 @@ from .naming import DEVICE_WORK_CATS
 from .._parallel import pool, processes_for
 from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
+from .python_stacks import PYTHON_CATS, PythonFrames
 from .reader import TraceReader
 from .spill import SpilledColumns
 from .step_numbers import BETWEEN, stage_label
@@ -74,6 +75,9 @@ class TraceStats:
     # and each iteration's, in the order of ``iteration_list``
     device: dict[str, float] | None = None
     iteration_device: list[dict[str, float] | None] = field(default_factory=list)
+    # the Python frames of the iterations' threads per stage (``python_stacks``): self, total, call tree
+    python: dict[str, dict] = field(default_factory=dict)
+    python_stacks: str | None = None  # "exact" (torch's events), "sampled" (rlprof's) or None
     error: str | None = None  # the trace could not be read: why
 
     @property
@@ -107,7 +111,7 @@ class _Placed:
             self.kept.added()
 
 
-_FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid", args=("correlation",))
+_FIELDS = codec.fields_decoder("ph", "ts", "dur", "cat", "name", "pid", "tid", args=("correlation", "sampled_us", "depth"))
 
 
 def trace_stats(path: Path, rank: str, stage: str | None, report: bool = False) -> TraceStats:
@@ -128,6 +132,8 @@ def _read(st: TraceStats, report: bool) -> None:
     cpu = SelfTimes(st.cpu_self, cpu_placed.add)
     device, device_ops = DeviceWork(), st.device_ops
     found: dict[str, list[tuple]] = defaultdict(list)  # source -> [(start, dur, Named)]
+    threads: dict[str, set] = defaultdict(set)  # source -> the (pid, tid) its iterations ran on
+    python = PythonFrames()
     first = last = None
     with TraceReader(st.path) as reader, codec.gc_paused():
         for batch in reader.batches(_FIELDS):
@@ -162,8 +168,11 @@ def _read(st: TraceStats, report: bool) -> None:
                     st.pause_us += dur
                 elif cat in ITERATION_CATS and (named := iteration_of(name)) is not None:
                     found[named.source].append((ts, dur, named))
+                    threads[named.source].add((pid, tid))
                 elif cat in CPU_OP_CATS:
                     cpu.add((pid, tid), ts, end, name)
+                elif cat in PYTHON_CATS:
+                    python.add(cat, (pid, tid), ts, end, name, *_sampled(args))
     cpu.close()
     st.first_us, st.last_us = first, last
     st.cpu_out_of_order = cpu.out_of_order
@@ -176,6 +185,9 @@ def _read(st: TraceStats, report: bool) -> None:
         st.iteration_list.append((key, stage_label(named.stage, st.stage), dur, named.prefill_tokens,
                                   named.decode_tokens, named.batch))
         st.busy_us += dur
+    st.python_stacks = python.mode
+    st.python = python.by_stage([(ts, ts + dur, item[1]) for (ts, dur, _), item in zip(windows, st.iteration_list)],
+                                threads.get(source, set()) if source else set())
     _place(st, windows, cpu_placed, "cpu", inside_only=True)
     _place(st, windows, device_placed, "device", inside_only=False)
     _split_device(st, windows, device)
@@ -188,6 +200,17 @@ def _fields_of(batch: list) -> list[tuple]:
         return [(e.ph, e.ts, e.dur, e.cat, e.name, e.pid, e.tid, e.args) for e in batch]
     return [(e.get("ph"), e.get("ts"), e.get("dur"), e.get("cat"), e.get("name"), e.get("pid"), e.get("tid"),
              e.get("args")) for e in batch]
+
+
+def _sampled(args: object) -> tuple[float, int]:
+    """A sampled Python span's time by its samples and its depth (``backends.stack_sampler``); -1, -1: an
+    exact event."""
+    if args is None or not hasattr(args, "get"):
+        return -1.0, -1
+    us, depth = args.get("sampled_us"), args.get("depth")
+    if not isinstance(us, (int, float)) or not isinstance(depth, int) or isinstance(depth, bool):
+        return -1.0, -1
+    return float(us), depth
 
 
 def _correlation(args: object) -> object:

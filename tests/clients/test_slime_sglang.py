@@ -24,6 +24,11 @@ from tests.clients import slime_sglang as slime
 from tests.helpers.traces import iteration_indices, load_trace
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs SGLang's native fields (`num_steps`, `activities`,
+# `with_stack`) on tests/e2e/test_sglang_server_tp1.py and the fleet behind sglang-router in
+# tests/e2e/test_trainer_control.py.
+pytestmark = pytest.mark.extended
+
 def rlprof_config(tmp) -> dict:
     return {"torch_profiler_dir": str(tmp / "traces"), "torch_profiler_with_stack": False,
             "allowed_output_dirs": [str(tmp / "slime")]}

@@ -24,7 +24,10 @@ import pytest
 from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import start_server, start_together
 
-pytestmark = pytest.mark.vllm
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs verl's vLLM sequence with and without rlprof
+# (tests/clients/test_verl_vllm.py), `{}` bodies and stops on tests/e2e/test_vllm_server_tp1.py and `max_iterations`
+# on vLLM's real parser (tests/vllm/test_vllm_config_keys.py).
+pytestmark = [pytest.mark.vllm, pytest.mark.extended]
 
 
 def vime_config(tmp) -> dict:

@@ -129,6 +129,21 @@ def test_native_fields_map_onto_rlprof_sessions(sglang_tp1):
     assert any("Input Dims" in (e.get("args") or {}) for e in trace["traceEvents"])  # record_shapes honoured
 
 
+def test_sampled_python_stacks_record_the_scheduler_thread_not_torchs_tracer(sglang_tp1):
+    """``python_stacks: "sampled"`` (issue 57) beside SGLang's own ``with_stack: false`` (slime's body): the
+    scheduler's Python stack sampled, torch's exact stacks off; SGLang's own functions in the report's view."""
+    from tests.helpers.spin_shares import assert_sampled_on_engine_thread
+
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "with_stack": False}
+    assert sglang_tp1.post("/start_profile", body).status_code == 200
+    sglang_tp1.complete(max_tokens=24)
+    assert sglang_tp1.wait_state()["state"] == "done"
+    (trace,) = manifest_traces(sglang_tp1.trace_dir / "global_step_57").values()
+    python = assert_sampled_on_engine_thread(trace, ("event_loop_normal", "run_batch", "event_loop_overlap",
+                                                     "forward", "process_batch_result"))
+    assert {"prefill", "decode"} <= set(python)
+
+
 def test_by_stage_traces_hold_only_their_stage(sglang_tp1):
     r = sglang_tp1.post("/start_profile", {"global_step": 30, "profile_by_stage": True, "step_start": 0,
                                            "step_end": ONE_REQUEST_TOKENS})

@@ -15,6 +15,10 @@ from rlprof_plugins.trace.check import check
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs node folders, collect, merge and the manifests of
+# four processes in tests/unit/test_multinode.py, and SGLang's TP=2 server in tests/e2e/test_sglang_server_tp2.py.
+pytestmark = pytest.mark.extended
+
 @pytest.fixture(scope="module")
 def sglang_two_nodes(tmp_path_factory):
     from tests.helpers.sglang_server import available, start_two_nodes

@@ -42,6 +42,23 @@ def test_config_window_records_exactly_step_start_to_step_end(server_tp1):
     assert "no profiling session" in again.json()["error"]["message"]
 
 
+def test_sampled_python_stacks_record_the_engine_thread_not_torchs_tracer(server_tp1):
+    """``python_stacks: "sampled"`` in a start request (issue 57): the worker's Python stack sampled on its
+    own thread, torch's exact stacks off; the report's per-stage view names vLLM's own functions."""
+    from tests.helpers.spin_shares import assert_sampled_on_engine_thread
+
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled"}
+    assert server_tp1.post("/start_profile", body).status_code == 200
+    server_tp1.complete(max_tokens=24)
+    assert server_tp1.wait_state()["state"] == "done"
+    python = assert_sampled_on_engine_thread(rank_traces(server_tp1.trace_dir / "global_step_57")["rank0"],
+                                             ("execute_model", "run_busy_loop", "step", "sample_tokens"))
+    assert {"prefill", "decode"} <= set(python)
+    bad = server_tp1.post("/start_profile", {"global_step": 58, "python_stacks": "sampled",
+                                             "profiler_kwargs": {"with_stack": True}})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "python_stacks"
+
+
 def test_three_consecutive_global_steps_each_complete(server_tp1):
     for step in (1, 2, 3):
         assert server_tp1.post("/start_profile", {"global_step": step}).status_code == 200
@@ -285,6 +302,7 @@ def test_a_long_chunked_session_is_faithful(server_tp1):
     check_long_session_is_faithful(server_tp1, {"profiler_kwargs": {"with_stack": True}}, lambda folder: only(rank_traces(folder)))
 
 
+@pytest.mark.extended  # CI's 25 minutes: SGLang's TP=1 bursts run in CI (docs/testing.md)
 def test_bursts_with_idle_gaps_record_no_idle_engine(server_tp1):
     """Stacks on, rlprof's default chunks over bursts 0.5 s apart, stopped mid-burst: the worker
     stays under 4 GB, every pause within 1.5x max_pause_ms, no more recorded than one torch

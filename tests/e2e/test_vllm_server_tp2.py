@@ -25,6 +25,20 @@ def test_every_rank_every_step_with_window(server_tp2):
             assert iteration_indices(load_trace(path)) == [1, 2, 3], (step, rank)
 
 
+def test_sampled_python_stacks_on_both_ranks_while_they_all_reduce(server_tp2):
+    """The signal timer on each worker's thread while the ranks exchange tensors (issue 57): serving goes
+    on, both ranks' traces hold their own sampled frames and no torch Python events."""
+    from tests.helpers.spin_shares import assert_sampled_on_engine_thread
+
+    body = {"global_step": 59, "step_start": 0, "step_end": 12, "python_stacks": "sampled"}
+    assert server_tp2.post("/start_profile", body).status_code == 200
+    server_tp2.complete(max_tokens=12)
+    assert server_tp2.wait_state()["state"] == "done"
+    traces = rank_traces(server_tp2.trace_dir / "global_step_59")
+    for rank in ("rank0", "rank1"):
+        assert "decode" in assert_sampled_on_engine_thread(traces[rank], ("execute_model", "worker_busy_loop"))
+
+
 def test_stop_driven_session_on_both_ranks(server_tp2):
     assert server_tp2.post("/start_profile", {"global_step": 5}).status_code == 200
     server_tp2.complete(max_tokens=8)

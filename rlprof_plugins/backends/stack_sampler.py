@@ -1,0 +1,241 @@
+"""Sampled Python stacks: the engine thread's stack read at a set rate, kept as nested spans.
+
+torch's ``with_stack`` records an event at every Python call and return of every thread (its
+Python tracer): exact, and on rollout engines 1.5x (vLLM) to 2.2x (SGLang) slower serving,
+with stops of 140 ms (docs/performance.md, "Python stacks"). Sampling reads one thread's
+stack ``sample_hz`` times a second instead, so what the engine pays grows with the rate, not
+with how many calls it makes.
+
+Two ways, measured against each other (``benchmarks/bench_stack_sampling.py``, docs/performance.md):
+
+- ``signal`` (chosen where it can run): a wall-clock interval timer (``setitimer``,
+  ``SIGALRM``) whose handler runs on the engine thread itself, which must be the process's main
+  thread (Python runs handlers only there; the engines' engine threads are: vLLM's EngineCore
+  and workers, SGLang's schedulers). The handler reads its own frame at once: no lock to wait
+  for, so a sample lands where the engine is. Installed with ``SA_RESTART``
+  (``siginterrupt(False)``), so a system call it interrupts resumes; the timer is re-armed
+  each time. Not used where the signal or the timer is already someone else's.
+- ``thread``: a sampler thread reads the engine thread's frames (``sys._current_frames``).
+  It runs anywhere, but must take the GIL first: it gets it when the engine releases it (a
+  torch operator, I/O) or after ``sys.getswitchinterval()`` (5 ms), so samples gather at the
+  engine's GIL releases (measured on a 40/30/20/10% workload: shares up to 4 points off).
+
+Neither needs ptrace rights (an out-of-process reader such as py-spy needs ``CAP_SYS_PTRACE``
+and a binary) nor a particular CPython version. Each wait is the interval times a random
+factor in [0.5, 1.5): at a fixed rate, samples lock onto an engine whose iterations have a
+fixed period and read the same few moments of every iteration.
+
+What it keeps is what the trace shows: a frame seen in consecutive samples is one span, from
+the first sample that saw it to the first that did not (so a parent always holds its
+children, as torch's Python events nest), split where the engine begins another iteration so
+that every span belongs to one ``rlprof::iteration`` (its ``args.iteration``). Frames are
+matched by identity and code (a frame object lives as long as its call), named as torch names
+its Python events (``path.py(first line): function``). A span's ``args`` hold its samples and
+the time they stand for (``sampled_us``: samples x interval), which the report counts. Memory
+is the finished spans' columns (a few bytes each).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from array import array
+from typing import Any
+
+from ..trace.python_stacks import SAMPLE_CAT
+
+DEFAULT_HZ = 200  # measured: docs/performance.md, "Python stacks"
+MAX_HZ = 10_000
+_PREFIXES = sorted({p for p in sys.path if p and os.path.isabs(p)}, key=len, reverse=True)
+
+
+def frame_name(code: Any) -> str:
+    """A code object's name as torch's Python tracer writes it: the file (after the ``sys.path``
+    entry holding it, as torch trims site-packages), the function's first line, its name."""
+    path = code.co_filename
+    for prefix in _PREFIXES:
+        if path.startswith(prefix) and len(path) > len(prefix) and path[len(prefix)] == os.sep:
+            path = path[len(prefix) + 1:]
+            break
+    return f"{path}({code.co_firstlineno}): {code.co_name}"
+
+
+class StackSampler:
+    """Samples the starting thread's Python stack while started; ``events(base_ns)`` gives the
+    spans as complete events on that thread's track. ``set_iteration`` (the engine thread, as
+    each iteration begins and ends) splits spans and tags them."""
+
+    def __init__(self, hz: int = DEFAULT_HZ) -> None:
+        self.interval = 1.0 / hz
+        self.how: str | None = None  # "signal" or "thread", once started
+        self.why_thread: str | None = None  # why the signal timer could not be used
+        self.target: int | None = None  # the engine thread's ``threading.get_ident()``
+        self.native_tid: int | None = None  # its id as Kineto writes it
+        self.iteration: int | None = None
+        self.samples = 0
+        self._first_ns = self._last_ns = 0  # the first and the latest sample's times
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous: Any = None  # the SIGALRM handler before ours
+        self._jitter = random.Random().uniform
+        # finished spans, as columns: start and end (ns), depth, name id, iteration (-1: none), samples
+        self._start, self._end = array("q"), array("q")
+        self._depth, self._name, self._iteration, self._count = array("i"), array("i"), array("q"), array("i")
+        self._names: list[str] = []
+        self._ids: dict[Any, int] = {}  # code object -> name id
+        self._open: list[list] = []  # [frame id, code, start ns, samples, iteration], outermost first
+
+    # ---- start and stop (the engine thread) --------------------------------------------
+    def start(self, how: str | None = None) -> None:
+        """Start sampling the calling thread (the engine's): by signal where it can run, else
+        by thread (``why_thread`` says why); ``how`` forces one (the benchmark's comparison)."""
+        self.target, self.native_tid = threading.get_ident(), threading.get_native_id()
+        self._stopped.clear()
+        self.why_thread = None if how == "thread" else signal_unavailable()
+        if how == "signal" and self.why_thread:
+            raise RuntimeError(f"the signal timer cannot sample here: {self.why_thread}")
+        if how != "thread" and self.why_thread is None:
+            self.how = "signal"
+            self._previous = signal.signal(signal.SIGALRM, self._on_signal)
+            signal.siginterrupt(signal.SIGALRM, False)
+            signal.setitimer(signal.ITIMER_REAL, self._next_wait())
+            return
+        self.how = "thread"
+        self._thread = threading.Thread(target=self._run, name="rlprof-stack-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling and close the open spans at this moment; waits at most for one sample."""
+        self._stopped.set()
+        if self.how == "signal":
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+            except ValueError:  # not the main thread: ours stays, and does nothing once stopped
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+        self._close_from(0, time.time_ns())
+
+    def set_iteration(self, index: int | None) -> None:
+        """The engine thread entered iteration ``index`` (None: left it). Cheap: two attributes."""
+        self.iteration = index
+        self.target = threading.get_ident()
+
+    def _next_wait(self) -> float:
+        return self.interval * self._jitter(0.5, 1.5)
+
+    # ---- the two ways ------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stopped.is_set():
+            return
+        try:
+            if frame is not None:
+                self._sample(frame, time.time_ns())
+        except Exception:  # a bad sample is skipped; the engine never sees it
+            pass
+        signal.setitimer(signal.ITIMER_REAL, self._next_wait())
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        frames = sys._current_frames
+        while True:
+            next_at += self._next_wait()
+            delay = next_at - time.monotonic()
+            if delay < 0:  # late (the GIL was held): skip the missed ticks, keep the rate
+                next_at -= delay
+                delay = 0
+            if self._stopped.wait(delay):
+                return
+            try:
+                frame = frames().get(self.target)
+                if frame is not None:
+                    self._sample(frame, time.time_ns())
+            except Exception:  # a sampler never takes the engine down; a bad sample is skipped
+                continue
+
+    # ---- spans -------------------------------------------------------------------------
+    def _sample(self, frame: Any, now: int) -> None:
+        stack = []
+        while frame is not None:
+            stack.append(frame)
+            frame = frame.f_back
+        stack.reverse()
+        opened, iteration = self._open, self.iteration
+        same = 0
+        if opened and opened[0][4] == iteration:
+            limit = min(len(opened), len(stack))
+            while same < limit and opened[same][0] == id(stack[same]) and opened[same][1] is stack[same].f_code:
+                same += 1  # a frame's address is reused by the next call: the code tells them apart
+        self._close_from(same, now)
+        for span in opened:
+            span[3] += 1
+        for frame in stack[same:]:
+            opened.append([id(frame), frame.f_code, now, 1, iteration])
+        if not self.samples:
+            self._first_ns = now
+        self._last_ns = now
+        self.samples += 1
+
+    def _close_from(self, depth: int, now: int) -> None:
+        """End the open spans from ``depth`` in (innermost first) at ``now``."""
+        opened = self._open
+        while len(opened) > depth:
+            _, code, start, count, iteration = opened.pop()
+            name = self._ids.get(code)
+            if name is None:
+                name = self._ids[code] = len(self._names)
+                self._names.append(frame_name(code))
+            self._start.append(start)
+            self._end.append(now)
+            self._depth.append(len(opened))
+            self._name.append(name)
+            self._iteration.append(-1 if iteration is None else iteration)
+            self._count.append(count)
+
+    @property
+    def sample_us(self) -> float:
+        """The time a sample stands for: the mean time between samples as taken (a sampler thread
+        kept from the GIL samples less often than asked), else the set interval."""
+        if self.samples > 1:
+            return (self._last_ns - self._first_ns) / (self.samples - 1) / 1000.0
+        return self.interval * 1e6
+
+    @property
+    def spans(self) -> int:
+        return len(self._start)
+
+    def events(self, base_ns: int, pid: int | None = None) -> list[dict[str, Any]]:
+        """The spans as complete events (category ``python_sample``) on the sampled thread's track,
+        in start order with parents first (as torch writes its Python events), on a trace whose
+        times count microseconds from ``base_ns`` (Kineto's clock: wall-clock ns)."""
+        pid = os.getpid() if pid is None else pid
+        tid, per_sample = self.native_tid, self.sample_us
+        out = []
+        rows = sorted(zip(self._start, self._depth, self._end, self._name, self._iteration, self._count))
+        for start, depth, end, name, iteration, count in rows:
+            args: dict[str, Any] = {"samples": count, "sampled_us": round(count * per_sample, 1), "depth": depth}
+            if iteration >= 0:
+                args["iteration"] = iteration
+            out.append({"ph": "X", "cat": SAMPLE_CAT, "name": self._names[name], "pid": pid, "tid": tid,
+                        "ts": round((start - base_ns) / 1000.0, 3), "dur": round((end - start) / 1000.0, 3),
+                        "args": args})
+        return out
+
+
+def signal_unavailable() -> str | None:
+    """Why the signal timer cannot sample the calling thread (None: it can)."""
+    if threading.current_thread() is not threading.main_thread():
+        return "the engine thread is not the main thread (Python runs signal handlers only there)"
+    if not hasattr(signal, "setitimer"):
+        return "this platform has no setitimer"
+    if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+        return "SIGALRM already has a handler in this process"
+    if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+        return "the process's wall-clock timer is already armed"
+    return None

@@ -1,0 +1,260 @@
+"""Sampled Python stacks (issue 57): the controller and the real torch backend on a workload of known
+truth, the events the trace gets, the report's flame view from sampled and from exact stacks, and the
+keys that choose the mode. Live sessions on both engines: tests/e2e/test_vllm_server_tp1.py and
+tests/e2e/test_sglang_server_tp1.py (``python_stacks`` in a start request)."""
+
+import csv
+import json
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.backends.kind import BuildContext
+from rlprof_plugins.backends.stack_sampler import StackSampler, frame_name, signal_unavailable
+from rlprof_plugins.backends.torch_profiler import (KIND, TorchProfilerBackend, TorchSettings, check_against_native,
+                                                    with_python_stacks)
+from rlprof_plugins.config.launch_config import parse_profiler_config
+from rlprof_plugins.config.options import ProfileOptions, parse_options, split_options
+from rlprof_plugins.config.requests import Server, parse_start
+from rlprof_plugins.errors import OptionsError, RequestError
+from rlprof_plugins.report.flame import icicle
+from rlprof_plugins.session.controller import ProfilerController
+from rlprof_plugins.trace.python_stacks import SAMPLE_CAT, PythonFrames
+from rlprof_plugins.trace.trace_stats import trace_stats
+from tests.helpers import spin_shares
+from tests.helpers.traces import load_trace, rank_folder
+
+TOLERANCE = 3.0  # points, the issue's bound
+
+
+def _controller(root: Path, keys: dict) -> ProfilerController:
+    options = parse_options(keys)
+    context = BuildContext(lambda table, overrides: TorchSettings(**{k: v for k, v in overrides.items()}), options)
+    return ProfilerController(root_dir=str(root), worker_name=lambda prefix: "rank0",
+                              backend_factory=lambda table, overrides, backend=None: KIND.build(context, table,
+                                                                                                overrides),
+                              manifest_header={"engine": "test", "expected_ranks": 1})
+
+
+def _record(root: Path, keys: dict, iterations: int, step: int = 1, **request) -> Path:
+    """A session of ``iterations`` spin iterations on this thread; its rank trace."""
+    ctl = _controller(root, keys)
+    reply = ctl.handle({"op": "start", "global_step": step, "step_start": 0, "step_end": iterations,
+                        "chunk_iterations": 0, **request})
+    assert reply["ok"], reply
+    spin_shares.run_iterations(ctl, iterations)
+    ctl.shutdown()
+    (trace,) = rank_folder(root / f"global_step_{step}").glob("*.pt.trace.json.gz")
+    return trace
+
+
+def _assert_shares(trace: Path) -> dict:
+    st = trace_stats(trace, "rank0", None)
+    assert st.error is None and st.iterations > 0
+    (stage,) = [s for s in st.python if s != "between"]
+    got = spin_shares.shares(st.python[stage])
+    for name, share in spin_shares.SHARES.items():
+        assert abs(got[name] - 100 * share) <= TOLERANCE, (got, st.python_stacks)
+    return got
+
+
+def test_sampled_shares_match_the_known_workload_and_the_events_nest_on_the_engine_thread(tmp_path):
+    assert signal_unavailable() is None  # pytest's main thread: the signal timer samples
+    trace = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": 1000}, 60)
+    got = _assert_shares(trace)
+    data = load_trace(trace)
+    events = data["traceEvents"]
+    assert not [e for e in events if e.get("cat") == "python_function"]  # torch's own stacks were off
+    assert json.loads(json.dumps(data.get("rlprof_python_stacks"))) == "sampled"
+    samples = [e for e in events if e.get("cat") == SAMPLE_CAT]
+    iterations = {int(e["name"].split()[-1]): e for e in events
+                  if e.get("cat") == "user_annotation" and e["name"].startswith("rlprof::iteration")}
+    assert len(iterations) == 60 and samples
+    # on the thread that ran the iterations, on the trace's clock
+    assert {(e["pid"], e["tid"]) for e in samples} == {(e["pid"], e["tid"]) for e in iterations.values()}
+    # each sampled frame nests in the one above it, as torch's Python events do
+    open_: list[dict] = []
+    for e in samples:
+        depth = e["args"]["depth"]
+        del open_[depth:]
+        assert len(open_) == depth, e
+        if open_:
+            parent = open_[-1]
+            assert parent["ts"] <= e["ts"] and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + 0.002, (parent, e)
+        open_.append(e)
+    # each span joins the iteration it fell in
+    tagged = [e for e in samples if "iteration" in e["args"]]
+    inside = [e for e in tagged if iterations[e["args"]["iteration"]]["ts"] - 1000 <= e["ts"]
+              <= iterations[e["args"]["iteration"]]["ts"] + iterations[e["args"]["iteration"]]["dur"]]
+    assert len(inside) >= 0.99 * len(tagged) and len(tagged) >= 0.9 * len(samples)
+    assert all(e["name"].count("(") >= 1 and "): " in e["name"] for e in samples)
+    assert any(e["name"].endswith("): spin_a") and "tests/helpers/spin_shares.py(" in e["name"] for e in samples)
+    print("sampled shares", got)
+
+
+def test_exact_stacks_give_the_same_view_from_torchs_events(tmp_path):
+    trace = _record(tmp_path, {"python_stacks": "exact"}, 12)
+    got = _assert_shares(trace)
+    events = load_trace(trace)["traceEvents"]
+    assert [e for e in events if e.get("cat") == "python_function"]
+    assert not [e for e in events if e.get("cat") == SAMPLE_CAT]
+    print("exact shares", got)
+
+
+def test_an_engine_thread_that_is_not_the_main_thread_is_sampled_by_a_thread_with_one_warning(tmp_path, caplog):
+    found: dict = {}
+
+    def engine():
+        found["why"] = signal_unavailable()
+        found["trace"] = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": 500}, 6)
+        found["second"] = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": 500}, 3, step=2)
+
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        worker = threading.Thread(target=engine)
+        worker.start()
+        worker.join(60)
+    assert "not the main thread" in found["why"]
+    warned = [r for r in caplog.records if "sampler thread" in r.getMessage()]
+    assert len(warned) <= 1 and all("not the main thread" in r.getMessage() for r in warned)
+    events = load_trace(found["trace"])["traceEvents"]
+    samples = [e for e in events if e.get("cat") == SAMPLE_CAT]
+    iteration_tids = {e["tid"] for e in events if str(e.get("name", "")).startswith("rlprof::iteration")}
+    assert samples and {e["tid"] for e in samples} == iteration_tids
+
+
+def test_a_stopped_sampler_leaves_the_signal_as_it_found_it():
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    sampler = StackSampler(1000)
+    sampler.start()
+    assert sampler.how == "signal"
+    spin_shares.one_iteration(0.02)
+    sampler.stop()
+    assert signal.getsignal(signal.SIGALRM) == before and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert sampler.samples > 0 and sampler.spans > 0
+    line = spin_shares.spin_a.__code__.co_firstlineno
+    assert frame_name(spin_shares.spin_a.__code__).endswith(f"tests/helpers/spin_shares.py({line}): spin_a")
+
+
+@pytest.mark.parametrize("keys, overrides, expected", [
+    ({}, {}, "exact"),  # the engines' default: torch_profiler_with_stack true
+    ({"python_stacks": "sampled"}, {}, "sampled"),
+    ({"python_stacks": "sampled"}, {"with_stack": False}, "sampled"),  # slime's body: the cheap kind stays
+    ({"python_stacks": "sampled"}, {"with_stack": True}, "exact"),  # a request asking for exact stacks gets them
+    ({"python_stacks": "exact"}, {"with_stack": False}, "off"),
+    ({"python_stacks": "off"}, {"python_stacks": "sampled"}, "sampled"),  # the request's own key first
+    ({}, {"python_stacks": "off"}, "off"),
+])
+def test_which_stacks_a_session_records(keys, overrides, expected):
+    options = parse_options(keys)
+    settings = with_python_stacks(TorchSettings(with_stack=True), options.backend_keys, overrides)
+    assert settings.python_stacks == expected
+    assert (settings.sample_hz == options.backend_keys["sample_hz"]) == (expected == "sampled")
+
+
+def test_the_keys_are_checked_and_a_contradiction_names_python_stacks():
+    assert ProfileOptions().backend_keys["python_stacks"] is None and ProfileOptions().backend_keys["sample_hz"] == 200
+    for bad in ({"python_stacks": "fast"}, {"sample_hz": 0}, {"sample_hz": True}, {"sample_hz": 20_000}):
+        with pytest.raises(OptionsError) as e:
+            parse_options(bad)
+        assert e.value.key == next(iter(bad))
+    with pytest.raises(OptionsError) as e:  # vLLM's --profiler-config
+        split_options({"python_stacks": "sampled", "torch_profiler_with_stack": True}, ["torch_profiler_with_stack"])
+    assert e.value.key == "python_stacks"
+    with pytest.raises(OptionsError) as e:  # SGLang's (rlprof's own parse)
+        parse_profiler_config({"python_stacks": "off", "torch_profiler_with_stack": True})
+    assert e.value.key == "python_stacks"
+    assert parse_profiler_config({"python_stacks": "exact", "torch_profiler_with_stack": True}).options.backend_keys[
+        "python_stacks"] == "exact"
+    check_against_native({"torch_profiler_with_stack": False}, {"python_stacks": "sampled"}, OptionsError)
+    server = Server(engine="vllm", defaults=ProfileOptions(), output_root="/tmp/x")
+    assert parse_start({"python_stacks": "sampled"}, server).torch_overrides == {"python_stacks": "sampled"}
+    for body in ({"python_stacks": "all"}, {"python_stacks": "sampled", "with_stack": True},
+                 {"python_stacks": "exact", "profiler_kwargs": {"with_stack": False}}):
+        with pytest.raises(RequestError) as e:
+            parse_start(body, server)
+        assert e.value.field == "python_stacks", body
+
+
+def test_the_flame_view_on_the_page_in_the_json_and_the_csv(tmp_path):
+    """Two sampled steps, the second with spin_b twice as long: the report's Python view per stage,
+    the change per iteration, the icicle, opened in Chromium."""
+    from rlprof_plugins.cli.command import main
+    from tests.helpers.browser import cells_match_json, open_page
+
+    keys = {"python_stacks": "sampled", "sample_hz": 1000}
+    _record(tmp_path / "root", keys, 20, step=1)
+    spin_shares.SHARES["spin_b"] = 0.6
+    try:
+        _record(tmp_path / "root", keys, 20, step=2)
+    finally:
+        spin_shares.SHARES["spin_b"] = 0.3
+    page, data = tmp_path / "report.html", tmp_path / "report.json"
+    assert main(["report", str(tmp_path / "root"), "-o", str(page), "--json", str(data),
+                 "--csv", str(tmp_path / "csv")]) == 0
+    report = json.loads(data.read_text())
+    first, second = report["steps"]
+    assert first["python"]["mode"] == second["python"]["mode"] == "sampled"
+    (stage,) = [s for s in second["python"]["stages"] if s != "between"]
+    rows = {f["name"].rsplit(": ", 1)[-1]: f for f in second["python"]["stages"][stage]["functions"]}
+    spin = rows["_spin"]
+    assert spin["self_share_pct"] > 80 and spin["before_self_per_iteration_ms"] is not None
+    # spin_b's own frames went from 15 to 30 ms of each iteration: its total per iteration shows it
+    b_now = [f for f in second["python"]["stages"][stage]["functions"] if f["name"].endswith(": spin_b")]
+    assert not b_now or b_now[0]["self_ms"] < 0.05 * spin["self_ms"]  # spin_b itself only calls _spin
+    tree = second["python"]["stages"][stage]["tree"]
+    names = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        names.append(node["name"].rsplit(": ", 1)[-1])
+        stack.extend(node["children"])
+        assert sum(c["ms"] for c in node["children"]) <= node["ms"] * 1.001 + 0.01, node["name"]
+    assert {"spin_a", "spin_b", "spin_c", "spin_d", "_spin"} <= set(names)
+    by_name = {}
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        by_name.setdefault(node["name"].rsplit(": ", 1)[-1], 0.0)
+        by_name[node["name"].rsplit(": ", 1)[-1]] += node["ms"]
+        stack.extend(node["children"])
+    b_share = by_name["spin_b"] / (by_name["spin_a"] + by_name["spin_b"] + by_name["spin_c"] + by_name["spin_d"])
+    assert abs(100 * b_share - 100 * 0.6 / 1.3) <= TOLERANCE
+    with open(tmp_path / "csv" / "python.csv") as f:
+        table = list(csv.DictReader(f))
+    assert {r["global_step"] for r in table} == {"1", "2"} and all(r["mode"] == "sampled" for r in table)
+    html = page.read_text()
+    assert "Python functions by stage" in html and "<svg class=icicle" in html
+    opened = open_page(page, screenshot=tmp_path / "flame.png")
+    assert not opened.console_errors and not opened.blocked
+    assert cells_match_json(opened, report) > 0
+    assert any(c["field"].startswith("python.stages.") for c in opened.cells)
+
+
+def test_the_icicle_draws_each_frame_as_wide_as_its_time():
+    tree = {"name": "all", "ms": 10.0, "children": [
+        {"name": "a.py(1): outer", "ms": 8.0, "children": [{"name": "a.py(5): inner", "ms": 2.0, "children": []}]},
+        {"name": "a.py(9): other", "ms": 2.0, "children": []}]}
+    svg = icicle(tree, "t", width=400)
+    assert "width='319.5'" in svg and "width='79.5'" in svg and "x='320.0'" in svg and ">outer<" in svg
+    # the frames every sample shares (an engine's loop) become one caption, not rows
+    loop = {"name": "all", "ms": 10.0, "children": [{"name": "e.py(3): busy_loop", "ms": 10.0, "children": [
+        {"name": "e.py(7): step", "ms": 10.0, "children": tree["children"]}]}]}
+    svg = icicle(loop, "t", width=400)
+    assert svg.startswith("<p class=muted>Below busy_loop &gt; step (2 frame(s)") and "width='319.5'" in svg
+
+
+def test_python_frames_of_other_threads_are_left_out_and_recursion_counts_once():
+    frames = PythonFrames()
+    frames.add("python_function", "engine", 0.0, 100.0, "m.py(1): loop")
+    frames.add("python_function", "engine", 10.0, 60.0, "m.py(5): rec")
+    frames.add("python_function", "engine", 20.0, 50.0, "m.py(5): rec")
+    frames.add("python_function", "other", 0.0, 100.0, "m.py(9): busy")
+    out = frames.by_stage([(0.0, 50.0, "decode"), (50.0, 100.0, "prefill")], {"engine"})
+    assert "m.py(9): busy" not in out["decode"]["total"]
+    assert out["decode"]["total"]["m.py(5): rec"] == 40.0 and out["prefill"]["total"]["m.py(5): rec"] == 10.0
+    assert out["decode"]["self"]["m.py(5): rec"] == 40.0 and out["decode"]["self"]["m.py(1): loop"] == 10.0
+    assert out["prefill"]["self"]["m.py(1): loop"] == 40.0
