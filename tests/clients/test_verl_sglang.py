@@ -18,6 +18,11 @@ from tests.helpers.installed import TEST_PATH
 from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs verl's keyword call and `sglang.Engine` against
+# each CI release's own TokenizerManager (tests/compat, the SGLang contracts) and verl's modules with SGLang
+# (tests/verl/test_verl_contract.py).
+pytestmark = pytest.mark.extended
+
 SCRIPT = Path(__file__).with_name("verl_sglang.py")
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,11 @@ from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import (REPO, SERVE, SMALL_FLAGS, TINY_MODEL, VllmServer, cpu_env, free_port, launch,
                                        start_together)
 
-pytestmark = pytest.mark.skipif(not sglang_server.available(), reason="needs .venv-sglang (make env)")
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs `step_source: profile_prefix` and the
+# frontends' facts in tests/unit/test_step_source.py and tests/unit/test_bypassing_frontends.py, and the engine-side
+# profile call these frontends reach through verl's in-process replay (tests/clients/test_verl_vllm.py).
+pytestmark = [pytest.mark.skipif(not sglang_server.available(), reason="needs .venv-sglang (make env)"),
+              pytest.mark.extended]
 GENERATE = REPO / "tests" / "tools" / "sglang_grpc_generate.py"
 WARNED = "whose requests never reach the Python API server rlprof patches"
 
