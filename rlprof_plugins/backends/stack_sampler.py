@@ -114,7 +114,7 @@ class StackSampler:
         if self.how == "signal":
             signal.setitimer(signal.ITIMER_REAL, 0)
             try:
-                signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
+                signal.signal(signal.SIGALRM, self._previous)
             except ValueError:  # not the main thread: ours stays, and does nothing once stopped
                 pass
         if self._thread is not None:
@@ -234,7 +234,7 @@ def signal_unavailable() -> str | None:
         return "the engine thread is not the main thread (Python runs signal handlers only there)"
     if not hasattr(signal, "setitimer"):
         return "this platform has no setitimer"
-    if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+    if signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:  # None: one installed outside Python
         return "SIGALRM already has a handler in this process"
     if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
         return "the process's wall-clock timer is already armed"

@@ -120,7 +120,8 @@ def _build(context: Any, table: bool, overrides: dict) -> "TorchProfilerBackend"
     """A session's backend: the engine's settings with the request's torch overrides, then its stacks."""
     torch_overrides = {k: v for k, v in overrides.items() if k != "python_stacks"}
     settings = context.torch_settings(table, torch_overrides)
-    return TorchProfilerBackend(with_python_stacks(settings, context.options.backend_keys, overrides))
+    keys = getattr(context.options, "backend_keys", None) or KEYS
+    return TorchProfilerBackend(with_python_stacks(settings, keys, overrides))
 
 
 def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
