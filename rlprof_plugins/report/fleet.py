@@ -130,6 +130,7 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     # slowest replica's row (or the place of its numbers) stays until its row is made
     slowest: dict[int | None, tuple[float, str, dict | partial]] = {}
     found_steps: set = set()
+    shared: dict[tuple, list[str]] = {}  # the rows' rank lists: a fleet's replicas name the same ranks
     warnings: list[str] = []
     caches = []
     for index, replica in enumerate(replicas):
@@ -149,7 +150,7 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
                 place = mine.add(brief.of_row(row), (row.get("state"), row.get("directory")))
             else:
                 place = measured.place(step)
-                row = partial(_measured_row, measured, place, step, found.root, found.logs)
+                row = partial(_measured_row, measured, place, step, found.root, found.logs, shared, every_number)
             at = per_step.get(step)
             if at is None:
                 at = per_step[step] = StepReplicas(columns)
@@ -178,8 +179,17 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
             "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches)}
 
 
-def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str) -> dict[str, Any]:
-    return measured_row(step, measured.numbers_at(place), root, folder)
+def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str,
+                  shared: dict[tuple, list[str]], every_number: bool) -> dict[str, Any]:
+    """A step's row made from its slowest replica's measured numbers. The page alone (not ``every_number``)
+    shows the row's own numbers, not the measured ones it carries (``measured``: the numbers whole, about
+    2 KB a step of a thousand), so those are not kept; rows naming the same ranks share one list."""
+    numbers = measured.numbers_at(place)
+    numbers["ranks"] = shared.setdefault(tuple(numbers["ranks"]), numbers["ranks"])
+    row = measured_row(step, numbers, root, folder)
+    if not every_number:
+        row["measured"] = None
+    return row
 
 
 @dataclass

@@ -11,11 +11,11 @@ its numbers step by step (the newest ``NEWEST`` steps).
 
 from __future__ import annotations
 
-import io
+import math
 from array import array
 from bisect import bisect_left
 from html import escape
-from typing import Any
+from typing import Any, Iterator
 
 from .brief import ReplicaNumbers
 from .step_section import cell
@@ -25,14 +25,18 @@ SHADES = ("#edf8e9", "#c7e9c0", "#a1d99b", "#fdd0a2", "#fdae6b", "#fd8d3c", "#e6
 NEWEST = 20  # steps a replica's section lists
 STRIP_W = 960  # pixels the steps share (a cell 2 to 24 px wide)
 LABEL_W = 190  # pixels of replica names left of the strip
+PART_CELLS = 4096  # cells of the heat strip written at a time
 
 
-def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
+def heat_strip_parts(steps: list[dict[str, Any]], replicas: list[str]) -> Iterator[str]:
+    """The heat strip in parts of at most ``PART_CELLS`` cells: a fleet of 64 replicas x 1,000 steps has
+    64,000 cells and a megabyte of path, which the page writes as it comes, never whole."""
     place = {name: k for k, name in enumerate(replicas)}
-    # each cell's step column, replica row, time and whether it is its step's slowest replica, in arrays (a
-    # fleet of 64 replicas x 1,000 steps has 64,000 cells): what the strip colours is each replica's decode
-    # time per iteration, else its mean iteration time (``brief.Briefs.time``)
-    xs, ys, times, slow = array("I"), array("I"), array("d"), bytearray()
+    # each cell's step column and replica row (one number: x * rows + y), time and whether it is its step's
+    # slowest replica, in arrays: what the strip colours is each replica's decode time per iteration, else its
+    # mean iteration time (``brief.Briefs.time``)
+    rows = max(1, len(replicas))
+    cells, times, slow = array("I" if len(steps) * rows < 2 ** 32 else "Q"), array("d"), bytearray()
     for x, row in enumerate(steps):
         if "replicas" not in row:
             continue
@@ -40,56 +44,111 @@ def heat_strip(steps: list[dict[str, Any]], replicas: list[str]) -> str:
         for name, v in row["replicas"].times():
             y = place.get(name)
             if v is not None and y is not None:
-                xs.append(x)
-                ys.append(y)
+                cells.append(x * rows + y)
                 times.append(v)
                 slow.append(name == slowest)
     if not times:
-        return ""
-    values = sorted(times)
-    bounds = [values[min(len(values) - 1, (len(values) * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
-    del values
+        return
+    bounds = quantile_bounds(times, len(SHADES))
+    # each shade's cells, in the cells' order (a cell's shade: how many of the bounds lie below its time)
+    members = [array("I") for _ in SHADES]
+    for k, v in enumerate(times):
+        members[bisect_left(bounds, v)].append(k)
+    del times
     cw = max(2, min(24, STRIP_W // max(1, len(steps))))  # pixels per step
     ch = max(3, min(14, 900 // max(1, len(replicas))))  # pixels per replica
-    shaded = [io.StringIO() for _ in SHADES]
-    marked = io.StringIO()
     bar = max(1, ch // 4)
-    cell_end = f"h{cw}v{ch}h-{cw}z"
-    for x, y, v, slowest in zip(xs, ys, times, slow):  # a cell's shade: how many of the bounds lie below its time
-        left = LABEL_W + x * cw
-        shaded[bisect_left(bounds, v)].write(f"M{left},{y * ch}{cell_end}")
-        if slowest:
-            marked.write(f"M{left},{y * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z")
-    paths, marks = [p.getvalue() for p in shaded], marked.getvalue()
     strip_end = LABEL_W + max(1, len(steps)) * cw
     width, height = max(strip_end, LABEL_W + 90), max(1, len(replicas)) * ch  # room for the step label
-    body = "".join(f"<path fill='{SHADES[k]}' d='{p}'/>" for k, p in enumerate(paths) if p)
-    body += f"<path fill='#111' d='{marks}' data-slowest/>" if marks else ""
     size = min(11, ch)
-    labels = "".join(f"<text x={LABEL_W - 6} y={k * ch + (ch + size) // 2 - 1} text-anchor=end font-size={size}>"
-                     f"{escape(name)}</text>" for k, name in enumerate(replicas)) if ch >= 7 else ""
+    yield (f"<figure data-heat-strip style='margin:8px 0'><svg role=img "
+           f"aria-label='decode time per iteration, replicas x steps' width={width} height={height + 16} "
+           f"viewBox='0 0 {width} {height + 16}' style='max-width:100%;height:auto'>")
+    if ch >= 7:
+        yield "".join(f"<text x={LABEL_W - 6} y={k * ch + (ch + size) // 2 - 1} text-anchor=end font-size={size}>"
+                      f"{escape(name)}</text>" for k, name in enumerate(replicas))
+    cell_end = f"h{cw}v{ch}h-{cw}z"
+    for shade, mine in zip(SHADES, members):
+        if mine:
+            yield f"<path fill='{shade}' d='"
+            for part in range(0, len(mine), PART_CELLS):
+                yield "".join(f"M{LABEL_W + (c // rows) * cw},{(c % rows) * ch}{cell_end}"
+                              for c in (cells[k] for k in mine[part:part + PART_CELLS]))
+            yield "'/>"
+    del members
+    marked = [k for k, s in enumerate(slow) if s]
+    if marked:
+        yield "<path fill='#111' d='"
+        for part in range(0, len(marked), PART_CELLS):
+            yield "".join(f"M{LABEL_W + (c // rows) * cw},{(c % rows) * ch + (ch - bar) // 2}h{cw}v{bar}h-{cw}z"
+                          for c in (cells[k] for k in marked[part:part + PART_CELLS]))
+        yield "' data-slowest/>"
     first = steps[0]["global_step"] if steps else ""
     last = steps[-1]["global_step"] if steps else ""
     legend = " ".join(f"<span style='background:{c};padding:0 6px'>&nbsp;</span>" for c in SHADES)
-    return (f"<figure data-heat-strip style='margin:8px 0'><svg role=img "
-            f"aria-label='decode time per iteration, replicas x steps' width={width} height={height + 16} "
-            f"viewBox='0 0 {width} {height + 16}' style='max-width:100%;height:auto'>{labels}{body}"
-            + (f"<text x={LABEL_W} y={height + 13} font-size=11>step {escape(str(first))}</text>"
-               f"<text x={strip_end} y={height + 13} font-size=11 text-anchor=end>step {escape(str(last))}</text>"
-               if strip_end - LABEL_W >= 140 else
-               f"<text x={LABEL_W} y={height + 13} font-size=11>steps {escape(str(first))}-{escape(str(last))}</text>")
-            + "</svg>"
-            f"<figcaption class=muted>Decode time per iteration of each replica (a row) in each step (a column), "
-            f"faster {legend} slower (the fleet's own quantiles: {escape(', '.join(f'{b:.3g}' for b in bounds))} "
-            "ms); the black bar marks each step's slowest replica.</figcaption></figure>")
+    yield ((f"<text x={LABEL_W} y={height + 13} font-size=11>step {escape(str(first))}</text>"
+            f"<text x={strip_end} y={height + 13} font-size=11 text-anchor=end>step {escape(str(last))}</text>"
+            if strip_end - LABEL_W >= 140 else
+            f"<text x={LABEL_W} y={height + 13} font-size=11>steps {escape(str(first))}-{escape(str(last))}</text>")
+           + "</svg>"
+           f"<figcaption class=muted>Decode time per iteration of each replica (a row) in each step (a column), "
+           f"faster {legend} slower (the fleet's own quantiles: {escape(', '.join(f'{b:.3g}' for b in bounds))} "
+           "ms); the black bar marks each step's slowest replica.</figcaption></figure>")
 
 
-def fleet_section(report: dict[str, Any]) -> str:
-    """The page's fleet view (empty for a single server)."""
+def quantile_bounds(values: array, shades: int) -> list[float]:
+    """The ``shades - 1`` bounds between shades: of the values sorted, the one at ``n * (k + 1) // shades``
+    for each k, exactly, without sorting them all (a sorted list of 64,000 floats is 2 MB)."""
+    n = len(values)
+    places = [min(n - 1, (n * (k + 1)) // shades) for k in range(shades - 1)]
+    found = order_statistics(values, sorted(set(places))) if n else {}
+    return [found[p] for p in places]
+
+
+def order_statistics(values: array, places: list[int], bins: int = 4096) -> dict[int, float]:
+    """The values at ``places`` (ascending) of ``values`` sorted: the values counted into ``bins`` bins between
+    their least and greatest, then each wanted place looked for among its bin's values alone (sorted where
+    few, else the same again over the bin's narrower range); a bin's values are held as doubles."""
+    low, high = min(values), max(values)
+    if not low < high:  # one value
+        return {p: low for p in places}
+    scale = bins / (high - low)
+    if not math.isfinite(scale) or not math.isfinite(high - low):  # a range too narrow (or too wide) to bin
+        ordered = sorted(values)
+        return {p: ordered[p] for p in places}
+    counts = [0] * (bins + 1)
+    for v in values:
+        counts[int((v - low) * scale)] += 1
+    wanted: dict[int, list[tuple[int, int]]] = {}  # bin -> (place, place within the bin)
+    seen, b = 0, 0
+    for p in places:
+        while seen + counts[b] <= p:
+            seen += counts[b]
+            b += 1
+        wanted.setdefault(b, []).append((p, p - seen))
+    members = {b: array("d") for b in wanted}
+    for v in values:
+        into = members.get(int((v - low) * scale))
+        if into is not None:
+            into.append(v)
+    out = {}
+    for b, asked in wanted.items():
+        mine = members.pop(b)
+        if len(mine) <= bins:
+            ordered = sorted(mine)
+            out.update((p, ordered[q]) for p, q in asked)
+        else:
+            inner = order_statistics(mine, [q for _, q in asked], bins)
+            out.update((p, inner[q]) for p, q in asked)
+    return out
+
+
+def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
+    """The page's fleet view, in parts (none for a single server)."""
     replicas = report.get("replicas")
     steps = report["steps"]
     if not replicas:
-        return ""
+        return
     slowest_count = {name: 0 for name in replicas}
     for row in steps:
         if row.get("slowest_replica") in slowest_count:
@@ -110,11 +169,11 @@ def fleet_section(report: dict[str, Any]) -> str:
             counts[name] = counts.get(name, 0) + 1
     sections = [_replica_section(name, per_replica.get(name, []), counts.get(name, 0), slowest_count[name])
                 for name in replicas]
-    return (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
-            "replica: the one with the most iteration time; the spread is its iteration time over the median "
-            "replica's. Each step's row under 'Across steps' and its details are its slowest replica's.</p>"
-            + heat_strip(steps, replicas)
-            + f"<table id=fleet>{head}{lines}</table>" + "".join(sections))
+    yield (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
+           "replica: the one with the most iteration time; the spread is its iteration time over the median "
+           "replica's. Each step's row under 'Across steps' and its details are its slowest replica's.</p>")
+    yield from heat_strip_parts(steps, replicas)
+    yield f"<table id=fleet>{head}{lines}</table>" + "".join(sections)
 
 
 def _replica_section(name: str, mine: list[tuple[Any, ReplicaNumbers]], steps: int, slowest: int) -> str:

@@ -15,13 +15,13 @@ import json
 import os
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import quote
 
 from .. import __version__
 from ..trace.iteration_names import SOURCE_TITLES
 from . import charts
-from .fleet_view import fleet_section
+from .fleet_view import fleet_parts
 from .step_section import cell, name_cell, step_section
 
 STYLE = """
@@ -45,32 +45,34 @@ def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | 
 
 
 def render_parts(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
-                 page: Path | None = None) -> list[str]:
-    """The page in parts, in order (written one by one: ``build.write_page``)."""
+                 page: Path | None = None) -> Iterator[str]:
+    """The page in parts, in order, made as they are written (``build.write_page``): at a fleet's
+    thousands of steps the heat strip and the steps' rows are megabytes, never held whole."""
     steps = report["steps"]
     base = page.parent if page else Path(report["root"])
     sources = sorted({s for row in steps for s in row.get("sources", [])})
-    body = [f"<h1>rlprof step report</h1><p class=muted>{escape(report['root'])}: {len(steps)} step(s); "
-            f"rlprof-plugins {escape(__version__)}"
-            + (f"; iterations read from {escape(', '.join(SOURCE_TITLES[s] for s in sources))}" if sources else "")
-            + "</p>"]
-    body += [f'<div class="note{" bad" if bad else ""}" data-note>{escape(text)}</div>' for bad, text in
-             ((n.startswith(("failed", "unreadable", "nothing")), n) for n in notes)]
+    yield ("<!doctype html><html lang=en><head><meta charset=utf-8><title>rlprof step report: "
+           f"{escape(report['root'])}</title><meta name=viewport content='width=device-width'>"
+           f"<style>{STYLE}</style></head><body>")
+    yield (f"<h1>rlprof step report</h1><p class=muted>{escape(report['root'])}: {len(steps)} step(s); "
+           f"rlprof-plugins {escape(__version__)}"
+           + (f"; iterations read from {escape(', '.join(SOURCE_TITLES[s] for s in sources))}" if sources else "")
+           + "</p>")
+    yield from (f'<div class="note{" bad" if bad else ""}" data-note>{escape(text)}</div>' for bad, text in
+                ((n.startswith(("failed", "unreadable", "nothing")), n) for n in notes))
     if steps:  # a fleet's replicas first: which replica each step waited for, before the steps' rows
-        body.append(fleet_section(report))
-        body.append(_across(steps, base))
+        yield from fleet_parts(report)
+        yield from _across(steps, base)
     if compared:
-        body.append(_compare(compared))
+        yield _compare(compared)
     detailed = [row for row in steps if "timeline" in row]
     older = [row["global_step"] for row in steps if "timeline" not in row and row.get("traced", True)]
     if older:
-        body.append(f"<p class=muted>Details of {len(older)} older step(s) are left out of this page to keep it small: "
-                    f"<code>rlprof report {escape(report['root'])} --steps A-B</code> shows any of them in full.</p>")
+        yield (f"<p class=muted>Details of {len(older)} older step(s) are left out of this page to keep it small: "
+               f"<code>rlprof report {escape(report['root'])} --steps A-B</code> shows any of them in full.</p>")
     for k, row in enumerate(detailed):
-        body.append(step_section(row, open_=k == len(detailed) - 1 or len(detailed) <= 3, href=_href(base)))
-    return ["<!doctype html><html lang=en><head><meta charset=utf-8><title>rlprof step report: "
-            f"{escape(report['root'])}</title><meta name=viewport content='width=device-width'>"
-            f"<style>{STYLE}</style></head><body>", *body, "</body></html>"]
+        yield step_section(row, open_=k == len(detailed) - 1 or len(detailed) <= 3, href=_href(base))
+    yield "</body></html>"
 
 
 def _href(base: Path):
@@ -83,7 +85,8 @@ def _href(base: Path):
     return href
 
 
-def _across(steps: list[dict[str, Any]], base: Path) -> str:
+def _across(steps: list[dict[str, Any]], base: Path) -> Iterator[str]:
+    """'Across steps': a chart per stage, then a row per step (the older ones folded), made a row at a time."""
     stages = sorted({s for row in steps for s in row["stages"]})
     labels = [row["global_step"] if row["global_step"] is not None else Path(row["directory"]).name for row in steps]
     panels = [charts.trend(labels, [row["stages"].get(s, {}).get("mean_ms") for row in steps],
@@ -101,21 +104,24 @@ def _across(steps: list[dict[str, Any]], base: Path) -> str:
                         f"{escape(s)}</th>" for s in stages)
               + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in tail) + "</tr><tr>"
               + "".join(f"<th>{escape(h)}</th>" for _ in stages for h in per_stage) + "</tr>")
-    href = _href(base)
-    rows = [_row(row, stages, href, len(engines) > 1, measured) for row in steps]
-    table = lambda body, ident: f"<table id={ident}>{header}{''.join(body)}</table>"  # noqa: E731
-    if len(rows) > NEWEST_ROWS:
-        shown = (f"<details data-older><summary>The {len(rows) - NEWEST_ROWS} older steps</summary>"
-                 + table(rows[:-NEWEST_ROWS], "older-steps") + "</details>" + table(rows[-NEWEST_ROWS:], "steps"))
-    else:
-        shown = table(rows, "steps")
+    href, several = _href(base), len(engines) > 1
     one = f" All steps: {escape(engines.pop())}." if len(engines) == 1 else ""
-    return (f"<h2>Across steps</h2><p class=muted>{one} An iteration's time is its slowest rank's (the engine waits for "
-            "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
-            "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
-            "iterations; imbalance is the slowest rank's iteration time over the fastest's. rlprof's own "
-            "profiler pauses are counted apart, never as engine time.</p>"
-            f"<div class=charts>{''.join(panels)}</div>" + shown)
+    yield (f"<h2>Across steps</h2><p class=muted>{one} An iteration's time is its slowest rank's (the engine waits for "
+           "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
+           "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
+           "iterations; imbalance is the slowest rank's iteration time over the fastest's. rlprof's own "
+           "profiler pauses are counted apart, never as engine time.</p>"
+           f"<div class=charts>{''.join(panels)}</div>")
+    del panels
+    older = max(0, len(steps) - NEWEST_ROWS)
+    if older:
+        yield (f"<details data-older><summary>The {older} older steps</summary>"
+               f"<table id=older-steps>{header}")
+        yield from (_row(row, stages, href, several, measured) for row in steps[:older])
+        yield "</table></details>"
+    yield f"<table id=steps>{header}"
+    yield from (_row(row, stages, href, several, measured) for row in steps[older:])
+    yield "</table>"
 
 
 def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: bool) -> str:

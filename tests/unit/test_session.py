@@ -1,11 +1,14 @@
 """The worker-side controller, driven like an engine drives it, with the real
 torch.profiler backend; assertions read the exported trace files."""
 
+import collections
 import json
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
@@ -370,3 +373,45 @@ def test_by_stage_step_folders_hold_stage_folders_only(tmp_path):
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["decode", "manifest.json",
                                                                                      "prefill"]
     assert not list(folder.glob(".*.tmp"))
+
+
+def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, monkeypatch):
+    """Where torch has it (2.13+), a session without exact stacks or the operator table records with
+    torch's ``trace_only``: its stop, paid on the engine thread, makes no event objects beside the trace.
+    The trace holds the same events as without it; exact stacks and the operator table (which read those
+    objects) record as before."""
+    from rlprof_plugins.backends import torch_profiler
+
+    if torch_profiler.trace_only_config(torch) is None:
+        pytest.skip(f"torch {torch.__version__} has no trace_only")
+    made: list[TorchProfilerBackend] = []
+
+    def factory(settings):
+        def build(table, _overrides=None):
+            made.append(TorchProfilerBackend(replace(settings, write_table=table)))
+            return made[-1]
+        return build
+
+    def events(step: int) -> collections.Counter:
+        trace = load_trace(only_trace(tmp_path / f"global_step_{step}"))
+        return collections.Counter((e.get("cat"), e["name"].split(" [")[0]) for e in trace["traceEvents"]
+                                   if e.get("cat") in ("cpu_op", "user_annotation"))
+
+    for step, settings, table, trace_only in ((1, TorchSettings(), False, True),
+                                              (2, TorchSettings(with_stack=True), False, False),
+                                              (3, TorchSettings(), True, False)):
+        ctl = make_controller(tmp_path, factory(settings))
+        start(ctl, global_step=step, step_end=3, operator_table=table)
+        run_iterations(ctl, 3)
+        assert settle(ctl, step)["state"] == "done"
+        assert made[-1]._prof.profiler.experimental_config.trace_only is trace_only, step
+    assert events(1)[("cpu_op", "aten::mm")] == 3
+    assert events(1) == events(3)  # the same events, with and without trace_only
+    assert any(e.get("cat") == "python_function" for e in load_trace(only_trace(tmp_path / "global_step_2"))["traceEvents"])
+    monkeypatch.setattr(torch_profiler, "_TRACE_ONLY", [None])  # an older torch: recorded as before
+    ctl = make_controller(tmp_path, factory(TorchSettings()))
+    start(ctl, global_step=4, step_end=3)
+    run_iterations(ctl, 3)
+    assert settle(ctl, 4)["state"] == "done"
+    assert made[-1]._prof.profiler.experimental_config.trace_only is False
+    assert events(4) == events(1)

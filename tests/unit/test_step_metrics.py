@@ -297,3 +297,54 @@ def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_number
     numbers, _, _, everything = again(state)
     assert everything
     assert {s: n["iterations"] for s, n in kept.items()} == {s: n["iterations"] for s, n in whole().items()}
+
+@pytest.mark.parametrize("block", [64, 1 << 16])
+def test_the_logs_are_read_side_by_side_with_the_numbers_of_a_whole_read(tmp_path, monkeypatch, block):
+    """Each rank's log lists its steps in order, so the reader reads the logs side by side, a block at a
+    time (cut mid-line here at 64 bytes), holding a step's records, not every step's: rotated logs, a step
+    recorded in two parts (a restart), a step some ranks lack, a line with no step, a blank and a torn
+    line give the numbers and warnings of a whole read (``read_steps``); a log whose steps go back is
+    read whole, with the same numbers; one more step appended is read alone."""
+    from rlprof_plugins.metrics import reader
+
+    monkeypatch.setattr(reader, "BLOCK", block)
+    steps = tmp_path / "steps"
+    steps.mkdir()
+
+    def line(step, rank, busy):
+        return record(step, rank=rank, busy_ms=busy, stages={
+            "decode": StageRecord(2, busy, busy / 2, 0, 8, 8, [0] * len(BUCKETS_MS))}).encode()
+
+    logs = {rank: [line(s, rank, 10.0 + s + k) for s in range(1, 41) if not (rank == "rank2" and s % 7 == 0)]
+            for k, rank in enumerate(("rank0", "rank1", "rank2"))}
+    logs["rank1"].insert(12, line(12, "rank1", 3.0))  # step 12's second part: a restart inside it
+    logs["rank0"].insert(0, line(None, "rank0", 1.0))
+    logs["rank2"].insert(5, "\n")
+    for rank, lines in logs.items():
+        if rank != "rank2":  # rotated: the older half in <rank>.jsonl.1
+            (steps / f"{rank}.jsonl.1").write_text("".join(lines[:20]))
+        (steps / f"{rank}.jsonl").write_text("".join(lines[20:] if rank != "rank2" else lines)
+                                             + ('{"global_step": 41, "ra' if rank == "rank1" else ""))
+
+    def whole() -> tuple[dict, list]:
+        records, warnings = read_steps(tmp_path)
+        return {s: measured_numbers(r) for s, r in records.items() if isinstance(s, int)}, warnings
+
+    numbers, warnings, state, everything = reader.measured_incrementally(tmp_path, None)
+    expected, expected_warnings = whole()
+    assert everything and numbers == expected and sorted(numbers) == list(range(1, 41))
+    assert numbers[12]["stages"]["decode"]["iterations"] == 4 and numbers[14]["ranks"] == ["rank0", "rank1"]
+    # a whole read calls the line being written torn; the reader leaves it for next time and says so last
+    assert warnings[:-1] == [w for w in expected_warnings if "rank1.jsonl:" not in w]
+    assert "rank2.jsonl:6: not a whole step record" in warnings[0]
+    assert "rank1.jsonl: its last line is not whole" in warnings[-1]
+    with (steps / "rank0.jsonl").open("a") as f:  # one more step everywhere
+        f.write(line(41, "rank0", 60.0))
+    with (steps / "rank2.jsonl").open("a") as f:
+        f.write(line(41, "rank2", 61.0))
+    again, _, state, everything = reader.measured_incrementally(tmp_path, json.loads(json.dumps(state)))
+    assert not everything and sorted(again) == [41] and again[41] == whole()[0][41]
+    with (steps / "rank2.jsonl").open("a") as f:  # a line that goes back to step 3: that log is read whole
+        f.write(line(3, "rank2", 99.0))
+    numbers, _, _, everything = reader.measured_incrementally(tmp_path, None)
+    assert everything and numbers == whole()[0] and numbers[3]["straggler"]["rank"] == "rank2"
