@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .._log import warn_once
+from .._log import logger, warn_once
 from ..store.layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.naming import trace_file
 from ..trace.pauses import Pause, with_pauses
-from . import stack_sampler
+from . import detached_stop, stack_sampler
 from ..trace.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .forked_export import export_chrome_trace
@@ -187,14 +187,31 @@ class TorchProfilerBackend:
         self._activities = [kinds[a] for a in settings.activities]
         self._prof = None
         self._sampler = stack_sampler.StackSampler(settings.sample_hz) if settings.sample_hz else None
+        self._detachable = False  # whether this session's stop may leave the engine thread (``start``)
+        self._detached: detached_stop.DetachedStop | None = None  # the stop, where it left the engine thread
+
+    def _experimental_config(self) -> tuple[Any, bool]:
+        """torch's experimental config for this session (None: torch's default), and whether its stop
+        is detached from the engine thread (``detached_stop``). Both only where nothing reads torch's
+        event objects: no exact stacks (torch refuses them that way) and no operator table."""
+        s = self.settings
+        if s.with_stack or s.write_table:
+            return None, False
+        why = detached_stop.why_not(self._torch, s.activities)
+        if why is None:
+            return detached_stop.config(self._torch), True
+        logger.debug("rlprof: torch's stop on the engine thread: %s", why)
+        return trace_only_config(self._torch), False
 
     def prepare(self, directory: Path, worker_name: str) -> None:
         """Nothing to stage: torch keeps the recording in memory until export."""
 
     def start(self) -> None:
         s = self.settings
-        # no event objects made at the stop where nothing reads them (``trace_only_config``)
-        lean = None if s.with_stack or s.write_table else trace_only_config(self._torch)
+        # no event objects made at the stop where nothing reads them (``trace_only_config``), and the
+        # stop itself off the engine thread where it can be (``detached_stop``)
+        lean, self._detachable = self._experimental_config()
+        detached_stop.wait_in_flight()  # torch's profiler is one a process: an ended one finishes first
         self._prof = self._torch.profiler.profile(
             activities=self._activities,
             record_shapes=s.record_shapes,
@@ -219,7 +236,26 @@ class TorchProfilerBackend:
         assert self._prof is not None, "stop() before start()"
         if self._sampler is not None:  # first: its thread takes the GIL, torch's stop holds it
             self._sampler.stop()
-        self._prof.stop()
+        if self._detachable:
+            detached = detached_stop.stop(self._torch, self._prof)
+            self._detached = None if detached.native is not None else detached  # else torch's result, as ever
+        else:
+            self._prof.stop()
+
+    def stop_seconds(self) -> float | None:
+        """The CPU seconds torch's stop post-processed for, where it ran off the engine thread (None: not
+        done yet, or it ran on the engine thread, which timed it)."""
+        return None if self._detached is None else self._detached.seconds
+
+    @property
+    def detachable(self) -> bool:
+        """Whether this session's stop will leave the engine thread (``detached_stop``), known before it starts."""
+        return self._experimental_config()[1]
+
+    @property
+    def detached(self) -> bool:
+        """Whether this session's stop left the engine thread (``detached_stop``)."""
+        return self._detached is not None
 
     def set_iteration(self, index: int | None) -> None:
         """The engine thread entered iteration ``index`` (None: left it): the sampler's spans split there."""
@@ -228,6 +264,18 @@ class TorchProfilerBackend:
 
     def annotation(self, name: str):
         return self._torch.profiler.record_function(name)
+
+    def _write_raw(self, raw: Path) -> None:
+        """Kineto's trace as torch writes it, to ``raw``: through ``ctypes`` where the stop was detached
+        (the GIL is free meanwhile; the recording freed after), else in a forked child (Kineto's writer
+        holds the GIL)."""
+        if self._detached is None:
+            export_chrome_trace(self._prof, raw)
+            return
+        try:
+            self._detached.save(raw)
+        finally:
+            self._detached.release()
 
     def export(self, place: Placement, worker_name: str, *, by_stage: bool = False,
                pauses: Sequence[Pause] = ()) -> list[ExportedFile]:
@@ -250,7 +298,7 @@ class TorchProfilerBackend:
         raw = atomic_target(place.root / final.name if by_stage else final)
         written: list[ExportedFile] = []
         try:
-            export_chrome_trace(self._prof, raw)  # in a forked child: Kineto's writer holds the GIL
+            self._write_raw(raw)
             fixed = atomic_target(raw.parent / final.name)
             packed, copied = s.use_gzip and not by_stage, False
             try:

@@ -194,6 +194,29 @@ def python_stacks_note(config: object | None) -> str:
     return f"python stacks ({where}): {how}"
 
 
+def torch_stop_note(config: object | None) -> str:
+    """Where torch's stop post-processes a session (``backends.detached_stop``): off the engine thread,
+    or on it and why."""
+    from ..backends import detached_stop
+    from ..backends.torch_profiler import NATIVE_DEFAULTS, with_python_stacks, TorchSettings
+
+    try:
+        import torch
+    except ImportError:
+        return "torch's stop: torch is not importable here"
+    keys = config.options.backend_keys if config is not None else {}
+    with_stack = config.torch_profiler_with_stack if config is not None else NATIVE_DEFAULTS["torch_profiler_with_stack"]
+    activities = tuple(getattr(config, "torch_profiler_activities", None) or
+                       (("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)))  # the engines' default
+    if with_python_stacks(TorchSettings(with_stack=with_stack), keys).with_stack:
+        return "torch's stop: on the engine thread (exact Python stacks are post-processed with the GIL)"
+    why = detached_stop.why_not(torch, activities)
+    if why is None:
+        return ("torch's stop: off the engine thread (the engine pauses a moment; torch post-processes on a "
+                "thread of its own without the GIL)")
+    return f"torch's stop: on the engine thread ({why})"
+
+
 ENV_NAME = "RLPROF_PROFILER_CONFIG"
 
 
@@ -217,6 +240,7 @@ def _environment(engine: str, version: str) -> list[str]:
         notes.append(f"{ENV} is set but invalid: {e}")
         config = None
     notes.append(python_stacks_note(config))
+    notes.append(torch_stop_note(config))
     vllm = ENGINES["vllm"]
     legacy = sorted(k for k in os.environ if k.startswith(vllm.LEGACY_ENV))
     if engine == vllm.NAME and legacy:

@@ -10,7 +10,8 @@ million events a second (docs/performance.md). So a chunk is priced by both:
     pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
 
 A fixed count N ends a chunk after every N iterations. ``auto`` (the
-default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank
+default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms`` (three quarters,
+``HEADROOM_DETACHED``, where the stop leaves the engine thread and only a rotation pauses it). Each rank
 learns both rates from its own pauses (``StopCosts``: every stop teaches
 it, rotations and final stops, across sessions, per kind of recording),
 with ``PRIOR_SECONDS`` before it has measured anything. The engine's idle
@@ -32,22 +33,35 @@ PRIOR_SECONDS = {True: 0.012, False: 0.002}
 # ... and per second of recording between iterations (stacks on: the wait loop's ~2 M events a second).
 PRIOR_IDLE_SECONDS = {True: 10.0, False: 0.05}
 REMEMBERED = 8  # pauses per kind of recording the estimate is drawn from
+MIN_IDLE_LESSON_S = 0.25  # the least idle time a stop holding no iteration must have recorded to teach (``learn``)
 # Chunks are planned to this share of ``max_pause_ms``: one stop's cost per iteration varies about
 # two- to threefold on a busy host (2 cores, stacks on: 10-32 ms an iteration within one session, with
 # the batch's shape and what else runs: a chunk being written, the API server's own stop).
 HEADROOM = 0.5
+# ... and to this share where the stop leaves the engine thread: only a rotation pauses the engine then
+# (it waits for the post-processing, which has a core to itself meanwhile), and the plan learns the
+# post-processing's CPU seconds, steadier than a pause's wall time beside other work. So bursts a
+# third longer end at the engine's idle stop, which costs it a millisecond, instead of in a rotation.
+HEADROOM_DETACHED = 0.75
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
 
 
 def recording_kind(backend: Any) -> tuple:
-    """What makes one backend's stop cost differ from another's: the torch settings that add records."""
+    """What makes one backend's stop cost differ from another's: the torch settings that add records,
+    and whether the stop leaves the engine thread (``backends.detached_stop``: its cost is then measured
+    in the post-processing's CPU seconds, not the engine's pause)."""
     s = getattr(backend, "settings", None)
     return (bool(getattr(s, "with_stack", False)), bool(getattr(s, "record_shapes", False)),
-            bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())))
+            bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())),
+            bool(getattr(backend, "detachable", False)))
 
 
 def _stacks(kind: tuple) -> bool:
     return bool(kind[0]) if kind else False
+
+
+def _detached(kind: tuple) -> bool:
+    return len(kind) > 4 and bool(kind[4])
 
 
 class StopCosts:
@@ -58,7 +72,11 @@ class StopCosts:
         self._seen: dict[Hashable, collections.deque[tuple[float, int, float]]] = {}
 
     def learn(self, kind: tuple, seconds: float, iterations: int, idle_seconds: float = 0.0) -> None:
-        if iterations > 0 or idle_seconds > 0:
+        """A stop of ``seconds`` for what its chunk held. One that held no iteration teaches only where
+        it recorded the engine waiting for ``MIN_IDLE_LESSON_S`` or more: a stop's fixed cost over a few
+        milliseconds is no price of an idle second (a session started on an idle engine parks its first
+        chunk at once; read as one, it cut the next chunks to a few iterations)."""
+        if iterations > 0 or idle_seconds >= MIN_IDLE_LESSON_S:
             self._seen.setdefault(kind, collections.deque(maxlen=REMEMBERED)).append(
                 (seconds, iterations, max(idle_seconds, 0.0)))
 
@@ -97,7 +115,7 @@ class ChunkPlan:
 
     def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple) -> None:
         self._fixed = None if iterations == AUTO else int(iterations)
-        self._target = max_pause_ms / 1000 * HEADROOM
+        self._target = max_pause_ms / 1000 * (HEADROOM_DETACHED if _detached(kind) else HEADROOM)
         self._costs, self._kind = costs, kind
         self._last: int | None = None  # the last chunk's length (auto)
         # asked at every iteration's end: worked out only when a pause teaches something

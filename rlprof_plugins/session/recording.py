@@ -52,6 +52,9 @@ class Recording:
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
         self._plan = plan  # when a chunk ends (None: never)
+        # stops that left the engine thread (``backends.detached_stop``), with what their chunk held: the
+        # plan learns their cost once their own thread has measured it
+        self._unlearned: list[tuple[Backend, int, float]] = []
         self.memory = memory
         self.output = RecordingOutput(self)  # what it leaves on disk, written by the exporter thread
 
@@ -145,7 +148,7 @@ class Recording:
         seconds = self._stop_backend()
         self.chunks.stopped.append(self.backend)  # kept before anything else can fail
         self.backend = backend
-        self._start_backend()
+        self._start_backend()  # waits for a stop still post-processing: the pause holds all of it
         self._paused(ROTATION, began, ended)
         return seconds
 
@@ -166,7 +169,7 @@ class Recording:
         seconds = self._stop_backend()
         self.chunks.stopped.append(self.backend)
         self.parked = True
-        self._paused(IDLE, began, ended)
+        self._paused(IDLE, began, ended, self.backend)
         return seconds
 
     def resume(self, backend: Backend) -> None:
@@ -184,6 +187,8 @@ class Recording:
 
     def chunk_due(self) -> bool:
         """Whether the running chunk ends at this iteration boundary (its plan; a backend that chunks)."""
+        if self._unlearned:
+            self._learn_detached()
         return (self._plan is not None and not self.parked and chunkable(self.backend)
                 and self._plan.due(self._chunk.held, self._chunk.idle_seconds()))
 
@@ -204,7 +209,7 @@ class Recording:
         try:
             return self._stop_backend()
         finally:
-            self._paused(STOP, began, ended)
+            self._paused(STOP, began, ended, self.backend)
 
     def _stop_backend(self) -> float:
         t0 = time.perf_counter()
@@ -216,13 +221,31 @@ class Recording:
         chunk, self._chunk = self._chunk, RunningChunk()
         return chunk, chunk.idle_seconds()
 
-    def _paused(self, cause: str, began: int, ended: tuple[RunningChunk, float]) -> None:
-        """Keep the pause for the trace; the plan learns what it cost for what the chunk held."""
+    def _paused(self, cause: str, began: int, ended: tuple[RunningChunk, float],
+                stopped: Backend | None = None) -> None:
+        """Keep the pause for the trace; the plan learns what it cost for what the chunk held. A stop
+        that left the engine thread (``stopped.detached``) paused it for a moment, but a rotation waits
+        for all of it: the plan learns that, once measured (``_learn_detached``)."""
         chunk, idle = ended
         pause = Pause.timed(cause, began, *(chunk.span or (None, None)))
         self.pauses.append(pause)
-        if self._plan is not None:
+        if self._plan is None:
+            return
+        if getattr(stopped, "detached", False):
+            self._unlearned.append((stopped, chunk.held, idle))
+        else:
             self._plan.learn(pause.seconds, chunk.held, rotated=cause == ROTATION, idle_seconds=idle)
+
+    def _learn_detached(self) -> None:
+        """The plan learns each detached stop's cost that its thread has measured by now."""
+        waiting = []
+        for backend, held, idle in self._unlearned:
+            seconds = backend.stop_seconds()
+            if seconds is None:
+                waiting.append((backend, held, idle))
+            elif self._plan is not None:
+                self._plan.learn(seconds, held, rotated=False, idle_seconds=idle)
+        self._unlearned = waiting
 
     def abandon(self) -> None:
         """Stop after a failure, ignoring what the stop itself raises; the memory

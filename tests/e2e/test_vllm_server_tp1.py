@@ -49,7 +49,8 @@ def test_sampled_python_stacks_record_the_engine_thread_not_torchs_tracer(server
 
     body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled"}
     assert server_tp1.post("/start_profile", body).status_code == 200
-    server_tp1.complete(max_tokens=24)
+    # a long prompt: its one prefill iteration lasts long enough to be sampled at 200 Hz, whatever the host
+    server_tp1.complete(prompt="the rollout engine " * 60, max_tokens=24)
     assert server_tp1.wait_state()["state"] == "done"
     python = assert_sampled_on_engine_thread(rank_traces(server_tp1.trace_dir / "global_step_57")["rank0"],
                                              ("execute_model", "run_busy_loop", "step", "sample_tokens"))

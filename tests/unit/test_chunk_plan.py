@@ -11,7 +11,7 @@ import pytest
 from rlprof_plugins.config.options import CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS, ProfileOptions, parse_options
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
-from rlprof_plugins.session.chunk_plan import HEADROOM, MAX_GROWTH, PRIOR_SECONDS, ChunkPlan, StopCosts
+from rlprof_plugins.session.chunk_plan import HEADROOM, MAX_GROWTH, PRIOR_IDLE_SECONDS, PRIOR_SECONDS, ChunkPlan, StopCosts
 from tests.helpers.traces import load_trace, pause_events, profiler_steps
 from tests.unit.test_chunks import stacks_backend, workload
 from tests.unit.test_requests import server
@@ -47,6 +47,17 @@ def test_a_stop_holding_no_iteration_teaches_nothing_and_never_less_than_one():
     plan = ChunkPlan(CHUNK_AUTO, 1, costs, STACKS)
     plan.learn(1.0, 1, rotated=True)
     assert plan.length() == 1
+
+
+def test_a_stop_holding_no_iteration_and_a_moment_of_waiting_teaches_no_rate_of_waiting():
+    """A session started on an idle engine parks its first chunk at once: a stop's fixed cost over the
+    few milliseconds it ran is no price of an idle second (read as one, it cut the first burst's chunks
+    to a few iterations). A chunk that recorded the engine waiting for long enough does teach it."""
+    costs = StopCosts()
+    costs.learn(PLAIN, 0.003, 0, 0.002)
+    assert costs.rates(PLAIN) == (PRIOR_SECONDS[False], PRIOR_IDLE_SECONDS[False])
+    costs.learn(PLAIN, 0.2, 0, 2.0)
+    assert costs.rates(PLAIN) == (PRIOR_SECONDS[False], pytest.approx(0.1))
 
 
 def test_a_fixed_count_and_zero():

@@ -163,10 +163,11 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
     broken = [True]  # only the first session's export breaks
 
     class BrokenExport(TorchProfilerBackend):
-        def export(self, directory, worker_name, **kw):
-            if broken.pop() if broken else False:  # write a temp, then fail mid-way
-                self._prof.export_chrome_trace = lambda path: (Path(path).write_text("{partial"), 1 / 0)
-            return super().export(directory, worker_name, **kw)
+        def _write_raw(self, raw):
+            super()._write_raw(raw)
+            if broken.pop() if broken else False:  # the trace written to its temporary name, then a failure
+                raw.write_text("{partial")
+                1 / 0
 
     ctl = make_controller(tmp_path, lambda table, _overrides: BrokenExport(TorchSettings()))
     start(ctl, global_step=9, step_end=1)
@@ -380,7 +381,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     torch's ``trace_only``: its stop, paid on the engine thread, makes no event objects beside the trace.
     The trace holds the same events as without it; exact stacks and the operator table (which read those
     objects) record as before."""
-    from rlprof_plugins.backends import torch_profiler
+    from rlprof_plugins.backends import detached_stop, torch_profiler
 
     if torch_profiler.trace_only_config(torch) is None:
         pytest.skip(f"torch {torch.__version__} has no trace_only")
@@ -409,6 +410,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     assert events(1) == events(3)  # the same events, with and without trace_only
     assert any(e.get("cat") == "python_function" for e in load_trace(only_trace(tmp_path / "global_step_2"))["traceEvents"])
     monkeypatch.setattr(torch_profiler, "_TRACE_ONLY", [None])  # an older torch: recorded as before
+    monkeypatch.setattr(detached_stop, "_FOUND", {"why": "an older torch"})
     ctl = make_controller(tmp_path, factory(TorchSettings()))
     start(ctl, global_step=4, step_end=3)
     run_iterations(ctl, 3)
