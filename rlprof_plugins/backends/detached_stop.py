@@ -15,9 +15,9 @@ Python binding holds the GIL throughout, and the session it pops belongs to the 
   the engine instead of in its way.
 
 So at a stop, on the engine thread: torch's Python stop runs as usual (a device sync where it has one,
-its bookkeeping), but where it calls ``_disable_profiler()`` it calls ``_detach`` instead: the running
-session's callbacks are removed there and then (nothing records after this returns, so nothing writes
-into what the other thread reads), and a thread ends the session (``disableProfiler``). The recording
+its bookkeeping), but where it calls ``_disable_profiler()`` it calls ``DetachedStop.detach`` instead:
+the running session's callbacks are removed there and then (nothing records after this returns, so
+nothing writes into what the other thread reads), and a thread ends the session (``disableProfiler``). The recording
 is then written by ``DetachedStop.save`` (Kineto's writer, again without the GIL: no forked child
 needed) and freed. torch's profiler is one per process: the next session's start waits for an ended
 one that is still post-processing (``wait_in_flight``), a pause the trace shows like any other.
@@ -116,7 +116,7 @@ def config(torch: Any) -> Any:
 
 
 GRACE_S = 0.005  # between the callbacks' removal and the post-processing (``_post_process``)
-NICENESS = 10  # the post-processing yields the CPU to the engine, as the forked trace writer does
+NICENESS = 10  # the trace writer yields the CPU to the engine, as the forked one does (``save``)
 
 
 def _below_the_engine() -> None:
@@ -173,9 +173,9 @@ class DetachedStop:
         self._done = threading.Event()
         self._result: int | None = None  # the C++ ProfilerResult*
         self._lock = threading.Lock()
-        # the post-processing's CPU seconds, once done: what it holds a core for, so what a rotation,
-        # which waits for it, costs the engine (its wall time, on a thread below the engine beside
-        # whatever else runs, says more of the host than of the chunk)
+        # the post-processing's CPU seconds, once done: what it holds a core for, so what the same stop
+        # in place would cost the engine (its wall time, beside whatever else runs, says more of the
+        # host than of the chunk)
         self.seconds: float | None = None
         self.native: Any = None  # torch's own result where the session could not be detached
         self.error: str | None = None
@@ -197,12 +197,12 @@ class DetachedStop:
         try:
             threading.Thread(target=self._post_process, name="rlprof-torch-stop", daemon=True).start()
         except RuntimeError:  # no thread to be had: post-processed here, as torch's own stop would be
-            self._post_process(on_engine_thread=True)
+            self._post_process()
         return None
 
-    def _post_process(self, on_engine_thread: bool = False) -> None:
-        if not on_engine_thread:
-            _below_the_engine()
+    def _post_process(self) -> None:
+        # at the engine's own priority: the next chunk's start waits for it (a burst that comes while
+        # it runs waits on it; below the engine, beside its other processes, that wait was twice as long)
         # torch 2.13 ends a session recorded on all threads without waiting for a callback another thread
         # may be running as the callbacks go (later torch drains them): one has finished by now
         time.sleep(GRACE_S)
@@ -228,7 +228,7 @@ class DetachedStop:
 
     def save(self, path: Path) -> None:
         """Write the trace to ``path`` (Kineto's writer, as ``export_chrome_trace``), waiting for the
-        post-processing first; on a thread of its own below the engine, as the post-processing."""
+        post-processing first; on a thread of its own below the engine, as the forked writer was."""
         self.wait()
         with self._lock:
             if not self._result:

@@ -10,8 +10,7 @@ million events a second (docs/performance.md). So a chunk is priced by both:
     pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
 
 A fixed count N ends a chunk after every N iterations. ``auto`` (the
-default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms`` (three quarters,
-``HEADROOM_DETACHED``, where the stop leaves the engine thread and only a rotation pauses it). Each rank
+default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank
 learns both rates from its own pauses (``StopCosts``: every stop teaches
 it, rotations and final stops, across sessions, per kind of recording),
 with ``PRIOR_SECONDS`` before it has measured anything. The engine's idle
@@ -38,18 +37,13 @@ MIN_IDLE_LESSON_S = 0.25  # the least idle time a stop holding no iteration must
 # two- to threefold on a busy host (2 cores, stacks on: 10-32 ms an iteration within one session, with
 # the batch's shape and what else runs: a chunk being written, the API server's own stop).
 HEADROOM = 0.5
-# ... and to this share where the stop leaves the engine thread: only a rotation pauses the engine then
-# (it waits for the post-processing, which has a core to itself meanwhile), and the plan learns the
-# post-processing's CPU seconds, steadier than a pause's wall time beside other work. So bursts a
-# third longer end at the engine's idle stop, which costs it a millisecond, instead of in a rotation.
-HEADROOM_DETACHED = 0.75
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
 
 
 def recording_kind(backend: Any) -> tuple:
     """What makes one backend's stop cost differ from another's: the torch settings that add records,
-    and whether the stop leaves the engine thread (``backends.detached_stop``: its cost is then measured
-    in the post-processing's CPU seconds, not the engine's pause)."""
+    and whether the stop leaves the engine thread (``backends.detached_stop``: only its rotations, which
+    stop in place, teach its costs then)."""
     s = getattr(backend, "settings", None)
     return (bool(getattr(s, "with_stack", False)), bool(getattr(s, "record_shapes", False)),
             bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())),
@@ -59,9 +53,6 @@ def recording_kind(backend: Any) -> tuple:
 def _stacks(kind: tuple) -> bool:
     return bool(kind[0]) if kind else False
 
-
-def _detached(kind: tuple) -> bool:
-    return len(kind) > 4 and bool(kind[4])
 
 
 class StopCosts:
@@ -115,7 +106,7 @@ class ChunkPlan:
 
     def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple) -> None:
         self._fixed = None if iterations == AUTO else int(iterations)
-        self._target = max_pause_ms / 1000 * (HEADROOM_DETACHED if _detached(kind) else HEADROOM)
+        self._target = max_pause_ms / 1000 * HEADROOM
         self._costs, self._kind = costs, kind
         self._last: int | None = None  # the last chunk's length (auto)
         # asked at every iteration's end: worked out only when a pause teaches something

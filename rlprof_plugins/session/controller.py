@@ -88,6 +88,11 @@ class ProfilerController:
             if s.state == RECORDING and self._recording is not None:
                 if self._recording.parked:
                     self._recording.resume(self._new_backend(s))
+                elif self._recording.chunk_due():
+                    # a chunk ends as the next iteration begins, not as the last one ends: an engine about
+                    # to wait parks it first (``idle``), which costs it a moment where a rotation waits for
+                    # the whole stop
+                    self._next_chunk(s, self._recording)
                 if info is not None:
                     s.count_stage(info.stage)
                 self._annotations = self._recording.enter_iteration(s.iteration, info)
@@ -107,8 +112,6 @@ class ProfilerController:
                 if s.window.over_after(s.iteration):
                     with self._lock:
                         self._finish(s, ended_by="window")
-                elif self._recording is not None and self._recording.chunk_due():
-                    self._next_chunk(s, self._recording)
             s.iteration += 1
         except Exception as e:
             self._fail(s, e)

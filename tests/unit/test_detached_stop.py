@@ -15,7 +15,7 @@ import torch
 
 from rlprof_plugins.backends import detached_stop
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
-from rlprof_plugins.session.chunk_plan import HEADROOM_DETACHED, PRIOR_SECONDS, ChunkPlan, StopCosts, recording_kind
+from rlprof_plugins.session.chunk_plan import ChunkPlan, StopCosts, recording_kind
 from rlprof_plugins.session.recording import Recording
 from rlprof_plugins.store.layout import Placement
 from tests.helpers.traces import load_trace, pause_events, profiler_steps
@@ -86,28 +86,34 @@ def test_the_next_session_waits_for_an_ended_one_and_both_are_whole(tmp_path):
     assert op_counts(one)["aten::transpose"] == 2000 and op_counts(two)["aten::transpose"] == 100
 
 
-def test_the_chunk_plan_learns_what_the_post_processing_cost_not_the_engine_threads_moment(tmp_path):
+def test_the_chunk_plan_learns_from_rotations_not_from_a_detached_stops_moment(tmp_path):
+    """A stop at idle that left the engine thread cost it a moment and teaches the plan nothing; a
+    rotation stops in place, on the engine thread, and its pause is what the plan learns."""
     costs = StopCosts()
     backend = TorchProfilerBackend(TorchSettings(use_gzip=False))
-    plan = ChunkPlan("auto", 200, costs, ("kind",))
+    kind = recording_kind(backend)
+    assert kind[-1] is True and recording_kind(TorchProfilerBackend(TorchSettings(with_stack=True)))[-1] is False
+    plan = ChunkPlan("auto", 200, costs, kind)
     recording = Recording.of_rank(backend, tmp_path, step=False, name="rank0", rank="0", plan=plan)
     recording.start()
-    for index in range(5):
-        recording.enter_iteration(index, None)
-        operators(600)
-        recording.leave_iteration()
-    engine_seconds = recording.park()
-    assert backend.detached
-    backend._detached.wait()
-    recording.chunk_due()  # the next iteration boundary: the measured cost is learned
-    assert costs.per_iteration(("kind",)) == pytest.approx(backend.stop_seconds() / 5)
-    assert backend.stop_seconds() > 10 * engine_seconds, (backend.stop_seconds(), engine_seconds)
+
+    def iterations(first: int) -> None:
+        for index in range(first, first + 5):
+            recording.enter_iteration(index, None)
+            operators(600)
+            recording.leave_iteration()
+
+    iterations(0)
+    recording.park()
+    assert backend.detached and costs.rates(kind) == StopCosts().rates(kind)  # the prior still
+    rotated = TorchProfilerBackend(TorchSettings(use_gzip=False))
+    recording.resume(rotated)
+    iterations(5)
+    recording.rotate(TorchProfilerBackend(TorchSettings(use_gzip=False)))
+    assert not rotated.detached  # stopped in place
+    assert costs.per_iteration(kind) == pytest.approx(recording.pauses[-1].seconds / 5)
+    recording.stop()
     recording.chunks.write_all()
-    # a detached recording is its own kind (its costs are CPU seconds), planned to three quarters of
-    # max_pause_ms: only a rotation pauses the engine
-    kind = recording_kind(TorchProfilerBackend(TorchSettings()))
-    assert kind[-1] is True and recording_kind(TorchProfilerBackend(TorchSettings(with_stack=True)))[-1] is False
-    assert ChunkPlan("auto", 200, StopCosts(), kind).length() == int(0.2 * HEADROOM_DETACHED / PRIOR_SECONDS[False])
 
 
 def test_where_it_cannot_run_torchs_own_stop_runs(monkeypatch):

@@ -78,8 +78,8 @@ def test_without_the_idle_hook_the_plan_prices_idle_time(tmp_path):
     status, trace = session(tmp_path, 3, chunk="auto", idle_hook=False)
     pauses = pause_events(trace)
     rotated_at = [p["args"]["last_iteration"] for p in pauses if p["args"]["cause"] == "rotation"]
-    # each wait ends the chunk at the next iteration's end (a burst is iterations 4k..4k+3, then a wait)
-    assert {4, 8} <= set(rotated_at), rotated_at
+    # each wait ends the chunk as the next iteration begins (a burst is iterations 4k..4k+3, then a wait)
+    assert {3, 7} <= set(rotated_at), rotated_at
     assert profiler_steps(trace) == list(range(12))
 
 
