@@ -18,12 +18,15 @@ PYTEST_ARGS ?=
 # tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
+# Where the torch shim is built and proven (rlprof_plugins/backends/torch_shim.py; users: ~/.cache/rlprof): every
+# engine a test starts inherits it, so the tests run the shim `make env` built.
+export RLPROF_CACHE_DIR ?= $(CURDIR)/.cache/rlprof
 
-.PHONY: env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
+.PHONY: bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder $(GPU_KIT_DEPS)/.downloaded compat-releases
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_VLLM)/.shim-built $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder $(GPU_KIT_DEPS)/.downloaded compat-releases
 
 # Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
 # extra, drives it: no browser download), and Debian's Prometheus, the real scraper of the step
@@ -69,7 +72,7 @@ $(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 # test runs the shipped package (tests/packaging checks the wheel holds every module). The build
 # tools come first, in the vLLM environment that builds it.
 DIST := .cache/dist
-PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
+PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' -o -name '*.cpp' \) ! -path '*/__pycache__/*') \
 	setup.cfg setup.py pyproject.toml MANIFEST.in rlprof_plugins.pth README.md CHANGELOG.md
 # A folder holding only a link to tests/: child processes that must put something first on
 # their path (an old release, verl's site) put this before it, never the checkout (whose
@@ -101,6 +104,12 @@ endef
 
 $(VENV_VLLM)/.rlprof-installed: $(DIST)/.built $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed | $(TEST_PATH)/tests
 	$(call install_wheel,$(VPY))
+	touch $@
+
+# The torch shim that takes torch's stop off the engine thread, built with cc against the environment's torch and
+# proven by its canary (`rlprof build-shim`); SGLang's environment has the same torch build and shares it.
+$(VENV_VLLM)/.shim-built: $(VENV_VLLM)/.rlprof-installed rlprof_plugins/backends/torch_shim.cpp
+	$(VPY) -m rlprof_plugins.cli build-shim
 	touch $@
 
 # SGLang 0.5.23 for CPU in its own environment (its torch pin conflicts with
@@ -222,6 +231,7 @@ bench: env tiny-model
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --skip "on | native"
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --stacks-modes
+	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --alternating 8
 	$(VPY) benchmarks/bench_stack_sampling.py
 	$(VPY) benchmarks/stop_breakdown.py
 
@@ -248,6 +258,12 @@ bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --stacks-modes
+	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --alternating 8
+
+# docs/performance.md, "A long run": 100 global steps back to back on each engine, sampled and exact stacks, each on a
+# fresh server under streaming traffic (~25 min).
+bench-soak: env tiny-model
+	$(VPY) benchmarks/bench_soak.py
 
 # docs/performance.md: SGLang scheduler memory while a started profile sees no traffic (~1 min).
 bench-nvtx: env

@@ -13,8 +13,11 @@ Two ways, measured against each other (``benchmarks/bench_stack_sampling.py``, d
   thread (Python runs handlers only there; the engines' engine threads are: vLLM's EngineCore
   and workers, SGLang's schedulers). The handler reads its own frame at once: no lock to wait
   for, so a sample lands where the engine is. Installed with ``SA_RESTART``
-  (``siginterrupt(False)``), so a system call it interrupts resumes; the timer is re-armed
-  each time. Not used where the signal or the timer is already someone else's.
+  (``siginterrupt(False)``), so a system call it interrupts resumes where the kernel restarts
+  it (the waits it does not, ``epoll_wait``, ``poll``, ``select``, sleeps and futex waits with a
+  timeout, return ``EINTR``: Python retries its own, docs/configuration.md names the rest); the
+  timer is re-armed each time. Not used where the signal or the timer is already someone else's,
+  and given back at the stop only while still its own.
 - ``thread``: a sampler thread reads the engine thread's frames (``sys._current_frames``).
   It runs anywhere, but must take the GIL first: it gets it when the engine releases it (a
   torch operator, I/O) or after ``sys.getswitchinterval()`` (5 ms), so samples gather at the
@@ -110,18 +113,32 @@ class StackSampler:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop sampling and close the open spans at this moment; waits at most for one sample."""
+        """Stop sampling and close the open spans at this moment; waits at most for one sample. The process's
+        SIGALRM handler and wall-clock timer are put back as they were only while they are still this sampler's:
+        a library that set its own after the start keeps it (disarming its timer, or putting back the default
+        handler under it, would let its next alarm end the process)."""
         self._stopped.set()
         if self.how == "signal":
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            try:
-                signal.signal(signal.SIGALRM, self._previous)
-            except ValueError:  # not the main thread: ours stays, and does nothing once stopped
-                pass
+            self._give_back_signal()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
             self._thread = None
         self._close_from(0, time.time_ns())
+
+    def _give_back_signal(self) -> None:
+        try:
+            if signal.getsignal(signal.SIGALRM) != self._on_signal:
+                return  # someone else's handler now, and with it the timer
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._run_pending()  # an alarm that came before the timer was disarmed runs ours (stopped: a no-op)
+            signal.signal(signal.SIGALRM, self._previous)
+        except (ValueError, OSError):  # not the main thread: ours stays, and does nothing once stopped
+            pass
+
+    @staticmethod
+    def _run_pending() -> None:
+        """A Python call: CPython runs a pending signal's handler as a function begins, so it runs here, while
+        the handler is still ours, not after the previous one is back."""
 
     def set_iteration(self, index: int | None) -> None:
         """The engine thread entered iteration ``index`` (None: left it). Cheap: two attributes."""
@@ -133,14 +150,20 @@ class StackSampler:
 
     # ---- the two ways ------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self._stopped.is_set():
-            return
+        """Runs on the engine thread, in the middle of whatever it runs: nothing raises out of it (a bad sample is
+        skipped, a timer that cannot be re-armed ends the sampling); a KeyboardInterrupt from a handler that runs
+        inside this one still reaches the engine."""
         try:
-            if frame is not None:
-                self._sample(frame, time.time_ns())
-        except Exception:  # a bad sample is skipped; the engine never sees it
-            pass
-        signal.setitimer(signal.ITIMER_REAL, self._next_wait())
+            if self._stopped.is_set():
+                return
+            try:
+                if frame is not None:
+                    self._sample(frame, time.time_ns())
+            except Exception:
+                pass
+            signal.setitimer(signal.ITIMER_REAL, self._next_wait())
+        except Exception:
+            self._stopped.set()
 
     def _run(self) -> None:
         next_at = time.monotonic()

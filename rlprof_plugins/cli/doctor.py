@@ -194,10 +194,10 @@ def python_stacks_note(config: object | None) -> str:
     return f"python stacks ({where}): {how}"
 
 
-def torch_stop_note(config: object | None) -> str:
+def torch_stop_note(config: object | None, facts: dict | None = None) -> str:
     """Where torch's stop post-processes a session (``backends.detached_stop``): off the engine thread,
-    or on it and why."""
-    from ..backends import detached_stop
+    or on it and why. ``facts``: another machine's or torch build's (``torch_shim.torch_facts``), for the tests."""
+    from ..backends import detached_stop, torch_shim
     from ..backends.torch_profiler import NATIVE_DEFAULTS, with_python_stacks, TorchSettings
 
     try:
@@ -210,11 +210,19 @@ def torch_stop_note(config: object | None) -> str:
                        (("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)))  # the engines' default
     if with_python_stacks(TorchSettings(with_stack=with_stack), keys).with_stack:
         return "torch's stop: on the engine thread (exact Python stacks are post-processed with the GIL)"
-    why = detached_stop.why_not(torch, activities)
+    why = detached_stop.why_not(torch, activities, build=False, facts=facts)
     if why is None:
         return ("torch's stop: off the engine thread (the engine pauses a moment; torch post-processes on a "
-                "thread of its own without the GIL)")
+                f"thread of its own without the GIL; {_shim_where(facts)})")
     return f"torch's stop: on the engine thread ({why})"
+
+
+def _shim_where(facts: dict | None) -> str:
+    from ..backends import torch_shim
+
+    if facts is not None:  # another machine's facts: nothing of this one was loaded
+        return f"shim in {torch_shim.cache_folder(facts)}, its canary passed"
+    return f"shim {torch_shim.loaded().path}, its canary passed"
 
 
 ENV_NAME = "RLPROF_PROFILER_CONFIG"

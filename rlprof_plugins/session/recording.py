@@ -228,21 +228,41 @@ class Recording:
         an idle stop's own post-processing (its CPU seconds on a busy 2-core host: 4-6 ms an SGLang
         iteration), the plan cut bursts the engine would have ended at its idle stop into rotations."""
         chunk, idle = ended
-        pause = Pause.timed(cause, began, *(chunk.span or (None, None)))
+        planned = None if self._plan is None else self._plan.predicted(chunk.held, idle) * 1e3
+        pause = Pause.timed(cause, began, *(chunk.span or (None, None)), planned_ms=planned, idle_ms=idle * 1e3)
         self.pauses.append(pause)
         if self._plan is not None and not getattr(stopped, "detached", False):
             self._plan.learn(pause.seconds, chunk.held, rotated=cause == ROTATION, idle_seconds=idle)
 
     def abandon(self) -> None:
-        """Stop after a failure, ignoring what the stop itself raises; the memory
-        history recorded so far is taken, not dropped (``salvage`` writes it)."""
+        """Stop after a failure; the memory history recorded so far is taken, not
+        dropped, and the running chunk, once stopped, joins the chunks before it
+        (``salvage`` writes them all, with the command that joins them; each is freed
+        as it is written). A chunk whose stop itself failed is freed (``discard``),
+        never kept in the engine's process."""
         self._memory_off(snapshot=True)
         if self.parked:
             return
         try:
             self.backend.stop()
         except Exception:
-            pass
+            self._discard(self.backend)
+            return
+        if chunkable(self.backend):
+            if self.chunks is None:
+                self.chunks = Chunks(self.directory, self.name)
+            self.chunks.stopped.append(self.backend)
+        else:
+            self._discard(self.backend)
+
+    @staticmethod
+    def _discard(backend: Backend) -> None:
+        discard = getattr(backend, "discard", None)
+        if discard is not None:
+            try:
+                discard()
+            except Exception as e:
+                logger.warning("rlprof: freeing a failed session's recording failed: %s: %s", type(e).__name__, e)
 
     def _memory_off(self, snapshot: bool = False) -> None:
         try:

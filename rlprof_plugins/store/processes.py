@@ -23,6 +23,18 @@ def _boot_id() -> str | None:
         return None
 
 
+boot_id = _boot_id
+
+
+def pid_namespace(pid: int | None = None) -> str | None:
+    """The pid namespace a process runs in (``pid:[4026531836]``): containers on host networking share a
+    hostname, not their pids, so a pid means something only inside its namespace. None: cannot tell."""
+    try:
+        return os.readlink(f"/proc/{pid or 'self'}/ns/pid")
+    except OSError:
+        return None
+
+
 def _start_ticks(pid: int, *, running: bool = False) -> int | None:
     """The process's start time (clock ticks since boot), or None when no such process runs.
     ``running``: a process that has exited and waits for its parent to collect it (a zombie,
@@ -48,6 +60,11 @@ def _identity(pid: int) -> dict[str, Any]:
 def identity() -> dict[str, Any]:
     """This process, as a manifest section records it."""
     return dict(_identity(os.getpid()))
+
+
+def identity_of(pid: int) -> dict[str, Any]:
+    """Another process of this host, as ``identity`` records one (its start time read now)."""
+    return {"host": socket.gethostname(), "pid": pid, "started": _start_ticks(pid), "boot": _boot_id()}
 
 
 def alive(process: dict[str, Any] | None) -> bool | None:

@@ -11,13 +11,14 @@ every node shares), or the process where no HTTP server runs
 of one server agrees on it.
 
 The first server to write into a directory claims it (``.rlprof-root.json``,
-written under a lock): it keeps today's layout there (``global_step_<N>/``,
-``steps/``), and so does a single server, always, restarted or not. Any other
-server running at the same time writes into ``servers/<identity>/`` below it,
-the same layout inside: nothing of two servers is ever in one file or one
-``ranks/`` folder, whatever the start order. A claim whose server has ended
-(its process is gone, seen from the same host) passes to the next server
-that starts there, as a restarted server takes its own folder back.
+created exclusively: ``store.claim``): it keeps today's layout there
+(``global_step_<N>/``, ``steps/``), and so does a single server, always,
+restarted or not. Any other server running at the same time writes into
+``servers/<identity>/`` below it, the same layout inside: nothing of two servers
+is ever in one file or one ``ranks/`` folder, whatever the start order. A claim
+whose server has ended (its process gone, seen from the same host; its lease
+not renewed, seen from another) passes to the next server that starts there,
+as a restarted server takes its own folder back.
 
 Read back (``replicas_of``), a root holds one server or a fleet: verl's
 replica folders, a folder per server (``rlprof collect``), servers sharing
@@ -26,21 +27,19 @@ one directory; each is a replica, named by its identity or its folder.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import claim
 from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
 
 ENV = "RLPROF_SERVER_NAME"  # the user's name for a server (``server_name``'s variable)
 ID_ENV = "RLPROF_SERVER_ID"  # the identity the server's first process chose, inherited by the others
 PID_ENV = "RLPROF_SERVER_PID"  # that process: the claim lives as long as it does
-CLAIM = ".rlprof-root.json"
-LOCK = ".rlprof-root.lock"
+CLAIM = claim.CLAIM
 SERVERS_DIR = "servers"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _resolved: dict[tuple[str, str], Path] = {}
@@ -104,58 +103,22 @@ def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
 
 def claimant(root: Path, name: str) -> str | None:
     """The server that holds ``root`` (taking it for ``name`` when no server does, or when the one that
-    did has ended); None when the directory cannot be written (the writes that follow say why)."""
+    did has ended; ``store.claim``); None when it cannot be decided or the directory cannot be written (the
+    writes that follow say why): such a server writes below ``servers/<name>/``, never a second root."""
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root / LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
-    except OSError:
+        holder = claim.take(root, name)
+    except (claim.Undecided, OSError):
         return None
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except (ImportError, OSError):  # a mount without flock: the claim is still written exclusively
-            pass
-        held = _claim(root / CLAIM)
-        if held is not None and (held.get("server") == name or _alive(held)):
-            return str(held.get("server"))
-        try:
-            _write_claim(root / CLAIM, name)
-        except OSError:  # a full or read-only disk: no claim; the writes that follow say why
-            return None
-        return name
-    finally:
-        os.close(fd)
+    if holder == name:
+        claim.keep_alive(root, name)
+    return holder
 
 
 def _claim(path: Path) -> dict | None:
     try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) and data.get("server") else None
-    except (OSError, ValueError):
+        return claim.read(path)
+    except claim.Undecided:
         return None
-
-
-def _alive(claim: dict) -> bool:
-    """Whether the claiming server still runs (a claim from another host: assumed so)."""
-    if claim.get("host") != socket.gethostname():
-        return True
-    try:
-        os.kill(int(claim.get("pid")), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, TypeError, ValueError):
-        return True
-    return True
-
-
-def _write_claim(path: Path, name: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"server": name, "host": socket.gethostname(),
-                                     "pid": int(os.environ.get(PID_ENV) or os.getpid()),
-                                     "claimed_at": round(time.time(), 3)}))
-    os.replace(temporary, path)
 
 
 def servers_in(root: str | os.PathLike) -> list[tuple[str, Path]]:

@@ -47,8 +47,8 @@ def start(ctl, **kw):
     return ctl.handle(cmd)
 
 
-def settle(ctl, global_step=None, timeout=30.0) -> dict:
-    """Wait until the session's export (a background thread) has finished."""
+def settle(ctl, global_step=None, timeout=300.0) -> dict:
+    """Wait until the session's export (a background thread) has finished (``timeout``: a bound on a broken one)."""
     deadline = time.time() + timeout
     while True:
         s = ctl.handle({"op": "status", "global_step": global_step})["session"]
@@ -75,22 +75,32 @@ def test_window_auto_exports_exactly_the_window(tmp_path):
 
 
 def test_stop_returns_while_the_export_runs_elsewhere(tmp_path):
-    class SlowExport(TorchProfilerBackend):
+    """The export is held until the test lets it go, so a stop that answered did not wait for it: it answers
+    ``exporting`` with nothing written. No clock in the assertions: a stop that waited would be answered only
+    once the watchdog let the export go (after 60 s), and then ``done``."""
+    release = threading.Event()
+
+    class HeldExport(TorchProfilerBackend):
         def export(self, directory, worker_name, **kw):
-            time.sleep(1.0)
+            release.wait()
             return super().export(directory, worker_name, **kw)
 
-    ctl = make_controller(tmp_path, lambda table, _overrides: SlowExport(TorchSettings()))
+    ctl = make_controller(tmp_path, lambda table, _overrides: HeldExport(TorchSettings()))
     start(ctl, global_step=1)
     run_iterations(ctl, 3)
-    t0 = time.perf_counter()
-    reply = ctl.handle({"op": "stop"})
-    assert time.perf_counter() - t0 < 0.5
-    assert reply["ok"] and reply["session"]["state"] == "exporting"
-    assert not list((tmp_path / "global_step_1").glob("*.pt.trace.json.gz"))
-    # the engine keeps iterating and may start the next step meanwhile
-    assert start(ctl, global_step=2, step_end=1)["ok"]
-    run_iterations(ctl, 1)
+    watchdog = threading.Timer(60, release.set)
+    watchdog.start()
+    reply = ctl.handle({"op": "stop"})  # on the thread that recorded, as the engine's hooks call it
+    try:
+        assert not release.is_set(), "the stop waited for the export"
+        assert reply["ok"] and reply["session"]["state"] == "exporting"
+        assert not list((tmp_path / "global_step_1").glob("*.pt.trace.json.gz"))
+        # the engine keeps iterating and may start the next step meanwhile
+        assert start(ctl, global_step=2, step_end=1)["ok"]
+        run_iterations(ctl, 1)
+    finally:
+        release.set()
+        watchdog.cancel()
     assert settle(ctl, global_step=1)["state"] == "done"
     assert settle(ctl, global_step=2)["state"] == "done"
     assert iteration_indices(load_trace(only_trace(tmp_path / "global_step_1"))) == [0, 1, 2]
@@ -381,7 +391,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     torch's ``trace_only``: its stop, paid on the engine thread, makes no event objects beside the trace.
     The trace holds the same events as without it; exact stacks and the operator table (which read those
     objects) record as before."""
-    from rlprof_plugins.backends import detached_stop, torch_profiler
+    from rlprof_plugins.backends import torch_profiler, torch_shim
 
     if torch_profiler.trace_only_config(torch) is None:
         pytest.skip(f"torch {torch.__version__} has no trace_only")
@@ -410,7 +420,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     assert events(1) == events(3)  # the same events, with and without trace_only
     assert any(e.get("cat") == "python_function" for e in load_trace(only_trace(tmp_path / "global_step_2"))["traceEvents"])
     monkeypatch.setattr(torch_profiler, "_TRACE_ONLY", [None])  # an older torch: recorded as before
-    monkeypatch.setattr(detached_stop, "_FOUND", {"why": "an older torch"})
+    monkeypatch.setattr(torch_shim, "_LOADED", {"why": "an older torch"})
     ctl = make_controller(tmp_path, factory(TorchSettings()))
     start(ctl, global_step=4, step_end=3)
     run_iterations(ctl, 3)

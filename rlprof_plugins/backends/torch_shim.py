@@ -1,0 +1,411 @@
+"""rlprof's one door into torch's C++ profiler: ``torch_shim.cpp``, compiled against the installed torch's own
+headers, with its gate, its canary and its cache in this module.
+
+Why a compiled shim and not ``ctypes`` on torch's mangled symbols: a C++ exception cannot cross ``ctypes`` (it
+ends the process, and an engine process is a rollout server hours into an RL run), and how a C++ function
+returns a ``std::unique_ptr`` differs by machine (a hidden first argument on x86-64, register x8 on aarch64).
+In the shim every call catches what torch throws where it is thrown and hands back a message, and the compiler
+handles the ABI. Its functions are ``extern "C"``: ``ctypes`` calls them with the GIL free.
+
+It is used only where it is proven (``why_not``), else torch's own stop runs as torch does it:
+
+- the machine: ``VERIFIED_MACHINES`` (x86-64 Linux, 64-bit; an aarch64 build is untested);
+- torch: a release build (``2.13.0``, ``2.13.0+cpu``, ``+cuXYZ``, ``+rocmX.Y``; not a pre-release such as
+  ``2.13.0a0+git…`` or a vendor's own label) of a release among ``VERIFIED_TORCH``, built with the C++11 ABI;
+- the shim: built for this torch build (``cache_folder``: per torch version, commit and machine, and the
+  shim's own source), its version the one this module speaks;
+- the canary: once per built shim, a child process starts a profiler, runs operators on two threads, stops it
+  off the recording thread, writes the trace and frees it (``canary``); only a child that exits cleanly having
+  read its trace back proves the shim. An abort there ends the child, never the engine.
+
+Built by ``rlprof build-shim`` (ahead of time: a cluster image, ``make env``), or once by the first session that
+could use it, in a child process at the lowest priority while torch's own stop serves that session
+(``build_in_background``). Where no compiler is at hand, torch's own stop runs and ``rlprof doctor`` says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .._log import logger
+
+SHIM_VERSION = 2  # rlprof_shim_version() of the source this module speaks to
+SOURCE = Path(__file__).with_name("torch_shim.cpp")
+VERIFIED_TORCH = ("2.13",)  # torch releases (major.minor) whose profiler the shim's two halves were proven on
+VERIFIED_MACHINES = ("x86_64",)  # platform.machine() values the shim and its canary were proven on
+# PyTorch's own release wheels: a version and at most the label of the device build it is for
+RELEASE = re.compile(r"^\d+\.\d+\.\d+(\+(cpu|cu\d+|rocm[\d.]+|xpu))?$")
+CACHE_ENV = "RLPROF_CACHE_DIR"  # where built shims are kept (default: $XDG_CACHE_HOME/rlprof, ~/.cache/rlprof)
+CANARY_TIMEOUT_S = 300
+BUILD_TIMEOUT_S = 600
+
+
+class ShimError(RuntimeError):
+    """A call into torch through the shim failed, with what torch (or the shim) said."""
+
+
+def torch_facts(torch: Any) -> dict[str, Any]:
+    """What the gate reads of this process and its torch (``why_not(facts=...)`` takes others: the tests)."""
+    return {"machine": platform.machine(), "system": platform.system(), "pointer_bits": 8 * struct.calcsize("P"),
+            "torch": str(torch.__version__), "git": str(getattr(getattr(torch, "version", None), "git_version", "")),
+            "cxx11_abi": bool(getattr(torch, "compiled_with_cxx11_abi", lambda: False)()),
+            "include": str(Path(torch.__file__).parent / "include")}
+
+
+def gate(facts: dict[str, Any]) -> str | None:
+    """Why the shim may not be used with these facts, before anything is built (None: it may)."""
+    if facts["system"] != "Linux" or facts["pointer_bits"] != 64:
+        return f"{facts['system']} with {facts['pointer_bits']}-bit pointers (proven: 64-bit Linux)"
+    if facts["machine"] not in VERIFIED_MACHINES:
+        return f"machine {facts['machine']} (proven: {', '.join(VERIFIED_MACHINES)})"
+    version = facts["torch"]
+    if not RELEASE.match(version):
+        return f"torch {version} is not a release build (proven on PyTorch's own release wheels only)"
+    if ".".join(version.split("+")[0].split(".")[:2]) not in VERIFIED_TORCH:
+        return f"torch {version} is not among the proven releases ({', '.join(VERIFIED_TORCH)})"
+    if not facts["cxx11_abi"]:
+        return "torch is built without the C++11 ABI"
+    return None
+
+
+def cache_root() -> Path:
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlprof"
+
+
+def cache_folder(facts: dict[str, Any]) -> Path:
+    """Where the shim for this torch build lives: one folder per torch version, commit, machine and shim source."""
+    source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    name = f"torch-{facts['torch']}-{(facts['git'] or 'nogit')[:12]}-{facts['machine']}-shim{SHIM_VERSION}-{source}"
+    return cache_root() / "torch-shim" / re.sub(r"[^A-Za-z0-9._+-]", "_", name)
+
+
+def compiler() -> str | None:
+    """The C++ compiler to build with (``CXX``, else ``c++``/``g++``/``clang++`` on the path)."""
+    for name in filter(None, (os.environ.get("CXX"), "c++", "g++", "clang++")):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def build(torch: Any) -> Path:
+    """Compile the shim for this torch build into its cache folder (atomically: a half-written library is never
+    loaded) and return its path; raises ``ShimError`` naming what failed. Not in an engine's process: ``rlprof
+    build-shim``, ``build_in_background``'s child."""
+    facts = torch_facts(torch)
+    why = gate(facts)
+    if why:
+        raise ShimError(f"not built: {why}")
+    cxx = compiler()
+    if cxx is None:
+        raise ShimError("not built: no C++ compiler (c++, g++ or clang++; or CXX) on the path")
+    folder = cache_folder(facts)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "torch_shim.so"
+    include = Path(facts["include"])
+    lib = include.parent / "lib"
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = Path(tmp) / "torch_shim.so"
+        cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", "-D_GLIBCXX_USE_CXX11_ABI=1",
+               f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}", str(SOURCE),
+               f"-L{lib}", "-ltorch_cpu", "-lc10", "-o", str(out)]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ShimError(f"not built: {type(e).__name__}: {e}") from e
+        if run.returncode != 0:
+            raise ShimError(f"not built: {Path(cxx).name} exited {run.returncode}: {run.stderr.strip()[-1500:]}")
+        os.replace(out, target)
+    (folder / "canary.json").unlink(missing_ok=True)  # a new library is proven anew
+    return target
+
+
+def canary(torch: Any) -> dict[str, Any]:
+    """Prove the built shim once, in a child process (this Python, this torch): start, stop off the recording
+    thread, save, free. Kept beside the library (``canary.json``): ``{"ok": bool, "detail": str}``."""
+    folder = cache_folder(torch_facts(torch))
+    library = folder / "torch_shim.so"
+    if not library.is_file():
+        return {"ok": False, "detail": f"no shim built at {library}"}
+    try:
+        run = subprocess.run([sys.executable, "-m", "rlprof_plugins.backends.torch_shim", "canary-child", str(library)],
+                             capture_output=True, text=True, timeout=CANARY_TIMEOUT_S)
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("CANARY ")]
+        if run.returncode == 0 and lines:
+            result = json.loads(lines[-1][len("CANARY "):])
+        else:
+            result = {"ok": False, "detail": f"the canary exited {run.returncode}: "
+                                             f"{(run.stderr or run.stdout).strip()[-800:]}"}
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        result = {"ok": False, "detail": f"the canary did not finish: {type(e).__name__}: {e}"}
+    result["library"] = str(library)
+    tmp = folder / f".canary.{os.getpid()}.json"
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, folder / "canary.json")
+    return result
+
+
+class Shim:
+    """The loaded library: each call raises ``ShimError`` with torch's message where torch failed."""
+
+    ERR = 1024
+
+    def __init__(self, path: Path) -> None:
+        lib = ctypes.CDLL(str(path))
+        c_long, c_void, c_char, size = ctypes.c_long, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+        for name, restype, argtypes in (
+                ("rlprof_shim_version", ctypes.c_int, []),
+                ("rlprof_owners", c_long, [c_char, size]),
+                ("rlprof_has_session", ctypes.c_int, []),
+                ("rlprof_detach", c_void, [c_long, c_char, size]),
+                ("rlprof_other_owners", c_long, [c_void]),
+                ("rlprof_finish", c_void, [c_void, c_long, c_char, size]),
+                ("rlprof_drop", None, [c_void]),
+                ("rlprof_save", ctypes.c_int, [c_void, c_char, c_char, size]),
+                ("rlprof_free", None, [c_void]),
+                ("rlprof_live_results", c_long, []),
+                ("rlprof_live_detached", c_long, [])):
+            f = getattr(lib, name)
+            f.restype, f.argtypes = restype, argtypes
+        self._lib = lib
+        self.path = path
+        version = lib.rlprof_shim_version()
+        if version != SHIM_VERSION:
+            raise ShimError(f"the shim at {path} is version {version}, this rlprof speaks {SHIM_VERSION}")
+
+    def _error(self) -> Any:
+        return ctypes.create_string_buffer(self.ERR)
+
+    def owners(self) -> int:
+        """The recording thread, right after its profiler started: how many own the session."""
+        err = self._error()
+        n = self._lib.rlprof_owners(err, self.ERR)
+        if n < 0:
+            raise ShimError(err.value.decode(errors="replace") or "rlprof_owners failed")
+        return n
+
+    def has_session(self) -> bool:
+        """Whether this thread has a profiler session (torch's own stop must never run where it has none: torch
+        2.13's ``disableProfiler`` ends the process then)."""
+        return self._lib.rlprof_has_session() == 1
+
+    def detach(self, owners: int) -> int:
+        """The recording thread, in place of torch's ``_disable_profiler()``: the session off it, its callbacks off."""
+        err = self._error()
+        handle = self._lib.rlprof_detach(owners, err, self.ERR)
+        if not handle:
+            raise ShimError(err.value.decode(errors="replace") or "rlprof_detach failed")
+        return handle
+
+    def finish(self, handle: int, timeout_s: float) -> int:
+        """Any thread: torch's post-processing once nothing else owns the session; the recording (consumes
+        ``handle``)."""
+        err = self._error()
+        result = self._lib.rlprof_finish(handle, int(timeout_s * 1000), err, self.ERR)
+        if not result:
+            raise ShimError(err.value.decode(errors="replace") or "rlprof_finish failed")
+        return result
+
+    def drop(self, handle: int) -> None:
+        self._lib.rlprof_drop(handle)
+
+    def save(self, result: int, path: Path) -> None:
+        err = self._error()
+        if self._lib.rlprof_save(result, os.fsencode(str(path)), err, self.ERR) != 0:
+            raise ShimError(err.value.decode(errors="replace") or "rlprof_save failed")
+
+    def free(self, result: int) -> None:
+        self._lib.rlprof_free(result)
+
+    def live(self) -> dict[str, int]:
+        """Recordings not freed and sessions detached but not finished, in this process."""
+        return {"results": self._lib.rlprof_live_results(), "detached": self._lib.rlprof_live_detached()}
+
+
+_LOADED: dict[str, Any] = {}  # "shim" and "why", once a process has asked
+_LOCK = threading.Lock()
+
+
+def why_not(torch: Any, facts: dict[str, Any] | None = None) -> str | None:
+    """Why the shim cannot serve this process (None: ``loaded()`` gives it). Decided once per process for its
+    own facts; ``facts`` (the tests': another machine, another torch version) is decided afresh."""
+    if facts is not None:
+        return gate(facts) or _built_and_proven(facts)
+    with _LOCK:
+        if "why" not in _LOADED:
+            facts = torch_facts(torch)
+            why = gate(facts) or _built_and_proven(facts)
+            if why is None:
+                try:
+                    _LOADED["shim"] = Shim(cache_folder(facts) / "torch_shim.so")
+                except (OSError, AttributeError, ShimError) as e:
+                    why = f"the shim does not load: {type(e).__name__}: {e}"
+            _LOADED["why"] = why
+        return _LOADED["why"]
+
+
+def loaded() -> Shim:
+    return _LOADED["shim"]
+
+
+NOT_BUILT = "the shim is not built"
+
+
+def _built_and_proven(facts: dict[str, Any]) -> str | None:
+    folder = cache_folder(facts)
+    if not (folder / "torch_shim.so").is_file():
+        how = "no C++ compiler here" if compiler() is None else "run `rlprof build-shim`"
+        return f"{NOT_BUILT} for torch {facts['torch']} ({how})"
+    try:
+        proof = json.loads((folder / "canary.json").read_text())
+    except (OSError, ValueError):
+        return "the shim's canary has not run (run `rlprof build-shim`)"
+    if not proof.get("ok"):
+        return f"the shim's canary failed: {proof.get('detail')}"
+    return None
+
+
+def build_in_background(torch: Any) -> bool:
+    """Once per process, where a session could use the shim and it is not built yet: build it and run its
+    canary in a child at the lowest priority (a lock file keeps the ranks of one host from building it
+    together). This session keeps torch's own stop; a later process (or ``reload``) uses the shim. Returns
+    whether a build started."""
+    with _LOCK:
+        if _LOADED.get("building") or os.environ.get("RLPROF_NO_SHIM_BUILD") == "1":
+            return False
+        _LOADED["building"] = True
+    facts = torch_facts(torch)
+    if gate(facts) or compiler() is None or (cache_folder(facts) / "torch_shim.so").is_file():
+        return False
+
+    nice = shutil.which("nice")  # the lowest priority; no preexec_fn in an engine's threaded process
+    command = [*([nice, "-n", "19"] if nice else []), sys.executable, "-m", "rlprof_plugins.backends.torch_shim",
+               "build", "--if-unlocked"]
+
+    def run() -> None:
+        try:
+            subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT_S + CANARY_TIMEOUT_S)
+        except Exception as e:  # never into the engine: this session and the next keep torch's own stop
+            logger.info("rlprof: building the torch shim in the background failed: %s: %s", type(e).__name__, e)
+
+    threading.Thread(target=run, name="rlprof-shim-build", daemon=True).start()
+    return True
+
+
+def reload() -> None:
+    """Decide afresh (after a build)."""
+    with _LOCK:
+        _LOADED.pop("why", None)
+        _LOADED.pop("shim", None)
+
+
+def build_and_prove(torch: Any, *, if_unlocked: bool = False, again: bool = False) -> dict[str, Any]:
+    """``rlprof build-shim``: build the shim for this torch and run its canary (not again where this torch build's
+    shim is built and proven, unless ``again``); what happened, for the command to print. ``if_unlocked``: give
+    up at once where another process holds the build lock."""
+    import fcntl
+
+    facts = torch_facts(torch)
+    why = gate(facts)
+    if why:
+        return {"ok": False, "detail": f"not built: {why}"}
+    folder = cache_folder(facts)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (fcntl.LOCK_NB if if_unlocked else 0))
+        except OSError:
+            return {"ok": False, "detail": "another process is building it"}
+        if not again and _built_and_proven(facts) is None:
+            proof = json.loads((folder / "canary.json").read_text())
+            return {**proof, "library": str(folder / "torch_shim.so"), "build_seconds": 0.0,
+                    "detail": f"already built and proven ({proof.get('detail')})"}
+        started = time.monotonic()
+        try:
+            library = build(torch)
+        except ShimError as e:
+            return {"ok": False, "detail": str(e)}
+        built_s = time.monotonic() - started
+        proof = canary(torch)
+    return {**proof, "library": str(library), "build_seconds": round(built_s, 1)}
+
+
+def _canary_child(library: str) -> int:
+    """The canary's own process: the production stop (``detached_stop``) through ``library`` on a real session,
+    with operators on another thread throughout; prints ``CANARY {json}``."""
+    import torch
+
+    from . import detached_stop
+
+    shim = Shim(Path(library))
+    busy = threading.Event()
+
+    def other_thread() -> None:
+        y = torch.randn(32, 32)
+        while not busy.is_set():
+            y = torch.relu(y @ y)
+            y = y / (y.norm() + 1)
+
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  experimental_config=detached_stop.config(torch))
+    prof.start()
+    owners = shim.owners()
+    neighbour = threading.Thread(target=other_thread)
+    neighbour.start()
+    x = torch.randn(64, 64)
+    for i in range(20):
+        with torch.profiler.record_function(f"rlprof::iteration {i}"):
+            x = torch.relu(x @ x)
+            x = x / (x.norm() + 1)
+    stopped = detached_stop.stop(torch, prof, shim, owners)
+    busy.set()
+    neighbour.join()
+    if not stopped.detached:
+        print("CANARY " + json.dumps({"ok": False, "detail": f"the stop did not detach: {stopped.error}"}))
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "canary.pt.trace.json"
+        stopped.save(path)
+        stopped.release()
+        events = json.loads(path.read_text())["traceEvents"]
+    iterations = sum(1 for e in events if str(e.get("name", "")).startswith("rlprof::iteration"))
+    live = shim.live()
+    ok = iterations == 20 and live == {"results": 0, "detached": 0}
+    print("CANARY " + json.dumps({"ok": ok, "detail": f"{iterations} of 20 iterations read back, {live} alive",
+                                  "torch": str(torch.__version__)}))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["canary-child"] and len(argv) == 2:
+        return _canary_child(argv[1])
+    if argv[:1] == ["build"]:
+        import torch
+
+        result = build_and_prove(torch, if_unlocked="--if-unlocked" in argv)
+        print(json.dumps(result))
+        return 0 if result.get("ok") else 1
+    print("usage: python -m rlprof_plugins.backends.torch_shim build [--if-unlocked] | canary-child LIBRARY",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

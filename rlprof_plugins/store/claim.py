@@ -1,0 +1,245 @@
+"""One root per shared output directory: the claim file that says which server holds it, and how it is taken.
+
+Servers started from one launch line on a shared filesystem write into one ``torch_profiler_dir``; the first
+to claim it keeps today's layout there, every other writes below ``servers/<name>/`` (``servers.server_root``).
+Two servers must never both believe they hold it. What makes that so, whatever the filesystem:
+
+- **Creation is exclusive.** The claim is written whole into a file of its own, then hard-linked into place:
+  ``link`` fails when the name exists, atomically, on local disks and on NFS alike (the server decides), so of
+  servers racing for an empty folder exactly one creates the claim. Where links are refused (some FUSE mounts),
+  ``O_CREAT | O_EXCL`` does the same. No ``os.replace``: it is atomic, not exclusive.
+- **A takeover moves the dead claim aside first** and checks, by the claim's own id, that what it moved is the
+  claim it judged dead; anything else (a live claim just created by another server) is linked back and left.
+- **Liveness is the claimant's process, where this host can see it**: same host, same boot, same pid namespace
+  (containers on host networking share a hostname, not their pids), then its pid and start time. **Elsewhere
+  it is a lease**: every process of the holding server touches the claim every ``LEASE_S / 4`` seconds, and a
+  claim untouched for ``LEASE_S`` (by the filesystem's own clock, read from a file touched for it, so hosts'
+  clocks do not matter) has ended. NFS may hide a claim another host just created for its attribute-cache time
+  (about 30 s); the exclusive create still sees it (the server answers), and a claim that cannot be read
+  counts as held.
+- **Every wait ends.** The lock that orders takeovers (``flock``, else an exclusive ``mkdir``) is waited for
+  at most ``LOCK_WAIT_S``; a server that cannot decide writes below ``servers/<name>/``: never a second root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import processes
+
+CLAIM = ".rlprof-root.json"
+LOCK = ".rlprof-root.lock"
+LEASE_S = 120.0  # a claim whose holder this host cannot see ends when untouched this long
+LOCK_WAIT_S = 30.0
+
+
+class Undecided(Exception):
+    """The claim could not be read or taken in time: the caller writes below ``servers/<name>/``."""
+
+
+def holder_identity() -> dict[str, Any]:
+    """The process a claim lives as long as: the server's first process (``RLPROF_SERVER_PID``), else this one."""
+    from .servers import PID_ENV
+
+    pid = int(os.environ.get(PID_ENV) or os.getpid())
+    ident = dict(processes.identity_of(pid))
+    ident["pidns"] = processes.pid_namespace(pid)
+    return ident
+
+
+def read(path: Path) -> dict | None:
+    """The claim at ``path`` (None: there is none). Raises ``Undecided`` when one exists and cannot be read."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Undecided(f"{path}: {e}") from e
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise Undecided(f"{path}: unreadable claim") from None
+    if not isinstance(data, dict) or not data.get("server"):
+        raise Undecided(f"{path}: not a claim")
+    return data
+
+
+def alive(claim: dict, path: Path) -> bool:
+    """Whether the server that holds ``claim`` still runs: its process where this host can see it, else its
+    lease (the claim's age on the filesystem's clock)."""
+    mine = {"host": socket.gethostname(), "boot": processes.boot_id(), "pidns": processes.pid_namespace()}
+    if all(claim.get(k) == v and v is not None for k, v in mine.items()):
+        return processes.alive({"host": claim["host"], "pid": claim.get("pid"), "started": claim.get("started"),
+                                "boot": claim.get("boot")}) is not False
+    return _age(path) < LEASE_S
+
+
+def _age(path: Path) -> float:
+    """How long ago the claim was last touched, by the filesystem's own clock (a file touched for the reading)."""
+    probe = path.with_name(f".{path.name}.now.{os.getpid()}.{threading.get_ident()}")
+    try:
+        probe.touch()
+        now = probe.stat().st_mtime
+        return max(0.0, now - path.stat().st_mtime)
+    except FileNotFoundError:
+        return float("inf")
+    except OSError:
+        return 0.0  # cannot tell: held
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def take(root: Path, name: str) -> str:
+    """The server that holds ``root``: taken for ``name`` when no server holds it or its holder has ended.
+    Raises ``Undecided`` (the caller writes below ``servers/<name>/``) and ``OSError`` (an unwritable root)."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / CLAIM
+    held = read(path)
+    if held is not None and (held["server"] == name or alive(held, path)):
+        return str(held["server"])
+    with _locked(root):
+        held = read(path)
+        if held is not None:
+            if held["server"] == name or alive(held, path):
+                return str(held["server"])
+            _move_aside(path, held)
+        return _create(path, name)
+
+
+def _create(path: Path, name: str) -> str:
+    """Create the claim for ``name`` exclusively; whoever created it first holds the root."""
+    claim = {"server": name, **{k: v for k, v in holder_identity().items() if k != "server"},
+             "id": uuid.uuid4().hex, "claimed_at": round(time.time(), 3)}
+    temporary = path.with_name(f".{path.name}.{claim['id']}.tmp")
+    temporary.write_text(json.dumps(claim))
+    try:
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            held = read(path)
+            if held is None:
+                raise Undecided(f"{path}: a claim came and went") from None
+            return str(held["server"])
+        except OSError:  # no hard links on this mount: an exclusive create, written after
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                held = read(path)
+                if held is None:
+                    raise Undecided(f"{path}: a claim came and went") from None
+                return str(held["server"])
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(claim))
+        return name
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def _move_aside(path: Path, dead: dict) -> None:
+    """Take a dead claim out of the way, checking that it is the one judged dead (by its id)."""
+    aside = path.with_name(f".{path.name}.ended.{uuid.uuid4().hex}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another server moved it first
+    moved = read(aside) or {}
+    if moved.get("id") != dead.get("id") or moved.get("server") != dead.get("server"):
+        with contextlib.suppress(OSError):  # a live claim, created since: back where it was
+            os.link(aside, path)
+        with contextlib.suppress(OSError):
+            aside.unlink()
+        raise Undecided(f"{path}: the claim changed while it was taken over")
+    with contextlib.suppress(OSError):
+        aside.unlink()
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """The lock that orders takeovers, waited for at most ``LOCK_WAIT_S``: ``flock``, else an exclusive ``mkdir``
+    (a mount without ``flock``) whose holder is given up when it has not touched it for ``LEASE_S``."""
+    fd = os.open(root / LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Undecided(f"{root / LOCK}: held longer than {LOCK_WAIT_S:.0f} s") from None
+                time.sleep(0.01)
+            except OSError:  # this mount refuses flock
+                with _mkdir_lock(root):
+                    yield
+                return
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _mkdir_lock(root: Path) -> Iterator[None]:
+    lock = root / f"{LOCK}.d"
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            lock.mkdir()
+            break
+        except FileExistsError:
+            if _age(lock) > LEASE_S:  # its holder died holding it
+                with contextlib.suppress(OSError):
+                    lock.rmdir()
+                continue
+            if time.monotonic() > deadline:
+                raise Undecided(f"{lock}: held longer than {LOCK_WAIT_S:.0f} s") from None
+            time.sleep(0.01)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.rmdir()
+
+
+_RENEWING: set[str] = set()
+_RENEW_LOCK = threading.Lock()
+
+
+def keep_alive(root: Path, name: str) -> None:
+    """In a process of the server that holds ``root``: touch its claim every ``LEASE_S / 4`` seconds while it
+    is still ``name``'s, so hosts that cannot see this process know the server runs (one thread a root)."""
+    key = str(root / CLAIM)
+    with _RENEW_LOCK:
+        if key in _RENEWING:
+            return
+        _RENEWING.add(key)
+
+    def renew() -> None:
+        path = root / CLAIM
+        while True:
+            time.sleep(LEASE_S / 4)
+            try:
+                held = read(path)
+                if held is None or held["server"] != name:
+                    break
+                os.utime(path)
+            except (Undecided, OSError):
+                continue
+        with _RENEW_LOCK:
+            _RENEWING.discard(key)
+
+    threading.Thread(target=renew, name="rlprof-claim-lease", daemon=True).start()

@@ -1,0 +1,136 @@
+"""One root per shared output directory (``store/claim.py``), proven under a race.
+
+Real processes race for one folder (forked, released together by a barrier, each kept alive until every one
+has its answer, as the servers of one launch line are): exactly one holds the root every time, every one
+agrees which, with ``flock`` and without it, for an empty folder and for one whose claimant has ended.
+Liveness: the claimant's process where this host can see it, a lease elsewhere (another host, another pid
+namespace on this host). Every wait ends."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rlprof_plugins.store import claim, processes, servers
+
+CTX = multiprocessing.get_context("fork")
+
+
+def _contender(root: str, name: str, start, done, answers) -> None:
+    start.wait(30)
+    answers.put((name, servers.claimant(Path(root), name)))
+    done.wait(30)  # alive until every contender has answered: no claim is seen ended mid-race
+
+
+def race(root: Path, contenders: int) -> list[tuple[str, str | None]]:
+    start, done, answers = CTX.Barrier(contenders), CTX.Barrier(contenders + 1), CTX.Queue()
+    procs = [CTX.Process(target=_contender, args=(str(root), f"server-{k}", start, done, answers))
+             for k in range(contenders)]
+    for p in procs:
+        p.start()
+    got = [answers.get(timeout=60) for _ in procs]
+    done.wait(30)
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return got
+
+
+def one_root(got: list[tuple[str, str | None]]) -> str:
+    """Exactly one contender holds the root, and every other one names it as the holder (or could not decide:
+    it writes below ``servers/``, never a second root)."""
+    winners = [name for name, holder in got if holder == name]
+    assert len(winners) == 1, got
+    assert all(holder in (winners[0], None) for _, holder in got), got
+    return winners[0]
+
+
+@pytest.mark.parametrize("locking", ["flock", "no flock"])
+def test_racing_servers_elect_exactly_one_root_every_time(tmp_path, monkeypatch, locking):
+    if locking == "no flock":  # a mount that refuses flock: the exclusive create alone decides
+        import fcntl
+
+        def refused(*_):
+            raise OSError(37, "No locks available")
+
+        monkeypatch.setattr(fcntl, "flock", refused)
+    winners = set()
+    for round_ in range(100):
+        root = tmp_path / f"race-{round_}"
+        got = race(root, 2 + round_ % 7)  # 2 to 8 servers
+        winners.add(one_root(got))
+        assert json.loads((root / claim.CLAIM).read_text())["server"] in winners
+    assert len(winners) > 1  # not one fixed winner: a race each time
+
+
+def _ended_claim(root: Path, name: str = "ended-8000") -> None:
+    """A claim written by a process of this host that has ended (its pid gone)."""
+    done = subprocess.run(["true"])
+    assert done.returncode == 0
+    pid = int(subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / claim.CLAIM).write_text(json.dumps({
+        "server": name, "host": socket.gethostname(), "boot": processes.boot_id(), "pidns": processes.pid_namespace(),
+        "pid": pid, "started": 1, "id": "ended", "claimed_at": 0}))
+
+
+def test_racing_servers_take_an_ended_claim_over_exactly_once(tmp_path):
+    for round_ in range(30):
+        root = tmp_path / f"ended-{round_}"
+        _ended_claim(root)
+        winner = one_root(race(root, 2 + round_ % 7))
+        assert json.loads((root / claim.CLAIM).read_text())["server"] == winner
+        assert not [p for p in root.iterdir() if ".ended." in p.name or p.name.endswith(".tmp")]
+
+
+def test_a_claim_of_another_host_or_pid_namespace_holds_while_its_lease_is_renewed(tmp_path, monkeypatch):
+    for where in ({"host": "another-host"}, {"pidns": "pid:[1]"}):  # containers on host networking share a name
+        root = tmp_path / next(iter(where))
+        root.mkdir()
+        path = root / claim.CLAIM
+        path.write_text(json.dumps({"server": "theirs", "host": socket.gethostname(), "boot": processes.boot_id(),
+                                    "pidns": processes.pid_namespace(), "pid": 1, "id": "x", **where}))
+        assert servers.claimant(root, "mine") == "theirs"  # just touched: its lease runs
+        old = time.time() - claim.LEASE_S - 60
+        os.utime(path, (old, old))  # no renewal for longer than the lease: that server has ended
+        assert servers.claimant(root, "mine") == "mine"
+
+
+def test_the_holder_renews_its_lease(tmp_path, monkeypatch):
+    monkeypatch.setattr(claim, "LEASE_S", 0.4)
+    root = tmp_path / "renewed"
+    assert servers.claimant(root, "renewing") == "renewing"  # the holder's process starts renewing
+    old = time.time() - 100
+    os.utime(root / claim.CLAIM, (old, old))
+    deadline = time.monotonic() + 30
+    while time.time() - (root / claim.CLAIM).stat().st_mtime > 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert time.time() - (root / claim.CLAIM).stat().st_mtime < 50
+
+
+def test_a_lock_held_too_long_leaves_the_server_below_not_a_second_root(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setattr(claim, "LOCK_WAIT_S", 0.2)
+    root = tmp_path / "locked"
+    _ended_claim(root)  # a takeover needs the lock
+    with open(root / claim.LOCK, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another server holds it (and hangs)
+        assert servers.claimant(root, "waiting") is None  # undecided in time
+        assert servers.server_root(root, "waiting") == root / servers.SERVERS_DIR / "waiting"
+    assert json.loads((root / claim.CLAIM).read_text())["server"] == "ended-8000"  # untouched
+
+
+def test_an_unreadable_claim_counts_as_held(tmp_path):
+    root = tmp_path / "torn"
+    root.mkdir()
+    (root / claim.CLAIM).write_text('{"server": "half')  # never written so by rlprof: a foreign or torn file
+    assert servers.claimant(root, "mine") is None
+    assert (root / claim.CLAIM).read_text() == '{"server": "half'
