@@ -137,6 +137,9 @@ def no_profiling(server, engine: str) -> dict:
     return {"max_gap_s": max(gaps), "tokens_per_s": tokens / (time.perf_counter() - t0)}
 
 
+RLPROF_NONE = "none, rlprof loaded"  # vLLM: the rlprof server's own unrecorded streams (SGLang: one server)
+
+
 def rlprof_bodies(chunks: list[int]) -> dict[str, dict]:
     """rlprof's sessions by label: the default, one torch session, fixed lengths."""
     return {"rlprof default (auto)": {}, "rlprof one session": {"chunk_iterations": 0},
@@ -162,6 +165,8 @@ def measure_vllm(tmp: Path, with_stack: bool, chunks: list[int], rounds: int) ->
                 out["none"] = [no_profiling(server, "vllm") for _ in range(rounds)]
                 out["native"] = [one_session(server, "vllm", {}) for _ in range(rounds)]
                 continue
+            # rlprof's rows compare with this server's own unrecorded streams, not the native server's
+            out[RLPROF_NONE] = [no_profiling(server, "vllm") for _ in range(rounds)]
             for label, body in rlprof_bodies(chunks).items():
                 runs = []
                 for _ in range(rounds):
@@ -209,12 +214,17 @@ def render(results: dict) -> str:
              "| --- | --- | --- | --- | --- | --- |"]
     for key, title in (("stack", "on"), ("nostack", "off")):
         r = results[key]
-        idle, idle_tps = m(r["none"], "max_gap_s"), m(r["none"], "tokens_per_s")
         native_tps = m(r["native"], "recording_tokens_per_s")
-        lines.append(f"| {title} | none | {idle * 1e3:.0f} ms | {idle_tps:.0f} | - | - |")
+        for label in ("none", RLPROF_NONE):
+            if label in r:
+                lines.append(f"| {title} | {label} | {m(r[label], 'max_gap_s') * 1e3:.0f} ms | "
+                             f"{m(r[label], 'tokens_per_s'):.0f} | - | - |")
         for label, runs in r.items():
-            if label == "none":
+            if label in ("none", RLPROF_NONE):
                 continue
+            # each recorder against the unrecorded streams of its own server
+            own = r[RLPROF_NONE] if label.startswith("rlprof") and RLPROF_NONE in r else r["none"]
+            idle, idle_tps = m(own, "max_gap_s"), m(own, "tokens_per_s")
             gap, tps = m(runs, "max_gap_s"), m(runs, "recording_tokens_per_s")
             pauses = ("-" if m(runs, "longest_pause_s") is None else
                       f"{m(runs, 'pauses'):.0f}, {m(runs, 'longest_pause_s') * 1e3:.0f} ms, "
@@ -238,7 +248,20 @@ def main() -> int:
     parser.add_argument("--skip", default="", help="bursty rows to leave out, comma-separated: 'on | native'")
     parser.add_argument("--stacks-modes", action="store_true",
                         help="bursty: a row per python_stacks mode (sampled, exact, off) against unrecorded")
+    parser.add_argument("--alternating", type=int, default=0, metavar="ROUNDS",
+                        help="bursty: unrecorded, stacks off and sampled stacks alternating on one server, ROUNDS "
+                             "rounds (the serving breakdown)")
     args = parser.parse_args()
+    if args.scenario == "bursty" and args.alternating:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        import bursty_scenario
+
+        with tempfile.TemporaryDirectory() as d:
+            runs = bursty_scenario.measure_alternating(Path(d), args.engine, args.alternating)
+        out = args.out or REPO / "benchmarks" / f"results-bursty-alternating-{args.engine}.json"
+        out.write_text(json.dumps(runs, indent=2))
+        print(bursty_scenario.render_alternating(runs, args.engine))
+        return 0
     if args.scenario == "bursty" and args.stacks_modes:
         sys.path.insert(0, str(REPO / "benchmarks"))
         import bursty_scenario

@@ -77,7 +77,7 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
         recorder = FrontendRecorder(  # sampled stacks sample the engine threads: the front end records none
             backend_factory=lambda overrides: TorchProfilerBackend(dataclasses.replace(with_python_stacks(
                 with_overrides(settings, {k: v for k, v in (overrides or {}).items()
-                                          if k not in ("activities", "python_stacks")}), keys, overrides),
+                                          if k not in ("activities", "python_stacks", "sample_hz")}), keys, overrides),
                 sample_hz=None)),
             worker_name=lambda prefix: vllm_worker_name(prefix, base_name),
         )

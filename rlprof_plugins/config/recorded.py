@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..backends import memory_history
+from ..backends.stack_sampler import MAX_HZ
 from ..backends.torch_profiler import STACK_MODES
 from ..errors import RequestError
 from .launch_config import check_activities_on_host, parse_activities
@@ -83,6 +84,11 @@ def parse_recorded(given: Mapping[str, Any], *, device: str, memory_default: boo
             raise RequestError("python_stacks", f"{mode!r} contradicts with_stack "
                                                 f"{str(overrides['with_stack']).lower()} (exact stacks are with_stack)")
         overrides["python_stacks"] = mode
+    if given.get("sample_hz") is not None:
+        hz = given["sample_hz"]
+        if isinstance(hz, bool) or not isinstance(hz, int) or not 1 <= hz <= MAX_HZ:
+            raise RequestError("sample_hz", f"must be an integer from 1 to {MAX_HZ} (samples a second), got {hz!r}")
+        overrides["sample_hz"] = hz
     memory = memory_default
     if "memory" in given:
         memory = check_flag("memory", given["memory"], error=RequestError)

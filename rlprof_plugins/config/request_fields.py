@@ -47,6 +47,9 @@ FIELDS = (
           "torch's stacks off), `exact` (torch's `with_stack`), `off` (default: the server's `python_stacks`, "
           "else its `torch_profiler_with_stack`); with `with_stack` or `profiler_kwargs.with_stack` saying "
           "otherwise: 400 naming `python_stacks`"),
+    Field("sample_hz", (RLPROF,), "int 1-10000",
+          "samples a second of this session's sampled Python stacks (default: the server's `sample_hz`, 200); "
+          "used where the session samples"),
     Field("profile_prefix", (VLLM, SGLANG), "string",
           "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
     Field("delay_iterations", (VLLM,), "int >= 0",

@@ -165,7 +165,14 @@ class ProfilerController:
 
     def _reply(self, ok: bool, session: Session | None = None, **extra: Any) -> dict[str, Any]:
         session = session or self._session
-        return {"ok": ok, "session": session.summary(self._rank_name) if session else None, **extra}
+        if session is None:
+            return {"ok": ok, "session": None, **extra}
+        summary = session.summary(self._rank_name)
+        # a chunked recording stops its profiler while the engine waits for work and starts one with the next
+        # iteration: ``parked`` says that no profiler runs now (a client can wait for an idle engine's park)
+        recording = self._recording if session is self._session else None
+        summary["parked"] = recording is not None and recording.parked
+        return {"ok": ok, "session": summary, **extra}
 
     def _find(self, global_step: int | None) -> Session | None:
         """The current session, or the newest one of ``global_step``."""

@@ -54,11 +54,18 @@ class Pause:
     tid: int
     first_iteration: int | None = None  # the iterations the stopped chunk held
     last_iteration: int | None = None
+    # what the chunk plan expected this stop to cost for what the chunk held (``ChunkPlan.predicted``), and the
+    # chunk's recorded time outside iterations: a pause longer than its plan says the host slowed since the
+    # plan last learned, not that the plan ignored ``max_pause_ms``
+    planned_ms: float | None = None
+    idle_ms: float | None = None
 
     @classmethod
-    def timed(cls, cause: str, start_ns: int, first: int | None, last: int | None) -> "Pause":
+    def timed(cls, cause: str, start_ns: int, first: int | None, last: int | None, *,
+              planned_ms: float | None = None, idle_ms: float | None = None) -> "Pause":
         """A pause of this thread that began at ``start_ns`` and ends now."""
-        return cls(cause, start_ns, time.time_ns(), os.getpid(), threading.get_native_id(), first, last)
+        return cls(cause, start_ns, time.time_ns(), os.getpid(), threading.get_native_id(), first, last,
+                   planned_ms, idle_ms)
 
     @property
     def seconds(self) -> float:
@@ -71,7 +78,9 @@ class Pause:
         return {"ph": "X", "cat": PAUSE_CAT, "name": PAUSE_NAME, "pid": self.pid, "tid": self.tid,
                 "ts": round((self.start_ns - base_ns) / 1000.0, 3), "dur": round((self.end_ns - self.start_ns) / 1000.0, 3),
                 "args": {"cause": self.cause, "first_iteration": self.first_iteration,
-                         "last_iteration": self.last_iteration, "iterations": held}}
+                         "last_iteration": self.last_iteration, "iterations": held,
+                         **({} if self.planned_ms is None else {"planned_ms": round(self.planned_ms, 3)}),
+                         **({} if self.idle_ms is None else {"idle_ms": round(self.idle_ms, 3)})}}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

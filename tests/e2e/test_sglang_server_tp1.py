@@ -86,8 +86,11 @@ def test_stop_driven_session_answers_before_the_profiler_stops(sglang_tp1):
     time.sleep(2)
     assert sglang_tp1.get("/profile_status").json()["state"] == "waiting"
     sglang_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-    # the chunk's stop so far: when the scheduler went idle after the request
-    before = sglang_tp1.get("/profile_status").json()["ranks"][0]["stop_seconds"]
+    # the chunk's stop so far: when the scheduler went idle after the request (waited for: it parks after
+    # sending the answer, and a status read before that races it)
+    parked = sglang_tp1.wait_parked()
+    assert parked["ranks"][0]["parked"], parked
+    before = parked["ranks"][0]["stop_seconds"]
     stop = sglang_tp1.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200 and stop.json()["status"] == "stopped", stop.text
     assert stop.json()["state"] == "exporting"
@@ -130,18 +133,26 @@ def test_native_fields_map_onto_rlprof_sessions(sglang_tp1):
 
 
 def test_sampled_python_stacks_record_the_scheduler_thread_not_torchs_tracer(sglang_tp1):
-    """``python_stacks: "sampled"`` (issue 57) beside SGLang's own ``with_stack: false`` (slime's body): the
-    scheduler's Python stack sampled, torch's exact stacks off; SGLang's own functions in the report's view."""
+    """``python_stacks: "sampled"`` beside SGLang's own ``with_stack: false`` (slime's body): the scheduler's
+    Python stack sampled, torch's exact stacks off; SGLang's own functions in the report's view.
+
+    What a sample must reach is asserted, not what it may: every stage holding an iteration longer than the
+    sampler's longest wait (1.5 ms at 1,000 Hz; ``spin_shares.stages_a_sample_must_reach`` gives the argument).
+    The step certainly holds 23 decode iterations of one request, and each outlasts that wait: SGLang's CPU
+    decode iterations of the tiny model took 6.3-15 ms here quietly and 6.3-64 ms beside a CPU-bound neighbour
+    (three sessions each, 2026-11-27), over four times the wait at the shortest. Its one prefill, of a short
+    prompt, is asserted where it outlasted the wait too (``stages_a_sample_must_reach``)."""
     from tests.helpers.spin_shares import assert_sampled_on_engine_thread
 
-    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "with_stack": False}
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "with_stack": False,
+            "sample_hz": 1000}
     assert sglang_tp1.post("/start_profile", body).status_code == 200
     sglang_tp1.complete(max_tokens=24)
     assert sglang_tp1.wait_state()["state"] == "done"
     (trace,) = manifest_traces(sglang_tp1.trace_dir / "global_step_57").values()
-    python = assert_sampled_on_engine_thread(trace, ("event_loop_normal", "run_batch", "event_loop_overlap",
-                                                     "forward", "process_batch_result"))
-    assert {"prefill", "decode"} <= set(python)
+    python, must = assert_sampled_on_engine_thread(trace, ("event_loop_normal", "run_batch", "event_loop_overlap",
+                                                           "forward", "process_batch_result"))
+    assert "decode" in must and "decode" in python
 
 
 def test_by_stage_traces_hold_only_their_stage(sglang_tp1):
@@ -226,9 +237,18 @@ def test_a_long_chunked_session_is_faithful(sglang_tp1):
 
 def test_bursts_with_idle_gaps_record_no_idle_scheduler(sglang_tp1):
     """Stacks on (SGLang's default), rlprof's default chunks over bursts 0.5 s apart, stopped
-    mid-burst: the scheduler stays under 4 GB, every pause within 1.5x max_pause_ms, no more
-    recorded than one torch session of the same traffic."""
+    mid-burst: the scheduler stays under 4 GB, every chunk within max_pause_ms as planned, no pause as long
+    as the one torch session's stop, no more recorded than that session (``bursty.check_bursty_session``)."""
     from tests.helpers.bursty import check_bursty_session
 
     numbers = check_bursty_session(sglang_tp1, ("sglang::schedul",), {"with_stack": True}, 120)
     print("bursty SGLang:", json.dumps(numbers))
+
+
+def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(sglang_tp1):
+    """The soak's short variant (the hundred-step one: ``tests/e2e/test_soak.py``): ten sampled-stacks steps back
+    to back under streaming traffic, every one ``done``, every request answered, the process tree within 64 MB of
+    after the first step, no crash and no ``EINTR`` from a wait the sampler's signal interrupted in the log."""
+    from tests.helpers.soak import check_short
+
+    check_short(sglang_tp1, "sglang")

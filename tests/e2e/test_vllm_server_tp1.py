@@ -43,18 +43,24 @@ def test_config_window_records_exactly_step_start_to_step_end(server_tp1):
 
 
 def test_sampled_python_stacks_record_the_engine_thread_not_torchs_tracer(server_tp1):
-    """``python_stacks: "sampled"`` in a start request (issue 57): the worker's Python stack sampled on its
-    own thread, torch's exact stacks off; the report's per-stage view names vLLM's own functions."""
+    """``python_stacks: "sampled"`` in a start request: the worker's Python stack sampled on its own thread,
+    torch's exact stacks off; the report's per-stage view names vLLM's own functions.
+
+    What a sample must reach is asserted, not what it may: every stage holding an iteration longer than the
+    sampler's longest wait (1.5 ms at 1,000 Hz; ``spin_shares.stages_a_sample_must_reach`` gives the argument).
+    The step certainly holds 23 decode iterations and one prefill of a 181-token prompt (53 once cached); vLLM's
+    CPU iterations of the tiny model took 6.9-18 ms (decode) and 13-39 ms (that prefill) here, quiet or beside a
+    CPU-bound neighbour (three sessions each, 2026-11-27), over four times the wait at the shortest: the decode
+    stage must be sampled, and the prefill wherever it outlasted the wait (``stages_a_sample_must_reach``)."""
     from tests.helpers.spin_shares import assert_sampled_on_engine_thread
 
-    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled"}
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "sample_hz": 1000}
     assert server_tp1.post("/start_profile", body).status_code == 200
-    # a long prompt: its one prefill iteration lasts long enough to be sampled at 200 Hz, whatever the host
     server_tp1.complete(prompt="the rollout engine " * 60, max_tokens=24)
     assert server_tp1.wait_state()["state"] == "done"
-    python = assert_sampled_on_engine_thread(rank_traces(server_tp1.trace_dir / "global_step_57")["rank0"],
-                                             ("execute_model", "run_busy_loop", "step", "sample_tokens"))
-    assert {"prefill", "decode"} <= set(python)
+    python, must = assert_sampled_on_engine_thread(rank_traces(server_tp1.trace_dir / "global_step_57")["rank0"],
+                                                   ("execute_model", "run_busy_loop", "step", "sample_tokens"))
+    assert "decode" in must and "decode" in python
     bad = server_tp1.post("/start_profile", {"global_step": 58, "python_stacks": "sampled",
                                              "profiler_kwargs": {"with_stack": True}})
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "python_stacks"
@@ -74,12 +80,15 @@ def test_stop_driven_session_counts_every_engine_iteration(server_tp1):
     r = server_tp1.post("/start_profile", {"global_step": 10, "step_start": 0, "step_end": None})
     assert r.status_code == 200 and r.json()["state"] == "recording"
     server_tp1.complete(max_tokens=ONE_REQUEST_TOKENS)
-    # the chunks' stops so far: at the idle start and when the engine went idle after the request
-    before = server_tp1.get("/profile_status").json()["ranks"][0]["stop_seconds"]
+    # the chunks' stops so far: at the idle start and when the engine went idle after the request (waited for:
+    # the engine parks after sending the answer, and a status read before that races it)
+    parked = server_tp1.wait_parked()
+    assert parked["ranks"][0]["parked"], parked
+    before = parked["ranks"][0]["stop_seconds"]
     stop = server_tp1.post("/stop_profile", {"wait": False})
     assert stop.status_code == 200 and stop.json()["status"] == "stopped"
     assert stop.json()["state"] == "exporting"  # with wait false the export does not hold the answer
-    # nor does torch's own stop: the answer came before any further stop of the profiler
+    # nor does a further stop of the profiler: none runs while the engine is parked
     assert [rank["stop_seconds"] for rank in stop.json()["ranks"]] == [before]
     done = server_tp1.wait_state()
     assert done["state"] == "done" and done["ranks"][0]["stop_seconds"] is not None
@@ -191,7 +200,9 @@ def test_conflicts_get_409_while_completions_keep_being_served(server_tp1):
         second = server_tp1.post("/start_profile", {"global_step": 31})
         assert second.status_code == 409
         assert second.json()["error"]["session"]["global_step"] == 30
-        time.sleep(1.0)
+        deadline = time.time() + 120  # the live traffic's iterations recorded before the stop: waited for, not slept
+        while server_tp1.get("/profile_status").json()["ranks"][0]["iterations_recorded"] < 3 and time.time() < deadline:
+            time.sleep(0.05)
         assert server_tp1.post("/stop_profile").status_code == 200
         nothing = server_tp1.post("/stop_profile")
         assert nothing.status_code == 409 and nothing.json()["error"]["type"] == "conflict"
@@ -306,10 +317,19 @@ def test_a_long_chunked_session_is_faithful(server_tp1):
 @pytest.mark.extended  # CI's 25 minutes: SGLang's TP=1 bursts run in CI (docs/testing.md)
 def test_bursts_with_idle_gaps_record_no_idle_engine(server_tp1):
     """Stacks on, rlprof's default chunks over bursts 0.5 s apart, stopped mid-burst: the worker
-    stays under 4 GB, every pause within 1.5x max_pause_ms, no more recorded than one torch
-    session of the same traffic (which also records the worker's idle spinning); stacks off too."""
+    stays under 4 GB, every chunk within max_pause_ms as planned, no pause as long as the one torch session's
+    stop, no more recorded than that session (which also records the worker's idle spinning); stacks off too."""
     from tests.helpers.bursty import check_bursty_session
 
     numbers = check_bursty_session(server_tp1, ("VLLM::Worker",), {"profiler_kwargs": {"with_stack": True}}, 120,
                                    without_stacks=True)
     print("bursty vLLM:", json.dumps(numbers))
+
+
+def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(server_tp1):
+    """The soak's short variant (the hundred-step one: ``tests/e2e/test_soak.py``): ten sampled-stacks steps back
+    to back under streaming traffic, every one ``done``, every request answered, the process tree within 64 MB of
+    after the first step, no crash and no ``EINTR`` from a wait the sampler's signal interrupted in the log."""
+    from tests.helpers.soak import check_short
+
+    check_short(server_tp1, "vllm")

@@ -27,23 +27,30 @@ def test_every_rank_every_step_with_window(server_tp2):
 
 def test_sampled_python_stacks_on_both_ranks_while_they_all_reduce(server_tp2):
     """The signal timer on each worker's thread while the ranks exchange tensors (issue 57): serving goes
-    on, both ranks' traces hold their own sampled frames and no torch Python events."""
+    on, both ranks' traces hold their own sampled frames and no torch Python events. Each rank's 11 decode
+    iterations (all-reducing across two processes on two cores: 11.8-265 ms here, quiet or beside a CPU-bound
+    neighbour, 2026-11-27) outlast the sampler's longest wait at 1,000 Hz (1.5 ms) by eight times at the
+    shortest, so each rank's decode stage must be sampled (``stages_a_sample_must_reach``)."""
     from tests.helpers.spin_shares import assert_sampled_on_engine_thread
 
-    body = {"global_step": 59, "step_start": 0, "step_end": 12, "python_stacks": "sampled"}
+    body = {"global_step": 59, "step_start": 0, "step_end": 12, "python_stacks": "sampled", "sample_hz": 1000}
     assert server_tp2.post("/start_profile", body).status_code == 200
     server_tp2.complete(max_tokens=12)
     assert server_tp2.wait_state()["state"] == "done"
     traces = rank_traces(server_tp2.trace_dir / "global_step_59")
     for rank in ("rank0", "rank1"):
-        assert "decode" in assert_sampled_on_engine_thread(traces[rank], ("execute_model", "worker_busy_loop"))
+        python, must = assert_sampled_on_engine_thread(traces[rank], ("execute_model", "worker_busy_loop"))
+        assert "decode" in must and "decode" in python
 
 
 def test_stop_driven_session_on_both_ranks(server_tp2):
     assert server_tp2.post("/start_profile", {"global_step": 5}).status_code == 200
     server_tp2.complete(max_tokens=8)
-    # the chunks' stops so far: at the idle start and when the engine went idle after the request
-    before = [rank["stop_seconds"] for rank in server_tp2.get("/profile_status").json()["ranks"]]
+    # the chunks' stops so far: at the idle start and when the engine went idle after the request (waited for:
+    # each rank parks after the answer, and a status read before that races it)
+    parked = server_tp2.wait_parked()
+    assert all(rank["parked"] for rank in parked["ranks"]), parked
+    before = [rank["stop_seconds"] for rank in parked["ranks"]]
     r = server_tp2.post("/stop_profile", {"wait": False})
     assert r.status_code == 200 and r.json()["status"] == "stopped"
     # answered before either rank's profiler stopped again (each stops on its own worker thread)

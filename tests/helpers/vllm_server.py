@@ -89,6 +89,17 @@ class VllmServer:
                 return status
             time.sleep(0.2)
 
+    def wait_parked(self, timeout: float = 180) -> dict:
+        """The status once every rank's recording has stopped its profiler for an idle engine (``parked``):
+        an engine goes idle after its last request's answer, so a test that reads the status before that
+        races the engine's own stop."""
+        deadline = time.time() + timeout
+        while True:
+            status = self.get("/profile_status").json()
+            if all(r.get("parked") for r in status.get("ranks") or [{}]) or time.time() > deadline:
+                return status
+            time.sleep(0.05)
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

@@ -51,12 +51,12 @@ def drive(root: str, scenario: str) -> None:
                 ctl.end_iteration()
 
     def settle(step: int) -> dict:
-        for _ in range(500):
+        deadline = time.monotonic() + 120  # a bound on a broken session, not a time the export is given
+        while True:
             s = ctl.handle({"op": "status", "global_step": step})["session"]
-            if s["state"] not in ("waiting", "recording", "exporting"):
+            if s["state"] not in ("waiting", "recording", "exporting") or time.monotonic() > deadline:
                 return s
             time.sleep(0.01)
-        return s
 
     base = {"op": "start", "profile_prefix": None}
     if scenario.endswith(":fail"):

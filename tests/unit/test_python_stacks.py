@@ -51,27 +51,34 @@ def _record(root: Path, keys: dict, iterations: int, step: int = 1, **request) -
 
 
 def _assert_shares(trace: Path) -> dict:
+    """The trace's shares of the four functions within ``TOLERANCE`` of what they ran, as the workload timed
+    them (``spin_shares.measured_shares``; on a quiet host the nominal 40/30/20/10)."""
     st = trace_stats(trace, "rank0", None)
     assert st.error is None and st.iterations > 0
     (stage,) = [s for s in st.python if s != "between"]
-    got = spin_shares.shares(st.python[stage])
-    for name, share in spin_shares.SHARES.items():
-        assert abs(got[name] - 100 * share) <= TOLERANCE, (got, st.python_stacks)
+    got, truth = spin_shares.shares(st.python[stage]), spin_shares.measured_shares()
+    for name in spin_shares.SHARES:
+        assert abs(got[name] - truth[name]) <= TOLERANCE, (got, truth, st.python_stacks)
     return got
 
 
 def test_sampled_shares_match_the_known_workload_and_the_events_nest_on_the_engine_thread(tmp_path):
+    """Within 3 points of the truth, with enough samples that chance cannot move a share that far
+    (``spin_shares.MIN_SAMPLES`` gives the bound; the run checks it had them)."""
     assert signal_unavailable() is None  # pytest's main thread: the signal timer samples
-    trace = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": 1000}, 60)
-    got = _assert_shares(trace)
+    trace = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": spin_shares.KNOWN_TRUTH_HZ},
+                    spin_shares.KNOWN_TRUTH_ITERATIONS)
     data = load_trace(trace)
     events = data["traceEvents"]
+    assert spin_shares.samples_in(events) >= spin_shares.MIN_SAMPLES, spin_shares.samples_in(events)
+    assert data["rlprof_sampler"] == {"how": "signal", "hz": spin_shares.KNOWN_TRUTH_HZ}
+    got = _assert_shares(trace)
     assert not [e for e in events if e.get("cat") == "python_function"]  # torch's own stacks were off
     assert json.loads(json.dumps(data.get("rlprof_python_stacks"))) == "sampled"
     samples = [e for e in events if e.get("cat") == SAMPLE_CAT]
     iterations = {int(e["name"].split()[-1]): e for e in events
                   if e.get("cat") == "user_annotation" and e["name"].startswith("rlprof::iteration")}
-    assert len(iterations) == 60 and samples
+    assert len(iterations) == spin_shares.KNOWN_TRUTH_ITERATIONS and samples
     # on the thread that ran the iterations, on the trace's clock
     assert {(e["pid"], e["tid"]) for e in samples} == {(e["pid"], e["tid"]) for e in iterations.values()}
     # each sampled frame nests in the one above it, as torch's Python events do
@@ -84,11 +91,24 @@ def test_sampled_shares_match_the_known_workload_and_the_events_nest_on_the_engi
             parent = open_[-1]
             assert parent["ts"] <= e["ts"] and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + 0.002, (parent, e)
         open_.append(e)
-    # each span joins the iteration it fell in
+    # each span joins the iteration it fell in: rlprof tags the sampler with iteration i after iteration i - 1's
+    # range closed and clears the tag before iteration i + 1's opens, so a span tagged i begins between those two
+    # (1 ms for the sampler's and Kineto's clocks); every span, not a share of them (a busy host can take a
+    # sample in the slivers between a tag and its range)
     tagged = [e for e in samples if "iteration" in e["args"]]
-    inside = [e for e in tagged if iterations[e["args"]["iteration"]]["ts"] - 1000 <= e["ts"]
-              <= iterations[e["args"]["iteration"]]["ts"] + iterations[e["args"]["iteration"]]["dur"]]
-    assert len(inside) >= 0.99 * len(tagged) and len(tagged) >= 0.9 * len(samples)
+
+    def window(i: int) -> tuple[float, float]:
+        before = iterations[i - 1]["ts"] + iterations[i - 1]["dur"] if i - 1 in iterations else float("-inf")
+        after = iterations[i + 1]["ts"] if i + 1 in iterations else float("inf")
+        return before - 1000, after + 1000
+
+    stray = [e for e in tagged if not window(e["args"]["iteration"])[0] <= e["ts"] <= window(e["args"]["iteration"])[1]]
+    assert not stray, stray[:5]
+    # and the samples (not the spans: one sample between iterations reopens the whole stack untagged) fall in
+    # iterations: between them the engine runs only rlprof's hooks, about 0.1% of each 50 ms iteration here
+    outer = [e for e in samples if e["args"]["depth"] == 0]
+    in_iterations = sum(e["args"]["samples"] for e in outer if "iteration" in e["args"])
+    assert in_iterations >= 0.9 * sum(e["args"]["samples"] for e in outer)
     assert all(e["name"].count("(") >= 1 and "): " in e["name"] for e in samples)
     assert any(e["name"].endswith("): spin_a") and "tests/helpers/spin_shares.py(" in e["name"] for e in samples)
     print("sampled shares", got)
@@ -139,6 +159,57 @@ def test_a_stopped_sampler_leaves_the_signal_as_it_found_it():
     assert frame_name(spin_shares.spin_a.__code__).endswith(f"tests/helpers/spin_shares.py({line}): spin_a")
 
 
+def test_a_handler_another_library_set_after_the_start_is_left_with_its_timer():
+    """A library that takes SIGALRM while the sampler runs keeps it: the stop neither disarms its timer nor puts
+    the default handler back under it (its next alarm would end the process)."""
+    import signal
+
+    sampler = StackSampler(1000)
+    sampler.start()
+    spin_shares.one_iteration(0.01)
+    theirs_fired = []
+
+    def theirs(signum, frame):
+        theirs_fired.append(signum)
+
+    signal.signal(signal.SIGALRM, theirs)
+    signal.setitimer(signal.ITIMER_REAL, 30.0)  # their timer: far off
+    try:
+        sampler.stop()
+        assert signal.getsignal(signal.SIGALRM) is theirs
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining <= 30.0
+        signal.setitimer(signal.ITIMER_REAL, 0.01)  # it still fires into their handler, not into the default
+        spin_shares.one_iteration(0.05)
+        assert theirs_fired == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
+def test_nothing_raises_out_of_the_signal_handler(monkeypatch):
+    """The handler runs in the middle of the engine's own code: a sample that fails is skipped, a timer that
+    cannot be re-armed ends the sampling, and the engine sees neither."""
+    import signal
+
+    sampler = StackSampler(2000)
+    sampler.start()
+    monkeypatch.setattr(sampler, "_sample", lambda frame, now: 1 / 0)
+    spin_shares.one_iteration(0.02)  # alarms keep coming, every sample fails: nothing reaches this code
+    assert not sampler._stopped.is_set()
+
+    def broken(*args):
+        raise signal.ItimerError("cannot arm")
+
+    real = signal.setitimer
+    monkeypatch.setattr(signal, "setitimer", broken)
+    spin_shares.one_iteration(0.02)  # the next alarm cannot re-arm: the sampling ends, quietly
+    assert sampler._stopped.is_set()
+    monkeypatch.setattr(signal, "setitimer", real)
+    sampler.stop()
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 @pytest.mark.parametrize("keys, overrides, expected", [
     ({}, {}, "exact"),  # the engines' default: torch_profiler_with_stack true
     ({"python_stacks": "sampled"}, {}, "sampled"),
@@ -181,17 +252,21 @@ def test_the_keys_are_checked_and_a_contradiction_names_python_stacks():
 
 def test_the_flame_view_on_the_page_in_the_json_and_the_csv(tmp_path):
     """Two sampled steps, the second with spin_b twice as long: the report's Python view per stage,
-    the change per iteration, the icicle, opened in Chromium."""
+    the change per iteration, the icicle, opened in Chromium. The second step's spin_b share is checked
+    within 3 points, from enough samples that chance cannot move it that far (``spin_shares.MIN_SAMPLES``)."""
     from rlprof_plugins.cli.command import main
     from tests.helpers.browser import cells_match_json, open_page
 
-    keys = {"python_stacks": "sampled", "sample_hz": 1000}
-    _record(tmp_path / "root", keys, 20, step=1)
+    keys = {"python_stacks": "sampled", "sample_hz": spin_shares.KNOWN_TRUTH_HZ}
+    iterations = spin_shares.KNOWN_TRUTH_ITERATIONS // 2  # the first step is read only for its change
+    _record(tmp_path / "root", keys, iterations, step=1)
     spin_shares.SHARES["spin_b"] = 0.6
     try:
-        _record(tmp_path / "root", keys, 20, step=2)
+        second = _record(tmp_path / "root", keys, spin_shares.KNOWN_TRUTH_ITERATIONS, step=2)
+        measured_b = spin_shares.measured_shares()["spin_b"]
     finally:
         spin_shares.SHARES["spin_b"] = 0.3
+    assert spin_shares.samples_in(load_trace(second)["traceEvents"]) >= spin_shares.MIN_SAMPLES
     page, data = tmp_path / "report.html", tmp_path / "report.json"
     assert main(["report", str(tmp_path / "root"), "-o", str(page), "--json", str(data),
                  "--csv", str(tmp_path / "csv")]) == 0
@@ -222,7 +297,7 @@ def test_the_flame_view_on_the_page_in_the_json_and_the_csv(tmp_path):
         by_name[node["name"].rsplit(": ", 1)[-1]] += node["ms"]
         stack.extend(node["children"])
     b_share = by_name["spin_b"] / (by_name["spin_a"] + by_name["spin_b"] + by_name["spin_c"] + by_name["spin_d"])
-    assert abs(100 * b_share - 100 * 0.6 / 1.3) <= TOLERANCE
+    assert abs(100 * b_share - measured_b) <= TOLERANCE, (100 * b_share, measured_b)  # 0.6/1.3 on a quiet host
     with open(tmp_path / "csv" / "python.csv") as f:
         table = list(csv.DictReader(f))
     assert {r["global_step"] for r in table} == {"1", "2"} and all(r["mode"] == "sampled" for r in table)

@@ -37,7 +37,12 @@ def test_a_killed_writer_is_marked_failed_and_its_temporaries_removed(tmp_path):
         assert reaping.reap_all(tmp_path) == {}  # alive: nothing to do
         assert manifest.read(step)["state"] == "exporting"
         os.kill(proc.pid, signal.SIGKILL)
-        time.sleep(0.5)  # dead, not collected yet: a zombie, as a killed worker is until its engine waits for it
+        # dead, not collected yet: a zombie, as a killed worker is until its engine waits for it (the kernel ends
+        # it when it next runs: waited for, not slept, on a busy host)
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
         assert processes.alive(section["process"]) is False
         assert reaping.reap_all(tmp_path) == {str(step): ["rank0"]}
