@@ -285,8 +285,8 @@ def _built_and_proven(facts: dict[str, Any]) -> str | None:
 def build_in_background(torch: Any) -> bool:
     """Once per process, where a session could use the shim and it is not built yet: build it and run its
     canary in a child at the lowest priority (a lock file keeps the ranks of one host from building it
-    together). This session keeps torch's own stop; a later process (or ``reload``) uses the shim. Returns
-    whether a build started."""
+    together). This session keeps torch's own stop; the process's later sessions use the shim once it is built
+    and proven. Returns whether a build started."""
     with _LOCK:
         if _LOADED.get("building") or os.environ.get("RLPROF_NO_SHIM_BUILD") == "1":
             return False
@@ -301,9 +301,15 @@ def build_in_background(torch: Any) -> bool:
 
     def run() -> None:
         try:
-            subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT_S + CANARY_TIMEOUT_S)
+            done = subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT_S + CANARY_TIMEOUT_S)
         except Exception as e:  # never into the engine: this session and the next keep torch's own stop
             logger.info("rlprof: building the torch shim in the background failed: %s: %s", type(e).__name__, e)
+            return
+        if done.returncode == 0:
+            reload()  # this process's next session decides afresh, and finds it built and proven
+        else:
+            logger.info("rlprof: the torch shim was not built in the background: %s",
+                        done.stdout.decode(errors="replace").strip()[-500:])
 
     threading.Thread(target=run, name="rlprof-shim-build", daemon=True).start()
     return True

@@ -98,6 +98,31 @@ def test_an_unbuilt_shim_is_named_with_the_command_that_builds_it(tmp_path, monk
         torch_shim.build(torch)
 
 
+def test_without_a_built_shim_the_first_session_builds_it_and_the_next_uses_it(tmp_path, monkeypatch, shim):
+    """The default path of a user who never ran ``rlprof build-shim``: the first session that could use the shim
+    keeps torch's own stop and builds it in the background (a child process, the lowest priority); once built and
+    proven, the same process's next sessions stop off the engine thread."""
+    monkeypatch.setenv(torch_shim.CACHE_ENV, str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(torch_shim, "_LOADED", {})
+    first = TorchProfilerBackend(TorchSettings(use_gzip=False))
+    first.start()
+    operators(10)
+    first.stop()
+    assert not first.detached  # torch's own stop, while the shim builds
+    built = torch_shim.cache_folder(torch_shim.torch_facts(torch)) / "canary.json"
+    deadline = time.monotonic() + 600
+    while "why" in torch_shim._LOADED and time.monotonic() < deadline:  # decided afresh once the build is proven
+        time.sleep(0.2)
+    assert built.is_file() and '"ok": true' in built.read_text(), built
+    second = TorchProfilerBackend(TorchSettings(use_gzip=False))
+    second.start()
+    operators(10)
+    second.stop()
+    assert second.detached
+    recorded(first, tmp_path, "first")
+    recorded(second, tmp_path, "second")
+
+
 def test_where_it_cannot_run_torchs_own_stop_runs(monkeypatch):
     assert "only CPU" in detached_stop.why_not(torch, ("CPU", "CUDA"))
     monkeypatch.setenv(detached_stop.OFF_ENV, "1")
