@@ -219,7 +219,8 @@ compat-latest: env
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
 	$(VPY) -m rlprof_plugins.cli.compatibility > docs/compatibility.md
-	$(VPY) tests/tools/write_request_table.py docs/configuration.md
+	$(VPY) tests/tools/write_table.py docs/configuration.md request-fields
+	$(VPY) tests/tools/write_table.py docs/report.md communication-kernels
 
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info

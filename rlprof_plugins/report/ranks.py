@@ -19,7 +19,7 @@ from ..trace.gz import file_size
 from ..trace.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
 from ..trace.trace_stats import TraceStats
 from ..trace.device_time import add, in_ms
-from ..trace.time_split import is_communication
+from ..trace.communication import is_communication
 
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 

@@ -82,7 +82,7 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
 
 # the device partition's parts, as the stacked bar shows them (trace.device_time: they add up to the window)
 DEVICE_PARTS = (("compute", "compute"), ("exposed communication", "exposed_communication"),
-                ("exposed memcpy", "exposed_memcpy"), ("idle", "idle"))
+                ("exposed memcpy", "exposed_memcpy"), ("idle", "idle"), ("between iterations", "between_iterations"))
 
 
 def _ranks(row: dict[str, Any]) -> str:
@@ -103,13 +103,15 @@ def _ranks(row: dict[str, Any]) -> str:
     devices = {r: t["device"] for r, t in times.items() if t["device"]}
     if devices:
         out += ["<h3>Device time of the iterations</h3><p class=muted>The device work the iterations launched, "
-                "over the window from its first start to its last end, merged across streams: compute, then "
-                "communication no compute covers, then copies neither covers, then idle; they add up to the "
-                "window (HolisticTraceAnalysis's temporal breakdown, TraceLens's GPU timeline).</p>",
+                "merged across streams, each iteration over its own window: compute, then communication no "
+                "compute covers, then copies neither covers, then idle; the rank's parts are its iterations' "
+                "sums, and the device time in no iteration's window is between iterations. They add up to the "
+                "rank's window (HolisticTraceAnalysis's temporal breakdown, TraceLens's GPU timeline; their idle "
+                "is idle and between together).</p>",
                 charts.stacked({r: {part: d[f"{key}_ms"] for part, key in DEVICE_PARTS} for r, d in devices.items()},
                                [part for part, _ in DEVICE_PARTS], "device time per rank, over its iterations")]
         head = ["rank", "window ms", "compute ms", "exposed communication ms", "exposed memcpy ms", "idle ms",
-                "communication ms (all)", "communication hidden %", "memcpy ms (all)"]
+                "between iterations ms", "communication ms (all)", "communication hidden %", "memcpy ms (all)"]
         rows = [f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
                 + "".join(cell(d.get(k), f"rank_time.{rank}.device.{k}") for k in DEVICE_FIELDS) + "</tr>"
                 for rank, d in devices.items()]
@@ -118,7 +120,7 @@ def _ranks(row: dict[str, Any]) -> str:
 
 
 DEVICE_FIELDS = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms",
-                 "communication_ms", "communication_overlap_pct", "memcpy_ms")
+                 "between_iterations_ms", "communication_ms", "communication_overlap_pct", "memcpy_ms")
 
 
 def _table(kind: str, head: list[str], rows: list[str]) -> str:

@@ -18,16 +18,14 @@ alignment's typical error).
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from .clock import ts_ns
+from .communication import is_communication
 from .reader import TraceReader
 
-COLLECTIVE = re.compile(r"allreduce|all_reduce|all_gather|allgather|reduce_scatter|broadcast|nccl|hccl",
-                        re.IGNORECASE)
 FIRST = 64  # collectives read per rank: enough pairs for a robust median, a small read
 MAX_LAG = 3  # unpaired collectives tolerated at the start of one rank's recording
 READ_LIMIT = 8 << 20  # bytes of the file read at most looking for them (a TP rank has them in its first KB)
@@ -51,7 +49,7 @@ def collective_ends_us(path: Path, base_ns: int, limit: int = FIRST) -> list[tup
         for batch in reader.batches():
             for e in batch:
                 name = e.get("name")
-                if e.get("ph") != "X" or not isinstance(name, str) or not COLLECTIVE.search(name):
+                if e.get("ph") != "X" or not isinstance(name, str) or not is_communication(name):
                     continue
                 start, dur = ts_ns(e.get("ts")), ts_ns(e.get("dur"))
                 if start is None or dur is None:

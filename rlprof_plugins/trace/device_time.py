@@ -1,4 +1,5 @@
-"""Device time as a partition of a rank's recorded iterations: compute, exposed communication, exposed memcpy, idle.
+"""Device time as a partition of a rank's recorded iterations: compute, exposed communication, exposed memcpy,
+idle, and the time between iterations.
 
 The device work of an iteration is the work its host side launched: a
 kernel, copy or memset belongs to the iteration its launching runtime call
@@ -8,21 +9,29 @@ correlation id, started in; a replayed CUDA or HIP graph's kernels carry the
 that replayed the graph. Work nothing in an iteration launched (warm-up,
 another session's tail) is left out.
 
-The window is the first such item's start to the last one's end, and it is
-split the way HolisticTraceAnalysis's temporal breakdown and TraceLens's GPU
-timeline split it, over the intervals merged across every stream:
+An iteration's window is its first item's start to its last item's end, and it
+is split the way HolisticTraceAnalysis's temporal breakdown and TraceLens's GPU
+timeline split a window, over the intervals merged across every stream:
 
 - **compute**: the merged intervals of computation kernels;
 - **exposed communication**: the merged intervals of communication kernels
-  (NCCL, RCCL, HCCL ...) that no compute covers;
+  (NCCL, RCCL, HCCL, the engines' custom all-reduce, DeepEP ...: the table in
+  ``communication``) that no compute covers;
 - **exposed memcpy**: the merged intervals of copies and memsets that
   neither covers;
 - **idle**: the rest of the window.
 
-The four add up to the window. The totals (``communication_ms``,
-``memcpy_ms``: each class's merged intervals, covered or not) stay beside
-them, and so does the share of communication that compute hid
-(``communication_overlap_pct``).
+A rank's window runs from its first iteration item's start to its last one's
+end. Its parts are the sums of its iterations' parts, and the device time in
+no iteration's window (parked, waiting for requests, the host between two
+iterations) is ``between_iterations``: the five add up to the rank's window.
+Where iterations overlap (asynchronous scheduling, several streams), each
+stretch of time goes to one iteration (``_Sweep``), so no kernel counts twice
+and another iteration's kernels are never one's idle. The totals
+(``communication_ms``, ``memcpy_ms``: each class's merged intervals, covered
+or not) stay beside them, and so does the share of communication that compute
+hid (``communication_overlap_pct``). HTA's idle over a rank's kernel window is
+``idle + between_iterations``.
 
 A trace with no iteration at all (a user's trace without ``ProfilerStep``
 ranges) has its whole device timeline as one window: there is nothing else
@@ -31,7 +40,7 @@ to restrict it to.
 Memory: during the pass, flat arrays of the device items (25 bytes an
 item) and of the launches (16 bytes a launch, a chunk at a time: ``spill``);
 at the end, each item's iteration and its place in correlation order (16
-bytes an item) and the merged intervals as flat arrays. The items are walked in start order without sorting them:
+bytes an item), and six sums an iteration. The items are walked in start order without sorting them:
 a trace lists each stream's kernels in start order, so the few ascending
 runs are merged as they are read (``in_order``).
 """
@@ -44,14 +53,15 @@ from bisect import bisect_left, bisect_right
 from typing import Any, Iterator
 
 from .spill import SpilledColumns
-from .time_split import MEMORY_CATS, is_communication
+from .communication import is_communication
+from .time_split import MEMORY_CATS
 
 # Kineto's categories of host calls that launch device work: CUDA's and HIP's runtime (ROCm's Kineto files
 # its HIP calls under the same category), and the driver API (cuLaunchKernel)
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 COMPUTE, COMMUNICATION, MEMCPY = 0, 1, 2
 FIELDS = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms",
-          "communication_ms", "memcpy_ms")
+          "between_iterations_ms", "communication_ms", "memcpy_ms")
 
 
 def _is_id(correlation: Any) -> bool:
@@ -95,26 +105,27 @@ class DeviceWork:
 
     def partitions(self, windows: list[tuple[float, float]]) -> tuple[dict[str, float] | None,
                                                                       list[dict[str, float] | None]]:
-        """The partition of every item the iterations launched, and each iteration's (``windows``: each
-        iteration's host start and end, in start order). Without windows: every item, one window. The
-        items are walked once, in start order, each into its rank's and its iteration's merged intervals."""
+        """The rank's partition of the device work the iterations launched, and each iteration's
+        (``windows``: each iteration's host start and end, in start order). Every instant of the rank's
+        device window goes to one part of one iteration, or to ``between_iterations``: the rank's parts
+        are its iterations' sums, each kernel counted once where iterations overlap. Without windows:
+        every item, one iteration."""
         if not self.seen:
             return None, [None] * len(windows)
-        whole = _Merged()
-        if not windows:
-            for k in in_order(self.starts):
-                whole.add(self.starts[k], self.ends[k], self.kinds[k])
-            return whole.partition(), []
-        owner = self._owners(windows)
-        mine = [_Merged() for _ in windows]
-        starts, ends, kinds = self.starts, self.ends, self.kinds
-        for k in in_order(starts):
-            i = owner[k]
-            if i >= 0:
-                start, end, kind = starts[k], ends[k], kinds[k]
-                whole.add(start, end, kind)
-                mine[i].add(start, end, kind)
-        return whole.partition(), [m.partition() for m in mine]
+        owner = self._owners(windows) if windows else array("i", [0]) * len(self.starts)
+        split = _Sweep(max(len(windows), 1))
+        split.run(in_order(self.starts), self.starts, self.ends, self.kinds, owner)
+        mine = split.partitions()
+        if split.first is None:
+            return None, mine if windows else []
+        whole: dict[str, float] = {key: 0.0 for key in PARTS}
+        for part in mine:
+            if part is not None:
+                for key in PARTS:
+                    whole[key] += part[key]
+        whole["between_iterations"] = split.between
+        whole["window"] = split.last - split.first
+        return whole, mine if windows else []
 
     def _owners(self, windows: list[tuple[float, float]]) -> array:
         """Each item's iteration (its index in ``windows``; -1: no iteration launched it): the launches are
@@ -155,44 +166,115 @@ def in_order(values: array) -> Iterator[int]:
     return heapq.merge(*(range(a, b) for a, b in zip(bounds, bounds[1:])), key=values.__getitem__)
 
 
-class _Merged:
-    """One window's items, given in start order, as each class's merged intervals: flat arrays of
-    (start, end) pairs, a few bytes an interval, not objects; and the window's first start, last end."""
+COMPUTE_US, EXPOSED_COMMUNICATION_US, EXPOSED_MEMCPY_US, IDLE_US, COMMUNICATION_US, MEMCPY_US = range(6)
+PARTS = ("window", "compute", "exposed_communication", "exposed_memcpy", "idle", "communication", "memcpy")
 
-    __slots__ = ("merged", "first", "last")
 
-    def __init__(self) -> None:
-        self.merged = (array("d"), array("d"), array("d"))  # COMPUTE, COMMUNICATION, MEMCPY
+class _Sweep:
+    """The device window walked once in time order, each stretch of it given to one part of one iteration.
+
+    A stretch where compute runs is compute, of the earliest iteration whose compute runs there; else
+    where communication runs, exposed communication, of the earliest iteration whose communication runs;
+    else copies, exposed memcpy; else idle, of the earliest iteration whose window (its first item's start
+    to its last item's end) holds it, or between the iterations where none does. Each class's total
+    (communication hidden under compute or not) goes to the earliest iteration running it. Without overlap
+    each iteration's parts are its own window's merged intervals, as HTA and TraceLens split one window.
+    Memory: the items running at once (a few streams' worth) and six sums an iteration."""
+
+    def __init__(self, iterations: int) -> None:
+        self.sums = array("d", [0.0]) * (6 * iterations)
+        self.seen = bytearray(iterations)
+        self.between = 0.0
         self.first: float | None = None
         self.last: float | None = None
 
-    def add(self, start: float, end: float, kind: int) -> None:
-        if self.first is None:
-            self.first = start
-        if self.last is None or end > self.last:
-            self.last = end
-        into = self.merged[kind]
-        if into and start <= into[-1]:
-            if end > into[-1]:
-                into[-1] = end
-        else:
-            into.append(start)
-            into.append(end)
+    def run(self, order: Iterator[int], starts: array, ends: array, kinds: array, owner: array) -> None:
+        last_end = array("d", [float("-inf")]) * len(self.seen)  # each iteration's window end
+        for k in range(len(owner)):
+            if owner[k] >= 0 and ends[k] > last_end[owner[k]]:
+                last_end[owner[k]] = ends[k]
+        running: tuple[dict[int, int], ...] = ({}, {}, {})  # per class: iteration -> items of it running
+        windows: dict[int, float] = {}  # the iterations whose window is open: its end
+        heap: list[tuple[float, int, int]] = []  # the running items' (end, class, iteration)
+        now = None
+        for k in order:
+            mine = owner[k]
+            if mine < 0:
+                continue
+            start = starts[k]
+            while heap and heap[0][0] <= start:
+                end, kind, of = heapq.heappop(heap)
+                self._give(now, end, running, windows)
+                now = end
+                left = running[kind][of] - 1
+                if left:
+                    running[kind][of] = left
+                else:
+                    del running[kind][of]
+            if now is None:
+                now = self.first = start
+            elif start > now:
+                self._give(now, start, running, windows)
+                now = start
+            if not self.seen[mine]:
+                self.seen[mine] = 1
+                windows[mine] = last_end[mine]
+            kind = kinds[k]
+            running[kind][mine] = running[kind].get(mine, 0) + 1
+            heapq.heappush(heap, (ends[k], kind, mine))
+        while heap:
+            end, kind, of = heapq.heappop(heap)
+            self._give(now, end, running, windows)
+            now = max(now, end)
+            left = running[kind][of] - 1
+            if left:
+                running[kind][of] = left
+            else:
+                del running[kind][of]
+        self.last = now
 
-    def partition(self) -> dict[str, float] | None:
-        """The window split into compute, exposed communication, exposed memcpy and idle, with each class's
-        total beside; microseconds. None: no item."""
-        if self.first is None:
-            return None
-        compute, communication, memcpy = self.merged
-        compute_us, communication_us, memcpy_us = _length(compute), _length(communication), _length(memcpy)
-        exposed_communication = communication_us - _overlap(communication, compute)
-        exposed_memcpy = memcpy_us - _overlap(memcpy, _union(compute, communication))
-        window = self.last - self.first
-        idle = max(0.0, window - compute_us - exposed_communication - exposed_memcpy)
-        return {"window": window, "compute": compute_us, "exposed_communication": exposed_communication,
-                "exposed_memcpy": exposed_memcpy, "idle": idle, "communication": communication_us,
-                "memcpy": memcpy_us}
+    def _give(self, start: float | None, end: float, running: tuple[dict[int, int], ...],
+              windows: dict[int, float]) -> None:
+        """The stretch from ``start`` to ``end``, in which nothing starts or ends, to its part and iteration."""
+        if start is None or end <= start:
+            return
+        length, sums = end - start, self.sums
+        compute, communication, memcpy = running
+        if compute:
+            sums[6 * min(compute) + COMPUTE_US] += length
+        if communication:
+            of = 6 * min(communication)
+            sums[of + COMMUNICATION_US] += length
+            if not compute:
+                sums[of + EXPOSED_COMMUNICATION_US] += length
+        if memcpy:
+            of = 6 * min(memcpy)
+            sums[of + MEMCPY_US] += length
+            if not compute and not communication:
+                sums[of + EXPOSED_MEMCPY_US] += length
+        if compute or communication or memcpy:
+            return
+        for closed in [i for i, last in windows.items() if last <= start]:
+            del windows[closed]
+        if windows:
+            sums[6 * min(windows) + IDLE_US] += length
+        else:
+            self.between += length
+
+    def partitions(self) -> list[dict[str, float] | None]:
+        """Each iteration's parts (us), its window their sum; None: it launched no device item."""
+        out: list[dict[str, float] | None] = []
+        for i, seen in enumerate(self.seen):
+            if not seen:
+                out.append(None)
+                continue
+            sums = self.sums[6 * i:6 * i + 6]
+            out.append({"window": sums[COMPUTE_US] + sums[EXPOSED_COMMUNICATION_US] + sums[EXPOSED_MEMCPY_US]
+                        + sums[IDLE_US], "compute": sums[COMPUTE_US],
+                        "exposed_communication": sums[EXPOSED_COMMUNICATION_US],
+                        "exposed_memcpy": sums[EXPOSED_MEMCPY_US], "idle": sums[IDLE_US],
+                        "communication": sums[COMMUNICATION_US], "memcpy": sums[MEMCPY_US]})
+        return out
 
 
 def add(total: dict[str, float] | None, part: dict[str, float] | None) -> dict[str, float] | None:
@@ -208,47 +290,7 @@ def in_ms(us: dict[str, float] | None) -> dict[str, Any] | None:
     """A partition as the report writes it: ``FIELDS`` in ms, and the share of communication compute hid."""
     if us is None:
         return None
-    out: dict[str, Any] = {field: round(us[field[:-3]] / 1000.0, 3) for field in FIELDS}
+    out: dict[str, Any] = {field: round(us[field[:-3]] / 1000.0, 3) for field in FIELDS if field[:-3] in us}
     out["communication_overlap_pct"] = (round(100.0 * (1 - us["exposed_communication"] / us["communication"]), 1)
                                         if us["communication"] else None)
-    return out
-
-
-def _length(pairs: array) -> float:
-    # pair by pair: the traces' absolute microseconds (~1e15) summed first would lose milliseconds
-    return sum(pairs[k + 1] - pairs[k] for k in range(0, len(pairs), 2))
-
-
-def _overlap(a: array, b: array) -> float:
-    """The length two flat arrays of disjoint (start, end) pairs, in order, share."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i], b[j]), min(a[i + 1], b[j + 1])
-        if end > start:
-            total += end - start
-        if a[i + 1] < b[j + 1]:
-            i += 2
-        else:
-            j += 2
-    return total
-
-
-def _union(a: array, b: array) -> array:
-    """Two flat arrays of disjoint (start, end) pairs, in order, merged into one."""
-    out = array("d")
-    i = j = 0
-    while i < len(a) or j < len(b):
-        if j >= len(b) or (i < len(a) and a[i] <= b[j]):
-            start, end = a[i], a[i + 1]
-            i += 2
-        else:
-            start, end = b[j], b[j + 1]
-            j += 2
-        if out and start <= out[-1]:
-            if end > out[-1]:
-                out[-1] = end
-        else:
-            out.append(start)
-            out.append(end)
     return out

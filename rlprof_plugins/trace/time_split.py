@@ -1,23 +1,17 @@
-"""Where a trace's operator time went, accumulated as events stream in; which work is a collective.
+"""Where a trace's operator time went, accumulated as events stream in; which device items are copies.
 
 ``SelfTimes``: the self time of nested CPU operators (an operator's time
 minus its nested operators'), so nested ops are not counted twice; memory
 stays flat: the open nesting per thread. The device side's split (compute,
-communication, memcpy, idle) is ``device_time``.
+communication, memcpy, idle) is ``device_time``; which work is communication,
+``communication``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from .align import COLLECTIVE
-
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
-
-
-def is_communication(name: str) -> bool:
-    """A collective by its name: NCCL/HCCL kernels, ``c10d::``/``gloo:`` all-reduce ops, vLLM's shm all-reduce."""
-    return COLLECTIVE.search(name) is not None
 
 
 class SelfTimes:

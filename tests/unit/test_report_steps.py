@@ -113,18 +113,27 @@ def test_device_time_is_a_partition_of_the_iterations_kernels(tmp_path):
 
         work = [(e, iteration_of(e)) for e in events
                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-        expected = _sweep([e for e, k in work if k is not None])
+        windows = [(min(e["ts"] for e, k in work if k == i), max(e["ts"] + e["dur"] for e, k in work if k == i))
+                   for i in range(len(iterations)) if any(k == i for _, k in work)]
+        expected = _sweep([e for e, k in work if k is not None], windows)
         device = times["device"]
         assert expected["communication"] > 0 and expected["memcpy"] > 0 and expected["idle"] > 0
+        assert expected["between_iterations"] > 0  # the host's time between two iterations: idle of no iteration
         for key, us in expected.items():
             assert abs(device[f"{key}_ms"] - us / 1000) < 0.002, (rank, key, device, expected)
-        parts = sum(device[k] for k in ("compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms"))
+        parts = sum(device[k] for k in ("compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms",
+                                        "between_iterations_ms"))
         assert abs(parts - device["window_ms"]) < 0.005
+        # the rank's parts are its stages' sums (each its iterations'), the time between them apart
+        for key in ("compute_ms", "exposed_communication_ms", "exposed_memcpy_ms", "idle_ms", "communication_ms"):
+            stages = sum(part[key] for part in times["device_by_stage"].values())
+            assert abs(device[key] - stages) < 0.005 * device["window_ms"], (rank, key, device, stages)
         # per stage: the sum over its iterations, each its own window
         assert set(times["device_by_stage"]) == {"prefill", "decode"}
         for stage, part in times["device_by_stage"].items():
             mine = [[e for e, k in work if k == i] for i, it in enumerate(iterations) if f"[{stage}]" in it[2]]
-            sums = {key: sum(_sweep(kernels)[key] for kernels in mine if kernels) for key in expected}
+            sums = {key: sum(_sweep(kernels)[key] for kernels in mine if kernels) for key in expected
+                    if key != "between_iterations"}
             for key, us in sums.items():
                 assert abs(part[f"{key}_ms"] - us / 1000) < 0.002 * len(mine), (rank, stage, key)
     # per iteration: the slowest rank's
@@ -133,16 +142,17 @@ def test_device_time_is_a_partition_of_the_iterations_kernels(tmp_path):
     assert decode and all(d["communication_ms"] > 0 for d in decode)
 
 
-def _sweep(events) -> dict[str, float]:
+def _sweep(events, windows=None) -> dict[str, float]:
     """The partition by brute force: every boundary of every event, each slice given to the first class
-    covering it (compute, then communication, then memcpy), idle where none does."""
+    covering it (compute, then communication, then memcpy), idle where none does and an iteration's window
+    (``windows``: their first and last instants; None: one window, all of it) holds it, else between."""
     def kind(e):
         return "memcpy" if e["cat"] != "kernel" else "communication" if "nccl" in e["name"].lower() else "compute"
 
     spans = [(e["ts"], e["ts"] + e["dur"], kind(e)) for e in events]
     points = sorted({p for a, b, _ in spans for p in (a, b)})
     out = dict.fromkeys(("window", "compute", "exposed_communication", "exposed_memcpy", "idle", "communication",
-                         "memcpy"), 0.0)
+                         "memcpy") + (("between_iterations",) if windows else ()), 0.0)
     for a, b in zip(points, points[1:]):
         covering = {k for s, e, k in spans if s <= a and b <= e}
         width = b - a
@@ -150,6 +160,9 @@ def _sweep(events) -> dict[str, float]:
         for k in ("communication", "memcpy"):
             out[k] += width if k in covering else 0.0
         first = next((k for k in ("compute", "communication", "memcpy") if k in covering), None)
+        if first is None and windows and not any(s <= a and b <= e for s, e in windows):
+            out["between_iterations"] += width
+            continue
         out[{"compute": "compute", "communication": "exposed_communication", "memcpy": "exposed_memcpy",
              None: "idle"}[first]] += width
     return out
