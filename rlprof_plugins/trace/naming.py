@@ -43,6 +43,15 @@ STAGES = ("prefill", "decode")
 DEVICE_WORK_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 DEVICE_CATS = DEVICE_WORK_CATS | {"gpu_user_annotation", "cuda_driver_kernel"}
 DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device", "Ascend")
+# Kineto's categories before June 2021 (pytorch/kineto 6f9c0eef, "Refactor trace activities", renamed them to
+# the ActivityType names above): torch 1.8 and 1.9 wrote these, and their traces are still handed around
+KINETO_2021_CATS = {"Operator": "cpu_op", "User": "user_annotation", "Runtime": "cuda_runtime", "Kernel": "kernel",
+                    "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
+
+
+def category(cat: object) -> object:
+    """An event's category by today's name (an older Kineto's read as today's; anything else as it is)."""
+    return KINETO_2021_CATS.get(cat, cat) if cat.__class__ is str else cat
 
 
 def trace_view_of(profile_dir: Path) -> Path:
@@ -52,7 +61,7 @@ def trace_view_of(profile_dir: Path) -> Path:
 
 def is_device_event(event: dict) -> bool:
     """A complete event on a device timeline (a kernel, copy, memset, device annotation)."""
-    cat = str(event.get("cat") or "").lower()
+    cat = str(category(event.get("cat")) or "").lower()
     return event.get("ph") == "X" and (cat in DEVICE_CATS or cat.startswith("gpu_"))
 
 

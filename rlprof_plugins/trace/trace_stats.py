@@ -36,7 +36,7 @@ from . import codec
 from .clock import ts_ns
 from .gz import file_size
 from .iteration_names import SOURCES, iteration_of
-from .naming import DEVICE_WORK_CATS
+from .naming import DEVICE_WORK_CATS, KINETO_2021_CATS
 from .._parallel import pool, processes_for
 from .pauses import PAUSE_CAT, PAUSE_NAME
 from .progress import Ticker, to_stderr
@@ -155,6 +155,8 @@ def _read(st: TraceStats, report: bool) -> None:
                 if last is None or end > last:
                     last = end
                 name = "" if name is None else str(name)
+                if cat.__class__ is str and cat in KINETO_2021_CATS:
+                    cat = KINETO_2021_CATS[cat]
                 if cat in DEVICE_WORK_CATS:
                     device_ops[name] += dur
                     device.item(_correlation(args), cat, name, ts, dur)

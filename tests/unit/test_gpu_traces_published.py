@@ -65,6 +65,25 @@ def test_device_time_is_a_partition_and_agrees_with_hta(tmp_path, capsys, name):
         assert abs(100 * d["compute_ms"] / d["window_ms"] - theirs["compute_pct"]) <= 1.0, (rank, d, theirs)
 
 
+def test_a_2021_kineto_trace_reads_as_todays(tmp_path, capsys):
+    """A V100 trace from June 2021 (pytorch/kineto's own sample): Kineto's categories before they were renamed
+    (``Operator``, ``Runtime``, ``Kernel``, ``Memcpy``, ``Memset``), no ``distributedInfo``. Its six
+    ``ProfilerStep``s are its iterations, and its device time agrees with HTA's within 1 point (its idle: the
+    idle inside the iterations and the host's time between them, 285 ms of data loading)."""
+    data, code = report_of(tmp_path, capsys, "v100-2021")
+    assert code == 0, data["notes"]
+    (step,) = data["steps"]
+    assert step["ranks"] == ["rank0"] and step["iterations"] == 6 and step["operators"]["device"]
+    d = step["rank_time"]["rank0"]["device"]
+    assert abs(sum(d[k] for k in PARTS) - d["window_ms"]) <= 0.005 * d["window_ms"], d
+    assert d["memcpy_ms"] > 0 and d["between_iterations_ms"] > 0 and d["communication_ms"] == 0
+    theirs = hta_temporal(FIXTURES / "v100-2021")["0"]
+    assert abs(d["window_ms"] - theirs["window_us"] / 1000) <= 0.001 * d["window_ms"], (d, theirs)
+    idle = d["idle_ms"] + d["between_iterations_ms"]
+    assert abs(100 * idle / d["window_ms"] - theirs["idle_pct"]) <= 1.0, (d, theirs)
+    assert abs(100 * d["compute_ms"] / d["window_ms"] - theirs["compute_pct"]) <= 1.0, (d, theirs)
+
+
 def test_several_compute_streams_count_compute_once(tmp_path, capsys):
     """rank3-of-8 runs kernels on several streams at once: compute is their merged intervals (HTA: 60.6%),
     not the sum of kernel times nor the busiest stream's."""
