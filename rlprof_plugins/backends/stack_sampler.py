@@ -35,8 +35,12 @@ children, as torch's Python events nest), split where the engine begins another 
 that every span belongs to one ``rlprof::iteration`` (its ``args.iteration``). Frames are
 matched by identity and code (a frame object lives as long as its call), named as torch names
 its Python events (``path.py(first line): function``). A span's ``args`` hold its samples and
-the time they stand for (``sampled_us``: samples x interval), which the report counts. Memory
-is the finished spans' columns (a few bytes each).
+the time they stand for (``sampled_us``), which the report counts: each sample stands for the
+time since the previous sample on the thread. Python runs a signal handler only between
+bytecodes, so an alarm that expires during a 50 ms native call (a torch operator, ``.tolist()``,
+a tokenizer) is handled once, as the call returns, and the next wait starts there: weighted by
+the mean interval, that call would read as one interval; weighted by the time it held the
+thread, it reads as the 50 ms it ran. Memory is the finished spans' columns (a few bytes each).
 """
 
 from __future__ import annotations
@@ -86,12 +90,14 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         self._previous: Any = None  # the SIGALRM handler before ours
         self._jitter = random.Random().uniform
-        # finished spans, as columns: start and end (ns), depth, name id, iteration (-1: none), samples
+        # finished spans, as columns: start and end (ns), depth, name id, iteration (-1: none), samples, and the
+        # time the samples stand for (ns: each sample the time since the one before it)
         self._start, self._end = array("q"), array("q")
         self._depth, self._name, self._iteration, self._count = array("i"), array("i"), array("q"), array("i")
+        self._weight = array("q")
         self._names: list[str] = []
         self._ids: dict[Any, int] = {}  # code object -> name id
-        self._open: list[list] = []  # [frame id, code, start ns, samples, iteration], outermost first
+        self._open: list[list] = []  # [frame id, code, start ns, samples, iteration, ns], outermost first
 
     # ---- start and stop (the engine thread) --------------------------------------------
     def start(self, how: str | None = None) -> None:
@@ -197,10 +203,13 @@ class StackSampler:
             while same < limit and opened[same][0] == id(stack[same]) and opened[same][1] is stack[same].f_code:
                 same += 1  # a frame's address is reused by the next call: the code tells them apart
         self._close_from(same, now)
+        # what this sample stands for: the time since the previous one (the first: one wait as asked)
+        weight = now - self._last_ns if self.samples else int(self.interval * 1e9)
         for span in opened:
             span[3] += 1
+            span[5] += weight
         for frame in stack[same:]:
-            opened.append([id(frame), frame.f_code, now, 1, iteration])
+            opened.append([id(frame), frame.f_code, now, 1, iteration, weight])
         if not self.samples:
             self._first_ns = now
         self._last_ns = now
@@ -210,7 +219,7 @@ class StackSampler:
         """End the open spans from ``depth`` in (innermost first) at ``now``."""
         opened = self._open
         while len(opened) > depth:
-            _, code, start, count, iteration = opened.pop()
+            _, code, start, count, iteration, weight = opened.pop()
             name = self._ids.get(code)
             if name is None:
                 name = self._ids[code] = len(self._names)
@@ -221,14 +230,7 @@ class StackSampler:
             self._name.append(name)
             self._iteration.append(-1 if iteration is None else iteration)
             self._count.append(count)
-
-    @property
-    def sample_us(self) -> float:
-        """The time a sample stands for: the mean time between samples as taken (a sampler thread
-        kept from the GIL samples less often than asked), else the set interval."""
-        if self.samples > 1:
-            return (self._last_ns - self._first_ns) / (self.samples - 1) / 1000.0
-        return self.interval * 1e6
+            self._weight.append(weight)
 
     @property
     def spans(self) -> int:
@@ -239,11 +241,12 @@ class StackSampler:
         in start order with parents first (as torch writes its Python events), on a trace whose
         times count microseconds from ``base_ns`` (Kineto's clock: wall-clock ns)."""
         pid = os.getpid() if pid is None else pid
-        tid, per_sample = self.native_tid, self.sample_us
+        tid = self.native_tid
         out = []
-        rows = sorted(zip(self._start, self._depth, self._end, self._name, self._iteration, self._count))
-        for start, depth, end, name, iteration, count in rows:
-            args: dict[str, Any] = {"samples": count, "sampled_us": round(count * per_sample, 1), "depth": depth}
+        rows = sorted(zip(self._start, self._depth, self._end, self._name, self._iteration, self._count,
+                          self._weight))
+        for start, depth, end, name, iteration, count, weight in rows:
+            args: dict[str, Any] = {"samples": count, "sampled_us": round(weight / 1000.0, 1), "depth": depth}
             if iteration >= 0:
                 args["iteration"] = iteration
             out.append({"ph": "X", "cat": SAMPLE_CAT, "name": self._names[name], "pid": pid, "tid": tid,

@@ -9,9 +9,9 @@ exact stacks record every thread).
 A frame's time is split among the iterations it overlaps (an engine loop's frame spans many):
 its ``total`` is the time it was on the stack (a recursive call counted once), its ``self`` the
 time it was the innermost frame; time outside every iteration counts as ``step_numbers.BETWEEN``.
-A sampled frame's time is its samples times the sampling interval (``sampled_us`` in its
-``args``), not its span's duration: samples are unbiased where the span's edges are not (a
-span begins at the first sample that saw it).
+A sampled frame's time is what its samples stand for (``sampled_us`` in its ``args``: each
+sample the time since the previous one on its thread), not its span's duration: samples are
+unbiased where the span's edges are not (a span begins at the first sample that saw it).
 The call tree per stage (``tree``) holds each call path's total, the paths under
 ``TREE_MIN_SHARE`` of the stage's time left out, so an exact trace's millions of calls make a
 tree of hundreds of nodes.
@@ -51,7 +51,7 @@ class PythonFrames:
 
     def add(self, cat: str, thread: Any, start: float, end: float, name: str, sampled_us: float = -1.0,
             depth: int = -1) -> None:
-        """One event; a sampled span's ``sampled_us`` (its samples x the time between them) counts
+        """One event; a sampled span's ``sampled_us`` (the time its samples stand for) counts
         instead of its duration, and its ``depth`` (its place in the stack) nests it, not its times
         (rounded to the nanosecond, a span ending where the next begins would read as its parent)."""
         i = self._ids.get(name)

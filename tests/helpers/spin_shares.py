@@ -1,9 +1,13 @@
-"""A workload of known truth for Python stacks: four functions that spin for set shares of each iteration.
+"""A workload of known truth for Python stacks: functions that run for set shares of each iteration, in Python
+and in one native call.
 
 ``run_iterations`` drives a ``ProfilerController`` the way an engine's hooks do (``begin_iteration``,
 the work, ``end_iteration``) on the calling thread, each iteration ``ITERATION_S`` long: ``spin_a``
-40%, ``spin_b`` 30%, ``spin_c`` 20%, ``spin_d`` 10%. The spin reads the clock every few thousand
-additions, so torch's exact tracer (an event per call) records a few thousand calls, not millions.
+30%, ``spin_b`` 25%, ``spin_c`` 15%, ``spin_d`` 10% in Python, and ``native_call`` 20% in one C call that
+holds the GIL and runs no bytecode (``sum`` over a ``range``, sized to the time): no signal handler runs
+inside it, so the sampler's alarm waits for it to return, as it waits for a torch operator, ``.tolist()`` or
+a tokenizer. The spin reads the clock every few thousand additions, so torch's exact tracer (an event per
+call) records a few thousand calls, not millions.
 ``shares`` reads them back from the report's own per-stage Python view (``trace.python_stacks``).
 
 The truth is what each function actually ran, timed around every call (``measured_shares``), not the
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-SHARES = {"spin_a": 0.4, "spin_b": 0.3, "spin_c": 0.2, "spin_d": 0.1}
+SHARES = {"spin_a": 0.3, "spin_b": 0.25, "spin_c": 0.15, "spin_d": 0.1, "native_call": 0.2}
 ITERATION_S = 0.05
 
 
@@ -47,13 +51,28 @@ def spin_d(seconds: float) -> int:
     return _spin(seconds)
 
 
-SPINS = {"spin_a": spin_a, "spin_b": spin_b, "spin_c": spin_c, "spin_d": spin_d}
+_PER_ITEM_S: list[float] = []  # what ``sum`` takes an item here, measured once
+
+
+def native_call(seconds: float) -> int:
+    """About ``seconds`` in one C call with the GIL held: Python runs no handler until it returns."""
+    if not _PER_ITEM_S:
+        began = time.perf_counter()
+        sum(range(200_000))
+        _PER_ITEM_S.append((time.perf_counter() - began) / 200_000)
+    return sum(range(max(1, int(seconds / _PER_ITEM_S[0]))))
+
+
+SPINS = {"spin_a": spin_a, "spin_b": spin_b, "spin_c": spin_c, "spin_d": spin_d, "native_call": native_call}
 
 
 # A share's sampling error, bounded: a sample falls in a function with the probability of that function's share
 # of the time, independently at worst (jittered sampling errs less), so a share p read from N samples has a standard
-# error of at most sqrt(p (1 - p) / N). For the largest share here (40%) to stay within 3 points of the truth at
-# 4.5 standard errors (a chance of 7 in a million each time), N >= 0.24 / (3 / 4.5 / 100)^2 = 5,400.
+# error of at most sqrt(p (1 - p) / N). For a share of 40% (above the largest here) to stay within 3 points of the
+# truth at 4.5 standard errors (a chance of 7 in a million each time), N >= 0.24 / (3 / 4.5 / 100)^2 = 5,400.
+# The native call is sampled once an iteration, as it returns, and that sample stands for the time since the
+# one before: the call's whole time, plus at most one wait (1.5 / KNOWN_TRUTH_HZ = 0.6 ms) of the work before it,
+# which is the function before it's loss: under 0.6 ms of a 50 ms iteration, 1.2 points at the very worst.
 MIN_SAMPLES = 5400
 # The known-truth runs ask for 2,500 samples a second over 120 iterations (6 s): about 12,000 samples on a quiet
 # 2-core host, about half that with a CPU-bound neighbour taking one core (a pending alarm waits for the process).
@@ -86,7 +105,7 @@ def run_iterations(controller: Any, count: int, seconds: float = ITERATION_S) ->
 
 
 def measured_shares() -> dict[str, float]:
-    """Each spin's share (percent) of what the four ran in the last ``run_iterations``, as timed."""
+    """Each spin's share (percent) of what the five ran in the last ``run_iterations``, as timed."""
     whole = sum(MEASURED.values())
     return {name: 100.0 * MEASURED.get(name, 0.0) / whole for name in SHARES}
 
