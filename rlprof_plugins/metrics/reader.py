@@ -6,11 +6,17 @@ server restarted inside a step) are combined (``StepRecord.combine``).
 
 A measured step has each rank's aggregates, not each iteration, so an
 iteration cannot be matched across ranks as in a trace. The step's numbers
-take the slowest rank's where a trace takes the slowest rank per iteration:
-a stage's iterations and total are the rank's with the largest total, its
-mean that total over those iterations; p50 and p90 come from the combined
-histogram's buckets (their upper bounds, capped at the largest time seen:
+are one real rank's, its slowest: the rank whose step took longest (its time
+in iterations, ``busy_ms``). Every stage's iterations, total, mean and
+percentiles are that rank's, so they add up to a step one rank ran; summing
+each stage's slowest rank would make a rank that does not exist (data-parallel
+ranks take turns being slow), and percentiles over every rank's histogram
+mixed would describe no rank. Each stage's own slowest rank is beside it
+(``slowest_rank``, ``slowest_rank_total_ms``). p50 and p90 come from the
+rank's histogram buckets (their upper bounds, capped at the largest time seen:
 the resolution Prometheus has too). Imbalance and straggler are by busy time.
+Records without a step (iterations before the trainer named one) are a step
+of their own, ``None``, in both reads.
 """
 
 from __future__ import annotations
@@ -69,28 +75,32 @@ def quantile_ms(counts: list[int], q: float, largest: float) -> float | None:
 
 
 def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
-    """``{"stages": {stage: numbers}, "iterations", "iteration_ms_total", "mean_ms", "imbalance", "straggler",
-    "ranks", "idle_ms", "started_at", "ended_at"}`` of one measured step."""
+    """``{"stages": {stage: numbers}, "iterations", "iteration_ms_total", "mean_ms", "slowest_rank", "imbalance",
+    "straggler", "ranks", "idle_ms", "started_at", "ended_at"}`` of one measured step: its slowest rank's."""
+    busy = {rank: r.busy_ms for rank, r in ranks.items()}
+    slow = max(sorted(busy), key=lambda rank: busy[rank]) if busy else None
     stages: dict[str, dict[str, Any]] = {}
     for stage in sorted({s for r in ranks.values() for s in r.stages}):
-        mine = [r.stages[stage] for r in ranks.values() if stage in r.stages]
-        slowest = max(mine, key=lambda t: t.total_ms)
-        counts = [sum(c) for c in zip(*(t.counts for t in mine))]
-        largest = max(t.max_ms for t in mine)
-        n = slowest.iterations
-        stages[stage] = {
-            "iterations": n, "total_ms": slowest.total_ms, "mean_ms": round(slowest.total_ms / n, 3) if n else None,
-            "p50_ms": quantile_ms(counts, 0.5, largest), "p90_ms": quantile_ms(counts, 0.9, largest), "max_ms": largest,
-            "prefill_tokens": slowest.prefill_tokens, "decode_tokens": slowest.decode_tokens,
-            "mean_batch": round(slowest.batch_sum / n, 2) if n else None,
-        }
+        theirs = sorted((rank, r.stages[stage]) for rank, r in ranks.items() if stage in r.stages)
+        slowest_rank, slowest = max(theirs, key=lambda item: item[1].total_ms)
+        mine = ranks[slow].stages.get(stage)
+        if mine is None:  # a stage the slowest rank did not run: its slowest rank alone says it ran
+            stages[stage] = {"iterations": 0, "total_ms": 0.0, "mean_ms": None, "p50_ms": None, "p90_ms": None,
+                             "max_ms": None, "prefill_tokens": 0, "decode_tokens": 0, "mean_batch": None}
+        else:
+            n = mine.iterations
+            stages[stage] = {
+                "iterations": n, "total_ms": mine.total_ms, "mean_ms": round(mine.total_ms / n, 3) if n else None,
+                "p50_ms": quantile_ms(mine.counts, 0.5, mine.max_ms),
+                "p90_ms": quantile_ms(mine.counts, 0.9, mine.max_ms), "max_ms": mine.max_ms, "prefill_tokens": mine.prefill_tokens, "decode_tokens": mine.decode_tokens,
+                "mean_batch": round(mine.batch_sum / n, 2) if n else None,
+            }
+        stages[stage].update(slowest_rank=slowest_rank, slowest_rank_total_ms=slowest.total_ms)
     total = sum(s["total_ms"] for s in stages.values())
     for s in stages.values():
         s["share_pct"] = round(100.0 * s["total_ms"] / total, 1) if total else None
-    busy = {rank: r.busy_ms for rank, r in ranks.items()}
     iterations = sum(s["iterations"] for s in stages.values())
-    slow = max(sorted(busy), key=lambda rank: busy[rank]) if busy else None
-    return {"stages": stages, "iterations": iterations, "iteration_ms_total": round(total, 3),
+    return {"stages": stages, "iterations": iterations, "iteration_ms_total": round(total, 3), "slowest_rank": slow,
             "mean_ms": round(total / iterations, 3) if iterations else None,
             "imbalance": round(max(busy.values()) / min(busy.values()), 3) if len(busy) > 1 and min(busy.values()) > 0
             else None,
@@ -107,8 +117,9 @@ BLOCK = 1 << 16  # bytes of a log read at a time (each rank's log is read beside
 
 
 def measured_incrementally(root: str | Path, state: dict[str, Any] | None
-                           ) -> tuple[dict[int, dict[str, Any]], list[str], dict[str, Any], bool]:
-    """``({global_step: measured numbers}, warnings, state, whole)``, reading only what the step logs
+                           ) -> tuple[dict[int | None, dict[str, Any]], list[str], dict[str, Any], bool]:
+    """``({global_step: measured numbers}, warnings, state, whole)`` (``None``: the records without a step, as
+    ``read_steps`` keeps them), reading only what the step logs
     gained since ``state`` (a small JSON value the caller keeps between runs; None: read everything).
     The numbers are those of the steps the new lines touched, the same as ``read_steps`` and
     ``measured_numbers`` give for them; ``whole`` says every step was read (the caller drops what it
@@ -181,6 +192,13 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
     return numbers, warnings + torn, new_state, state is None
 
 
+NO_STEP = -1  # the key of records without a step: iterations before a step was named come first
+
+
+def _key(step: int | None) -> int:
+    return NO_STEP if step is None else step
+
+
 class _Unordered(Exception):
     """A log's steps go back: it cannot be read side by side with the others."""
 
@@ -205,7 +223,7 @@ class _Log:
         self.error: str | None = None
 
     def records(self) -> Iterator[tuple[int, int, StepRecord]]:
-        """``(global_step, order, record)`` of each whole new line with an integer step."""
+        """``(step key, order, record)`` of each whole new line (``_key``: a record without a step first)."""
         try:
             with self.path.open("rb") as f:
                 f.seek(self.start)
@@ -227,8 +245,7 @@ class _Log:
                                 self.warnings.append(f"{self.path}:{self.lines}: not a whole step record "
                                                      "(a write cut short?): skipped")
                                 continue
-                            if isinstance(record.global_step, int):
-                                yield record.global_step, self.order, record
+                            yield _key(record.global_step), self.order, record
                 self.torn = bool(carry.strip())
         except OSError as e:
             self.error = f"{self.path}: {e.strerror or e}"
@@ -253,10 +270,11 @@ def _in_order(items: Iterator[tuple[int, int, StepRecord]]) -> Iterator[tuple[in
 
 
 def _measure(ordered: Iterator[tuple[int, int, StepRecord]], incremental: bool, known: set,
-             recent: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], set, dict[int, dict[str, Any]]]:
+             recent: dict[int, dict[str, Any]]
+             ) -> tuple[dict[int | None, dict[str, Any]], set, dict[int, dict[str, Any]]]:
     """Each step's numbers from its records (in step order), with the kept records of a step the state
     knows (``recent``); then every step known, and the newest ``RECENT`` steps' records."""
-    numbers: dict[int, dict[str, Any]] = {}
+    numbers: dict[int | None, dict[str, Any]] = {}
     for step, group in itertools.groupby(ordered, key=lambda item: item[0]):
         if incremental and step in known and step not in recent:
             raise _ReadAgain
@@ -266,7 +284,7 @@ def _measure(ordered: Iterator[tuple[int, int, StepRecord]], incremental: bool, 
             rank = record.rank
             merged[rank] = merged[rank].combine(record) if rank in merged else record
         recent[step] = {rank: r.to_json() for rank, r in merged.items()}
-        numbers[step] = measured_numbers(merged)
+        numbers[None if step == NO_STEP else step] = measured_numbers(merged)
         known.add(step)
         if len(recent) > 2 * RECENT:  # steps come in order: an older one is not met again
             for old in sorted(recent)[:-RECENT]:

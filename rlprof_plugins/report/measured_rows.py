@@ -37,6 +37,7 @@ def measured_steps(root: Path, cache: StepCache | None = None) -> tuple["Measure
     store = (cache.folder / NUMBERS, cache.folder / BRIEFS) if cache is not None and cache.enabled else None
     kept = _kept(store, head)
     numbers, warnings, state, whole = measured_incrementally(root, head["reader"] if kept else None)
+    numbers.pop(None, None)  # iterations before any step was named: no step's row
     if store is not None and not cache.write_error and (state["files"] or kept):
         try:
             if whole or kept is None:
@@ -52,6 +53,7 @@ def measured_steps(root: Path, cache: StepCache | None = None) -> tuple["Measure
             cache.write_error = cache.write_error or f"{store[0]}: {e.strerror or e}"
     if not whole:  # the new lines' steps alone: the others were in a store this run cannot use
         numbers, warnings, _, _ = measured_incrementally(root, None)
+        numbers.pop(None, None)
     scratch = MeasuredSteps(tempfile.TemporaryFile())
     scratch.record(numbers)
     return scratch, warnings

@@ -177,6 +177,28 @@ def test_percentiles_from_the_buckets_and_the_slowest_rank():
     assert n["stages"]["decode"]["mean_batch"] == 4.0
 
 
+def test_a_measured_steps_slowest_rank_is_a_rank_that_ran():
+    """Data-parallel ranks take turns being slow: rank0's prefill is slow, rank1's decode. The step is rank0's
+    (120 ms in iterations against 100): its stages add up to its 120 ms, its percentiles are its own
+    histogram's, and each stage names its own slowest rank beside it. Summing each stage's slowest would give
+    190 ms, a step no rank ran; percentiles over both histograms would describe neither."""
+    def stage(total, n, bucket):
+        counts = [0] * len(BUCKETS_MS)
+        counts[bucket] = n
+        return StageRecord(n, total, total / n, 0, n, n, counts)
+
+    ranks = {"rank0": record(1, busy_ms=120.0, stages={"prefill": stage(100.0, 2, 7), "decode": stage(20.0, 10, 1)}),
+             "rank1": record(1, rank="rank1", busy_ms=100.0,
+                             stages={"prefill": stage(10.0, 2, 3), "decode": stage(90.0, 10, 5)})}
+    n = measured_numbers(ranks)
+    assert n["slowest_rank"] == "rank0" and n["iteration_ms_total"] == 120.0 and n["iterations"] == 12
+    decode, prefill = n["stages"]["decode"], n["stages"]["prefill"]
+    assert decode["total_ms"] == 20.0 and decode["p90_ms"] == BUCKETS_MS[1] and decode["max_ms"] == 2.0
+    assert decode["slowest_rank"] == "rank1" and decode["slowest_rank_total_ms"] == 90.0
+    assert prefill["total_ms"] == 100.0 and prefill["slowest_rank"] == "rank0"
+    assert n["straggler"]["rank"] == "rank0"
+
+
 @pytest.mark.parametrize("value", [0, "yes", None])
 def test_the_key_is_validated(value):
     with pytest.raises(OptionsError) as e:
@@ -266,7 +288,7 @@ def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_number
 
     def whole() -> dict:
         records, _ = read_steps(tmp_path)
-        return {step: measured_numbers(ranks) for step, ranks in records.items() if isinstance(step, int)}
+        return {step: measured_numbers(ranks) for step, ranks in records.items()}
 
     kept: dict = {}
 
@@ -332,11 +354,12 @@ def test_the_logs_are_read_side_by_side_with_the_numbers_of_a_whole_read(tmp_pat
 
     def whole() -> tuple[dict, list]:
         records, warnings = read_steps(tmp_path)
-        return {s: measured_numbers(r) for s, r in records.items() if isinstance(s, int)}, warnings
+        return {s: measured_numbers(r) for s, r in records.items()}, warnings
 
     numbers, warnings, state, everything = reader.measured_incrementally(tmp_path, None)
     expected, expected_warnings = whole()
-    assert everything and numbers == expected and sorted(numbers) == list(range(1, 41))
+    assert everything and numbers == expected and sorted(k for k in numbers if k is not None) == list(range(1, 41))
+    assert numbers[None]["ranks"] == ["rank0"]  # the line with no step: a step of its own in both reads
     assert numbers[12]["stages"]["decode"]["iterations"] == 4 and numbers[14]["ranks"] == ["rank0", "rank1"]
     # a whole read calls the line being written torn; the reader leaves it for next time and says so last
     assert warnings[:-1] == [w for w in expected_warnings if "rank1.jsonl:" not in w]
