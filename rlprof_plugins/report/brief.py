@@ -135,6 +135,10 @@ class Briefs:
     def busy(self, place: int) -> float:
         return self.base[place * _BASE + 1]
 
+    def mean(self, place: int) -> float | None:
+        value = self.base[place * _BASE + MEAN]
+        return None if value != value else value
+
     def time(self, place: int) -> float | None:
         """What the heat strip colours: the decode time per iteration, else the mean iteration time."""
         decode = self.stages.get("decode")

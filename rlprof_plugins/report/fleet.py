@@ -16,6 +16,14 @@ the trainer waited for), with every replica's numbers beside it
 (``replicas``), the slowest named (``slowest_replica``) and the spread
 (slowest over the median). Steps only some replicas traced or measured keep
 every replica that has them.
+
+Replicas are ranked on one figure that means the same for each (``Ranking``,
+named in ``ranked_by``): the measured step (every iteration of the step, from
+the step logs) where every replica has one; else the traced windows, totals
+where they hold as many iterations, else their mean iteration; a traced window
+(which ``max_iterations`` may cut short) is never ranked against a whole
+measured step: where only some replicas have either, the mean iteration
+ranks them.
 """
 
 from __future__ import annotations
@@ -126,9 +134,9 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     130 bytes a replica-step."""
     columns: list[Briefs | PageBriefs] = []
     per_step: dict[int | None, StepReplicas] = {}
-    # step -> (its slowest replica's iteration ms, name, the row, or what makes it): only each step's
-    # slowest replica's row (or the place of its numbers) stays until its row is made
-    slowest: dict[int | None, tuple[float, str, dict | partial]] = {}
+    # step -> its replicas' figures and, per figure, the slowest replica's row (or what makes it): only
+    # those rows (or the places of their numbers) stay until the step's row is made
+    slowest: dict[int | None, Ranking] = {}
     found_steps: set = set()
     shared: dict[tuple, list[str]] = {}  # the rows' rank lists: a fleet's replicas name the same ranks
     warnings: list[str] = []
@@ -156,10 +164,13 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
                 at = per_step[step] = StepReplicas(columns)
             at.add(index, place)
             placed.append(place)
-            total = mine.busy(place)
-            held = slowest.get(step)
-            if held is None or total > held[0]:  # a tie keeps the first replica
-                slowest[step] = (total, replica.name, row)
+            if directory is not None:
+                traced = (row.get("iteration_ms_total") or 0.0, row.get("iterations") or 0, row.get("mean_ms"))
+                numbers = row.get("measured") or {}
+                whole = (numbers.get("iteration_ms_total"), numbers.get("mean_ms"))
+            else:
+                traced, whole = None, (mine.busy(place), mine.mean(place))
+            slowest.setdefault(step, Ranking()).offer(replica.name, row, traced, whole)
         if not every_number:  # the replica's own newest steps hold every newest step of the fleet it has
             columns[index] = PageBriefs(mine, placed[-newest:] if newest else [])
             measured.forget_briefs()
@@ -167,16 +178,72 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     order = sorted(per_step, key=lambda s: (s is not None, s if s is not None else -1))
     rows = []
     for step in order:
-        total, name, row = slowest.pop(step)
+        by, (total, name, row), figures = slowest.pop(step).choice()
         row = row() if isinstance(row, partial) else row
-        totals = [t for t in per_step[step].totals() if t]
+        totals = [t for t in figures if t]
         median = statistics.median(totals) if totals else 0.0
-        row.update(replica=name, replicas=per_step.pop(step), slowest_replica=name,
+        row.update(replica=name, replicas=per_step.pop(step), slowest_replica=name, ranked_by=by,
                    replica_spread=round(total / median, 3) if median else None)
         rows.append(row)
     return {"root": str(root), "steps": in_sequence(rows, keep),
             "steps_found": sorted(found_steps, key=lambda s: (s is not None, s or 0)),
             "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches)}
+
+
+RANKED_BY = {"measured": "measured step (ms in iterations)", "traced": "traced window (ms in iterations)",
+             "traced_mean": "traced mean iteration (ms)", "mean": "mean iteration (ms)"}
+
+
+class Ranking:
+    """One step's replicas, ranked on a figure that means the same for each: every replica's figures
+    (a few floats each) and, per figure, the slowest replica's row so far (a tie keeps the first)."""
+
+    __slots__ = ("replicas", "figures", "iteration_counts", "best")
+
+    def __init__(self) -> None:
+        self.replicas = 0
+        self.figures: dict[str, list[float]] = {key: [] for key in RANKED_BY}
+        self.iteration_counts: set[int] = set()
+        self.best: dict[str, tuple[float, str, Any]] = {}
+
+    def offer(self, name: str, row: Any, traced: tuple[float, int, float | None] | None,
+              whole: tuple[float | None, float | None]) -> None:
+        """A replica's figures: ``traced`` (its traced window's ms in iterations, iterations and mean
+        iteration; None: not traced), ``whole`` (its measured step's ms in iterations and mean iteration;
+        None each where it has none)."""
+        self.replicas += 1
+        total, mean = whole
+        if total is not None:
+            self._add("measured", total, name, row)
+        if traced is not None:
+            self.iteration_counts.add(traced[1])
+            self._add("traced", traced[0], name, row)
+            if traced[2] is not None:
+                self._add("traced_mean", traced[2], name, row)
+        mean = mean if total is not None else traced[2] if traced is not None else None
+        if mean is not None:
+            self._add("mean", mean, name, row)
+
+    def _add(self, key: str, value: float, name: str, row: Any) -> None:
+        self.figures[key].append(value)
+        held = self.best.get(key)
+        if held is None or value > held[0]:
+            self.best[key] = (value, name, row)
+
+    def choice(self) -> tuple[str, tuple[float, str, Any], list[float]]:
+        """``(ranked_by, (figure, slowest replica, its row), every replica's figure)``."""
+        n = self.replicas
+        if len(self.figures["measured"]) == n:
+            key = "measured"
+        elif len(self.figures["traced"]) == n and len(self.iteration_counts) == 1:
+            key = "traced"
+        elif len(self.figures["traced_mean"]) == n:
+            key = "traced_mean"
+        elif self.figures["mean"]:
+            key = "mean"
+        else:  # no replica ran an iteration: the figure some have (a traced window's total is always there)
+            key = "traced" if self.best.get("traced") else "measured"
+        return RANKED_BY[key], self.best[key], self.figures[key]
 
 
 def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str,

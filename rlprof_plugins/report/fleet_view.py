@@ -154,11 +154,14 @@ def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
         if row.get("slowest_replica") in slowest_count:
             slowest_count[row["slowest_replica"]] += 1
     newest = steps[-NEWEST:]
-    head = "<tr><th>step</th><th>replicas</th><th>slowest replica</th><th>spread (slowest / median)</th></tr>"
+    head = ("<tr><th>step</th><th>replicas</th><th>slowest replica</th><th>spread (slowest / median)</th>"
+            "<th>ranked by</th></tr>")
     lines = "".join(
         f"<tr><td>{escape(str(row['global_step']))}</td>{cell(len(row.get('replicas', [])), 'replicas')}"
         f"<td class=name data-field=slowest_replica>{escape(str(row.get('slowest_replica')))}</td>"
-        f"{cell(row.get('replica_spread'), 'replica_spread')}</tr>" for row in reversed(newest))
+        f"{cell(row.get('replica_spread'), 'replica_spread')}"
+        f"<td class=name data-field=ranked_by>{escape(str(row.get('ranked_by')))}</td></tr>"
+        for row in reversed(newest))
     per_replica: dict[str, list] = {name: [] for name in replicas}
     for row in steps[-NEWEST:]:
         for n in row.get("replicas", []):

@@ -235,5 +235,6 @@ def flat_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                         "trace_bytes": step["trace_bytes"], "sources": " ".join(step["sources"]),
                         "error": step["error"], "unreadable": "; ".join(step["unreadable"]),
                         **({"replicas": len(step["replicas"]), "slowest_replica": step["slowest_replica"],
-                            "replica_spread": step["replica_spread"]} if "replicas" in step else {})})
+                            "replica_spread": step["replica_spread"], "ranked_by": step.get("ranked_by")}
+                           if "replicas" in step else {})})
     return out

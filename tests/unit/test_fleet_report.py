@@ -83,6 +83,32 @@ def test_verls_replica_folders_read_as_three_replicas_per_step_and_the_stretched
     assert all(f"data-replica='{name}'" in page for name in REPLICAS)
 
 
+def test_replicas_are_ranked_on_their_measured_steps_not_on_traced_windows_of_other_lengths(tmp_path):
+    """Three replicas traced at step 6 with their step logs: replica 1's traced window is the longest (1.6x),
+    replica 2's is cut short (0.5x: ``max_iterations`` stopping it early), but replica 2's measured step, every
+    iteration of it, is the slowest. Every replica has a measured step, so they are ranked on it and replica 2
+    is the slowest, the page and the JSON saying which figure ranked them; with one replica's step logs gone,
+    no traced window is ranked against a measured step: the traced windows rank them."""
+    root = tmp_path / "save_path"
+    for r, replica in enumerate(REPLICAS):
+        copy_step(FIXTURE, root / replica / "global_step_6", 6)
+        write_measured(root / replica, 6, 6, ranks=2, slow=3.0 if r == 2 else 1.0)
+    stretch(root / REPLICAS[1] / "global_step_6", 1.6)
+    stretch(root / REPLICAS[2] / "global_step_6", 0.5)
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    (six,) = json.loads(out.read_text())["steps"]
+    traced = {r["name"]: r["iteration_ms_total"] for r in six["replicas"]}
+    assert max(traced, key=traced.get) == REPLICAS[1]  # what ranking on the traced windows would have said
+    assert six["slowest_replica"] == REPLICAS[2] and six["ranked_by"].startswith("measured step")
+    assert six["replica_spread"] == pytest.approx(3.0, rel=0.05)  # measured totals: 3x the median's
+    assert "measured step (ms in iterations)" in (tmp_path / "r.html").read_text()
+    shutil.rmtree(root / REPLICAS[0] / "steps")
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out)]) == 0
+    (six,) = json.loads(out.read_text())["steps"]
+    assert six["slowest_replica"] == REPLICAS[1] and six["ranked_by"].startswith("traced window")
+
+
 def test_summary_lists_every_replicas_steps(save_path, capsys):
     assert rlprof(["summary", str(save_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
