@@ -189,7 +189,7 @@ def gpu_mix(sizes: list[float], work: Path) -> list[dict]:
 def read_once(files: list[str]) -> int:
     """Every event of every file decoded once, in as many processes as the report would use: the floor."""
     from rlprof_plugins._parallel import pool, processes_for
-    from rlprof_plugins.trace.gz import file_size
+    from rlprof_plugins.trace.format.gz import file_size
 
     processes = processes_for(len(files), sum(file_size(Path(f)) for f in files))
     with pool(processes) as workers:
@@ -198,8 +198,8 @@ def read_once(files: list[str]) -> int:
 
 
 def _count_events(path: str) -> int:
-    from rlprof_plugins.trace.codec import gc_paused
-    from rlprof_plugins.trace.reader import TraceReader
+    from rlprof_plugins.trace.format.codec import gc_paused
+    from rlprof_plugins.trace.format.reader import TraceReader
 
     with TraceReader(Path(path)) as reader, gc_paused():
         return sum(len(batch) for batch in reader.batches())

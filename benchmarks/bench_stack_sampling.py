@@ -95,7 +95,7 @@ def _recording(mode: str, hz: int, how: str | None):
 
 def fidelity(mode: str, hz: int, how: str | None, iterations: int = 60) -> float:
     """The largest error, in points, of the four functions' shares."""
-    from rlprof_plugins.trace.python_stacks import PythonFrames
+    from rlprof_plugins.trace.analysis.python_stacks import PythonFrames
 
     with _recording(mode, hz, how) as rec:
         for i in range(iterations):

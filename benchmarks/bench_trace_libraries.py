@@ -5,7 +5,7 @@ On the given traces (real ones where you have them), in one process:
 - gzip: inflate speed, deflate speed and ratio at level 3 for ``zlib``
   (Python's), ``zlib-ng`` and ``isal`` (at its levels 1 and 3, which are not
   zlib's), as installed;
-- JSON: decoding the event array in 1 MB batches (as ``trace/reader.py``
+- JSON: decoding the event array in 1 MB batches (as ``trace/format/reader.py``
   does) with the cycle collector on and paused, and encoding it, for
   ``json``, ``orjson`` and ``msgspec``, as installed; and whether each keeps
   an integer wider than 64 bits exact (traces carry them).

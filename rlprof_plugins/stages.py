@@ -43,7 +43,7 @@ def iteration_annotation(index: int, info: IterationInfo | None = None) -> str:
 
     ``index`` counts iterations from the start request, so a window ``[2, 6)``
     shows ranges 2, 3, 4 and 5. The rest is for people reading the trace in
-    Perfetto and for ``trace.stage_split``.
+    Perfetto and for ``trace.rewrite.stage_split``.
     """
     if info is None:
         return f"{ITERATION_PREFIX} {index}"

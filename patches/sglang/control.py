@@ -18,7 +18,7 @@ from rlprof_plugins.backends.kind import BuildContext
 from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.store import manifest, servers
-from rlprof_plugins.trace.naming import sglang_rank_label, sglang_worker_name
+from rlprof_plugins.trace.format.naming import sglang_rank_label, sglang_worker_name
 
 from .facts import NAME, version as sglang_version
 

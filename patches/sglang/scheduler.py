@@ -45,7 +45,7 @@ from rlprof_plugins.config.launch_config import from_environment
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
-from rlprof_plugins.trace.naming import sglang_rank_label
+from rlprof_plugins.trace.format.naming import sglang_rank_label
 
 from ..base import Patch
 from ..features import STEP_WINDOWS

@@ -22,7 +22,7 @@ from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.store import manifest, servers
-from rlprof_plugins.trace.naming import rank_label, vllm_worker_name
+from rlprof_plugins.trace.format.naming import rank_label, vllm_worker_name
 
 from .config import options_of, plugin_handles, profiler_config_of, root_of
 from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version

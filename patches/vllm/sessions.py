@@ -25,7 +25,7 @@ from rlprof_plugins.session.protocol import (combine, file_piece, local_piece, r
                                              wait_until_written, with_step_manifest)
 from rlprof_plugins.store import reaping
 from rlprof_plugins.store.layout import session_dir
-from rlprof_plugins.trace.naming import vllm_frontend_name, vllm_worker_name
+from rlprof_plugins.trace.format.naming import vllm_frontend_name, vllm_worker_name
 
 from . import weight_reader
 from .config import options_of, profiler_config_of, request_server, root_of

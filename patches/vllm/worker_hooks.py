@@ -27,7 +27,7 @@ from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
-from rlprof_plugins.trace.naming import rank_label
+from rlprof_plugins.trace.format.naming import rank_label
 
 from ..base import Patch
 from .config import options_of, plugin_handles, request_server, root_of

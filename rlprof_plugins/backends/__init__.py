@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ContextManager, Protocol, Sequence
 
 if TYPE_CHECKING:
     from ..store.layout import Placement
-    from ..trace.pauses import Pause
+    from ..trace.format.pauses import Pause
 
 
 @dataclass(frozen=True)

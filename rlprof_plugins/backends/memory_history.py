@@ -12,7 +12,7 @@ Where each part runs, and why:
   boundaries (the allocator is the engine's; disabling the history clears
   it, so the snapshot must come first). ``snapshot`` turns the C++ history
   into Python objects while holding the GIL: a pause the recording marks in
-  the trace (``trace.pauses.MEMORY``).
+  the trace (``trace.format.pauses.MEMORY``).
 - ``export`` pickles and writes on the exporter thread: atomically, with
   protocol 4 (PyTorch's viewer shows nothing for protocol 5 pickles).
 

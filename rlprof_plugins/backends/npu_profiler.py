@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..store.layout import Placement
-from ..trace.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
+from ..trace.format.naming import ASCEND_OUTPUT_DIR as OUTPUT_DIR, ASCEND_SUFFIX, ASCEND_TRACE_VIEW as TRACE_VIEW, trace_view_of
 from .._child import run_in_child
-from ..trace.stage_split import split_in_subprocess
+from ..trace.rewrite.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from . import npu_options
 from .npu_options import NpuSettings

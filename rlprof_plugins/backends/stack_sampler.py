@@ -54,7 +54,7 @@ import time
 from array import array
 from typing import Any
 
-from ..trace.python_stacks import SAMPLE_CAT
+from ..trace.analysis.python_stacks import SAMPLE_CAT
 
 DEFAULT_HZ = 200  # measured: docs/performance.md, "Python stacks"
 MAX_HZ = 10_000

@@ -17,10 +17,10 @@ from typing import Any, Mapping, Sequence
 
 from .._log import logger, warn_once
 from ..store.layout import Placement, atomic_target, publish, write_text_atomic
-from ..trace.naming import trace_file
-from ..trace.pauses import Pause, with_pauses
+from ..trace.format.naming import trace_file
+from ..trace.format.pauses import Pause, with_pauses
 from . import detached_stop, torch_shim, stack_sampler
-from ..trace.stage_split import split_in_subprocess
+from ..trace.rewrite.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
 from .forked_export import export_chrome_trace
 from .kind import BackendKind
@@ -337,7 +337,7 @@ class TorchProfilerBackend:
         the whole write, so it runs in a forked child (``forked_export``). Its
         file is then copied into place as bytes (no JSON parsing here):
         with the profiler's ``pauses`` as events and Kineto's unescaped
-        quotes repaired (``trace.pauses``, ``trace.repair``), gzip'd when
+        quotes repaired (``trace.format.pauses``, ``trace.format.repair``), gzip'd when
         asked. Stage splitting parses JSON, so it runs in a child process.
         """
         assert self._prof is not None, "export() before start()"

@@ -105,7 +105,7 @@ def cmd_npu_analyse(args) -> int:
 
     from ..backends.npu_profiler import analyse_in_subprocess
     from ..store.recovery import Output
-    from ..trace.naming import ASCEND_SUFFIX, trace_view_of
+    from ..trace.format.naming import ASCEND_SUFFIX, trace_view_of
 
     root = Path(args.dir)
     if not root.is_dir():

@@ -39,7 +39,7 @@ def step_range(text: str) -> tuple[int, int]:
 
 def cmd_report(args) -> int:
     from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
-    from ..trace.codec import gc_paused
+    from ..trace.format.codec import gc_paused
 
     root = Path(args.root)
     if not root.is_dir():

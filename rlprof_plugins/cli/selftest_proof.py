@@ -24,8 +24,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ..trace.check import check
-from ..trace.reader import TraceReader
+from ..trace.format.check import check
+from ..trace.format.reader import TraceReader
 from ..stages import ITERATION_RE
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -91,7 +91,7 @@ def _memory_viz(test: Any, folder: Path) -> None:
 
 
 def _merged(test: Any, folder: Path) -> None:
-    from ..trace.merge import merge_folder
+    from ..trace.rewrite.merge import merge_folder
 
     try:
         outputs = [Path(p) for p in merge_folder(folder)]

@@ -25,9 +25,9 @@ from ..config.options import ProfileOptions
 from ..config.requests import Server, parse_start
 from ..session.controller import ProfilerController
 from ..store.manifest import engine_header, read as read_manifest
-from ..trace.check import check
-from ..trace.pauses import PAUSE_NAME, ROTATION
-from ..trace.reader import TraceReader
+from ..trace.format.check import check
+from ..trace.format.pauses import PAUSE_NAME, ROTATION
+from ..trace.format.reader import TraceReader
 from ..stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
 from .selftest_proof import prove
 
@@ -188,7 +188,7 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 def _summary_and_report(test: Any, folder: Path) -> None:
     from ..report.build import build, write_page
-    from ..trace.summary import summarise
+    from ..trace.analysis.summary import summarise
 
     try:
         summary = summarise(folder)

@@ -32,9 +32,9 @@ def _merge_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_merge(args) -> int:
-    from ..trace.merge import merge
-    from ..trace.naming import rank_label
-    from ..trace.sources import MergeGroup, RankFile, missing_line, plan
+    from ..trace.rewrite.merge import merge
+    from ..trace.format.naming import rank_label
+    from ..trace.format.sources import MergeGroup, RankFile, missing_line, plan
 
     paths = [Path(p) for p in args.paths]
     for p in paths:
@@ -105,7 +105,7 @@ def _split_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_split(args) -> int:
     from ..store.recovery import Output
-    from ..trace.stage_split import split_file
+    from ..trace.rewrite.stage_split import split_file
 
     trace = Path(args.trace)
     if not trace.is_file():
@@ -133,7 +133,7 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_summary(args) -> int:
-    from ..trace.summary import render_table, summarise
+    from ..trace.analysis.summary import render_table, summarise
 
     root = Path(args.dir)
     if not root.is_dir():
@@ -158,7 +158,7 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_check(args) -> int:
-    from ..trace.check import check
+    from ..trace.format.check import check
 
     reports = [check(p) for p in args.traces]
     lines = []
@@ -180,8 +180,8 @@ def _stitch_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_stitch(args) -> int:
     from ..store.recovery import Output
-    from ..trace.pauses import pauses_of, read_pauses
-    from ..trace.stitch import stitch
+    from ..trace.format.pauses import pauses_of, read_pauses
+    from ..trace.rewrite.stitch import stitch
 
     chunks = [Path(p) for p in args.chunks]
     for p in chunks:

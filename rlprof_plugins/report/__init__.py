@@ -3,7 +3,7 @@
 An application over the trace tools and the step metrics, which it reads
 only through their public functions: ``steps`` (one row per global step below
 a root, from the same streaming pass and the same definitions as ``rlprof
-summary``: ``trace.trace_stats``, ``trace.step_numbers``), ``measured_rows``
+summary``: ``trace.analysis.trace_stats``, ``trace.analysis.step_numbers``), ``measured_rows``
 (rows for steps measured by the step metrics and not traced:
 ``metrics.reader``), ``ranks`` (each rank's time, the files), ``memory`` (each
 rank's memory snapshot), ``cache`` (a step's row kept while its files hold),

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..store.layout import write_text_atomic
-from ..trace.iteration_names import SOURCE_TITLES, SOURCES
-from ..trace.summary import step_label
+from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
+from ..trace.analysis.summary import step_label
 from .cache import StepCache
 from .compare import compare
 from . import flame

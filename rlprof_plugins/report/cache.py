@@ -21,7 +21,7 @@ from typing import Any
 from .. import __version__
 from ..store.layout import write_text_atomic
 from ..store.manifest import MANIFEST
-from ..trace.codec import decode, encode
+from ..trace.format.codec import decode, encode
 
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"

@@ -1,6 +1,6 @@
 """The flame view per stage: a step's Python functions by self and total time, and their call tree.
 
-From either kind of Python stacks a trace holds (``trace.python_stacks``: torch's exact events
+From either kind of Python stacks a trace holds (``trace.analysis.python_stacks``: torch's exact events
 or rlprof's samples), summed over the step's ranks, per stage: the busiest functions by self
 time, each per iteration of its stage against the step compared with (the step read before,
 as the operators are), and the call tree as an icicle on the page (the outermost frames on
@@ -19,8 +19,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Iterable
 
-from ..trace.python_stacks import merged
-from ..trace.step_numbers import BETWEEN, change_pct
+from ..trace.analysis.python_stacks import merged
+from ..trace.analysis.step_numbers import BETWEEN, change_pct
 
 TOP_FUNCTIONS = 25
 ICICLE_DEPTH = 14  # rows of the icicle (deeper frames are in the table)

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Iterator
 from ..metrics.log import step_folder
 from ..metrics.reader import measured_incrementally
 from ..store.layout import write_bytes_atomic
-from ..trace.codec import decode, encode
+from ..trace.format.codec import decode, encode
 from . import brief
 from .cache import StepCache
 

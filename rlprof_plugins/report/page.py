@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 from .. import __version__
-from ..trace.iteration_names import SOURCE_TITLES
+from ..trace.analysis.iteration_names import SOURCE_TITLES
 from . import charts
 from .fleet_view import fleet_parts
 from .step_section import cell, name_cell, step_section

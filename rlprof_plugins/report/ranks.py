@@ -4,7 +4,7 @@ A rank's recorded span splits into its engine iterations, rlprof's own
 profiler pauses and the time between iterations (the engine waiting for
 work); inside it, CPU operator self time (collectives apart) and, where the
 trace has device events, the device time of its recorded iterations as a
-partition (``trace.device_time``: compute, exposed communication, exposed
+partition (``trace.analysis.device_time``: compute, exposed communication, exposed
 memcpy and idle add up to the window), for the rank and for each stage (the
 sum of the stage's iterations, each its own window).
 """
@@ -15,11 +15,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..trace.gz import file_size
-from ..trace.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
-from ..trace.trace_stats import TraceStats
-from ..trace.device_time import add, in_ms
-from ..trace.communication import is_communication
+from ..trace.format.gz import file_size
+from ..trace.format.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
+from ..trace.analysis.trace_stats import TraceStats
+from ..trace.analysis.device_time import add, in_ms
+from ..trace.analysis.communication import is_communication
 
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import charts, flame
 from .ranks import PERFETTO
-from ..trace.summary import step_label
+from ..trace.analysis.summary import step_label
 
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
@@ -80,7 +80,7 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
     return "".join(parts) + "</details>"
 
 
-# the device partition's parts, as the stacked bar shows them (trace.device_time: they add up to the window)
+# the device partition's parts, as the stacked bar shows them (trace.analysis.device_time: they add up to the window)
 DEVICE_PARTS = (("compute", "compute"), ("exposed communication", "exposed_communication"),
                 ("exposed memcpy", "exposed_memcpy"), ("idle", "idle"), ("between iterations", "between_iterations"))
 

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store import manifest
-from ..trace.device_time import in_ms
-from ..trace.gz import file_size
-from ..trace.sources import missing_line, plan, trace_files
-from ..trace.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
+from ..trace.analysis.device_time import in_ms
+from ..trace.format.gz import file_size
+from ..trace.format.sources import missing_line, plan, trace_files
+from ..trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
-from ..trace.summary import step_dirs
-from ..trace.trace_stats import TraceStats, stats_of
+from ..trace.analysis.summary import step_dirs
+from ..trace.analysis.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
 from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder

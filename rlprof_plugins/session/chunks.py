@@ -12,7 +12,7 @@ as soon as it stopped, into a hidden folder of the session's directory
 its post-processed events (~1.5 KB each), so memory stays bounded by one
 chunk, not the session (docs/performance.md). Kineto's writer runs in a
 forked child (``backends.forked_export``), so the write does not hold the
-engine's GIL. At the session's end the exporter stitches them (``trace.stitch``, in a child process) into
+engine's GIL. At the session's end the exporter stitches them (``trace.rewrite.stitch``, in a child process) into
 the file an unchunked session writes, split by stage when asked, and removes
 them.
 
@@ -27,10 +27,10 @@ from pathlib import Path
 
 from ..backends import Backend, ExportedFile, RecordingKept
 from ..store.layout import Placement, atomic_target
-from ..trace.naming import trace_file
-from ..trace.pauses import Pause, pauses_of, write_pauses
-from ..trace.stage_split import split_in_subprocess
-from ..trace.stitch import stitch_in_subprocess
+from ..trace.format.naming import trace_file
+from ..trace.format.pauses import Pause, pauses_of, write_pauses
+from ..trace.rewrite.stage_split import split_in_subprocess
+from ..trace.rewrite.stitch import stitch_in_subprocess
 
 CHUNK_DIR = ".rlprof-chunks"
 

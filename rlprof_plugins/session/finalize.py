@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import manifest, retention
-from ..trace import naming
+from ..trace.format import naming
 from .._log import logger
 
 
@@ -74,7 +74,7 @@ def _record(directory: Path, session_id: str, state: str, files: list[dict] | No
 
 def merge_step(directory: Path) -> tuple[str, list[dict], str | None]:
     """Merge the step's traces (a child process); returns the merge section's state, files and error."""
-    from ..trace.merge import merge_in_subprocess
+    from ..trace.rewrite.merge import merge_in_subprocess
 
     try:
         outputs = merge_in_subprocess(directory)

@@ -24,7 +24,7 @@ from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
 from .recording_output import RecordingOutput
 from .._log import logger
-from ..trace.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
+from ..trace.format.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
 from ..stages import IterationInfo, iteration_annotation, profiler_step
 
 

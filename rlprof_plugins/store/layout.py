@@ -43,7 +43,7 @@ class Placement:
 
     def stage_template(self) -> str:
         """The folder of each stage's traces, ``{stage}`` standing for the stage
-        (``trace.stage_split`` fills it in)."""
+        (``trace.rewrite.stage_split`` fills it in)."""
         return str(self.root / "{stage}") if self.step else str(self.root)
 
     def frontend(self) -> Path:

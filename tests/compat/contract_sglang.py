@@ -628,8 +628,8 @@ def _native_trace_name(monkeypatch, tmp_path, tp: int, pp: int, prefix: str | No
 @pytest.mark.parametrize("stage", [None, "prefill", "decode"])
 def test_release_trace_names_read_back(monkeypatch, tmp_path, prefix, stage):
     """What this release names each rank's trace reads back as that rank, one
-    merge group per session and stage (``rlprof_plugins.trace.naming``)."""
-    from rlprof_plugins.trace import naming
+    merge group per session and stage (``rlprof_plugins.trace.format.naming``)."""
+    from rlprof_plugins.trace.format import naming
 
     parsed = {}
     for pp in range(2):

@@ -486,8 +486,8 @@ def _names_from_this_release(monkeypatch, tmp_path) -> dict[int, str]:
 
 def test_release_trace_names_read_back(monkeypatch, tmp_path):
     """What this release names a worker trace reads back as that rank, with
-    and without a prefix (``rlprof_plugins.trace.naming``)."""
-    from rlprof_plugins.trace import naming
+    and without a prefix (``rlprof_plugins.trace.format.naming``)."""
+    from rlprof_plugins.trace.format import naming
 
     names = _names_from_this_release(monkeypatch, tmp_path)
     for rank, worker in names.items():

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace.check import check as check_file
+from rlprof_plugins.trace.format.check import check as check_file
 from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.traces import iteration_indices, load_trace, manifest_traces, merged_file
 from tests.helpers.vllm_server import TINY_MODEL

@@ -86,7 +86,7 @@ def test_by_stage_on_both_ranks_and_one_manifest(server_tp2):
 
 
 def test_merge_option_writes_one_checked_trace_per_step_and_stage(server_tp2):
-    from rlprof_plugins.trace.check import check
+    from rlprof_plugins.trace.format.check import check
 
     assert server_tp2.post("/start_profile", {"global_step": 12, "step_start": 0, "step_end": 4}).status_code == 200
     server_tp2.complete(max_tokens=8)
@@ -185,7 +185,7 @@ def test_the_step_report_of_a_live_root_in_a_real_browser(server_tp2, tmp_path, 
     assert {(c["step"], c["rank"]) for c in page.cells if c["rank"]} >= {(s, r) for s in (20, 21, 22)
                                                                        for r in ("rank0", "rank1")}
     assert cells_match_json(page, data) >= len(found) * 12
-    # rlprof summary says the same of every step and stage (one definition: trace/step_numbers.py)
+    # rlprof summary says the same of every step and stage (one definition: trace/analysis/step_numbers.py)
     capsys.readouterr()
     assert rlprof(["summary", str(root), "--json", "-q"]) == 0
     assert (21, "decode") in agreeing(json.loads(capsys.readouterr().out), data)

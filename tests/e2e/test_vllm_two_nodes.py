@@ -17,7 +17,7 @@ import pytest
 
 from rlprof_plugins.store import manifest
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace.check import check
+from rlprof_plugins.trace.format.check import check
 from tests.helpers.traces import iteration_indices, load_trace, merged_file, rank_traces
 from tests.helpers.vllm_server import start_two_nodes
 

@@ -19,7 +19,7 @@ def check_chunked_matches_plain(server, extra: dict, trace_of: Callable[[Path], 
     """Record the same traffic twice, once as one torch session and once in
     chunks; ``extra``: the engine's way to ask for stacks; ``trace_of(step
     folder)``: the rank's one trace there."""
-    from rlprof_plugins.trace.check import check
+    from rlprof_plugins.trace.format.check import check
 
     server.complete(max_tokens=ITERATIONS)  # both runs then find the prompt cached alike
     traces = {}
@@ -61,7 +61,7 @@ def check_long_session_is_faithful(server, extra: dict, trace_of: Callable[[Path
     """A 30-iteration stacks-on session in chunks of 8: one ``rlprof::profiler
     pause`` per stop the status counts, HolisticTraceAnalysis finds the
     iterations (it leaves out the last one), ``rlprof check`` passes."""
-    from rlprof_plugins.trace.check import check
+    from rlprof_plugins.trace.format.check import check
 
     r = server.post("/start_profile", {"global_step": 45, "step_start": 0, "step_end": LONG,
                                        "chunk_iterations": LONG_CHUNK, **extra})

@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from rlprof_plugins.trace.gz import GzipWriter
+from rlprof_plugins.trace.format.gz import GzipWriter
 
 CPU_PID, GPU_PID, STREAM, NCCL_STREAM = 52114, 0, 7, 21
 HIDDEN = 4096

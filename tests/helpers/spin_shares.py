@@ -8,7 +8,7 @@ holds the GIL and runs no bytecode (``sum`` over a ``range``, sized to the time)
 inside it, so the sampler's alarm waits for it to return, as it waits for a torch operator, ``.tolist()`` or
 a tokenizer. The spin reads the clock every few thousand additions, so torch's exact tracer (an event per
 call) records a few thousand calls, not millions.
-``shares`` reads them back from the report's own per-stage Python view (``trace.python_stacks``).
+``shares`` reads them back from the report's own per-stage Python view (``trace.analysis.python_stacks``).
 
 The truth is what each function actually ran, timed around every call (``measured_shares``), not the
 nominal shares: a spin ends at the first clock read past its deadline, so a process descheduled near one
@@ -81,7 +81,7 @@ KNOWN_TRUTH_HZ, KNOWN_TRUTH_ITERATIONS = 2500, 120
 
 def samples_in(events: list[dict[str, Any]]) -> int:
     """How many samples a trace's sampled spans hold: each sample counts once in an outermost span."""
-    from rlprof_plugins.trace.python_stacks import SAMPLE_CAT
+    from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT
 
     return sum(e["args"]["samples"] for e in events if e.get("cat") == SAMPLE_CAT and e["args"]["depth"] == 0)
 
@@ -152,8 +152,8 @@ def assert_sampled_on_engine_thread(path: Any, any_of: tuple[str, ...]) -> tuple
     absent, the sampled frames on the thread that ran the iterations, each frame inside its parent, and among
     them one of the engine's own functions (``any_of``); every stage a sample must reach
     (``stages_a_sample_must_reach``) in the report's per-stage view. Returns that view and those stages."""
-    from rlprof_plugins.trace.python_stacks import SAMPLE_CAT
-    from rlprof_plugins.trace.trace_stats import trace_stats
+    from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT
+    from rlprof_plugins.trace.analysis.trace_stats import trace_stats
     from tests.helpers.traces import load_trace
 
     trace = load_trace(path)

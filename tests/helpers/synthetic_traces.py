@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlprof_plugins.trace.writer import TraceWriter
+from rlprof_plugins.trace.format.writer import TraceWriter
 
 CPU_PID, GPU_PID, STREAM = 4242, 0, 7
 

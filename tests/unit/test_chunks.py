@@ -12,8 +12,8 @@ import torch
 from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.session.chunks import CHUNK_DIR
-from rlprof_plugins.trace.check import check
-from rlprof_plugins.trace.stitch import CHUNK_KEY, stitch
+from rlprof_plugins.trace.format.check import check
+from rlprof_plugins.trace.rewrite.stitch import CHUNK_KEY, stitch
 from tests.helpers.traces import iteration_indices, iteration_stages, load_trace, ops_in_iterations, python_frames
 from tests.unit.test_session import DECODE, PREFILL, make_controller, settle, start
 

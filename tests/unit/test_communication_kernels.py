@@ -1,4 +1,4 @@
-"""Which kernels are communication (``trace/communication.py``): every library's names, on a real GPU trace.
+"""Which kernels are communication (``trace/analysis/communication.py``): every library's names, on a real GPU trace.
 
 Each family's example names are copied from the library's source or from traces recorded with it; every
 one must read as communication, and computation kernels that merely hold such a word (an attention
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.trace.communication import COMPUTE_LOOKALIKES, FAMILIES, family_of, family_table, is_communication
-from rlprof_plugins.trace.trace_stats import trace_stats
+from rlprof_plugins.trace.analysis.communication import COMPUTE_LOOKALIKES, FAMILIES, family_of, family_table, is_communication
+from rlprof_plugins.trace.analysis.trace_stats import trace_stats
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-published" / "rank0-of-16"
 

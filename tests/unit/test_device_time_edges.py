@@ -1,4 +1,4 @@
-"""Device time split at the iterations' edges (``trace/device_time.py``): a rank's parts are its iterations'
+"""Device time split at the iterations' edges (``trace/analysis/device_time.py``): a rank's parts are its iterations'
 sums, the time in no iteration is ``between_iterations``, and overlapping iterations count each kernel once.
 
 Built from device items whose partition is worked out by hand below (microseconds), through the same
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from rlprof_plugins.trace.device_time import DeviceWork
+from rlprof_plugins.trace.analysis.device_time import DeviceWork
 
 PARTS = ("compute", "exposed_communication", "exposed_memcpy", "idle")
 

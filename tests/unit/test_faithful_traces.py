@@ -21,11 +21,11 @@ from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.session.chunks import CHUNK_DIR
 from rlprof_plugins.store import manifest, retention
 from rlprof_plugins.store.layout import step_folders
-from rlprof_plugins.trace.check import check
-from rlprof_plugins.trace.pauses import PAUSE_NAME, Pause, with_pauses
-from rlprof_plugins.trace.reader import TraceReader
-from rlprof_plugins.trace.repair import repair_lines
-from rlprof_plugins.trace.summary import summarise
+from rlprof_plugins.trace.format.check import check
+from rlprof_plugins.trace.format.pauses import PAUSE_NAME, Pause, with_pauses
+from rlprof_plugins.trace.format.reader import TraceReader
+from rlprof_plugins.trace.format.repair import repair_lines
+from rlprof_plugins.trace.analysis.summary import summarise
 from tests.helpers.traces import (iteration_indices, iteration_stages, load_trace, pause_events, profiler_steps)
 from tests.unit.test_chunks import record, workload
 from tests.unit.test_session import make_controller, settle, start

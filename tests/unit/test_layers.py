@@ -266,6 +266,48 @@ def test_every_room_states_the_rooms_it_may_import_and_the_code_agrees():
     assert not wrong, "\n".join(wrong)
 
 
+# ---- inside trace/: its rooms, each stating what it may import -------------------
+TRACE = f"{P}.trace"
+TRACE_ROOMS = ("rewrite", "analysis", "format")  # top to bottom
+
+
+def trace_room_of(module: str) -> str:
+    """A module's room as a room of ``trace`` sees it: a sibling room of ``trace``, else the top-level room."""
+    if module.startswith(TRACE + "."):
+        return module.removeprefix(TRACE + ".").split(".")[0]
+    return room_of(module)
+
+
+def test_the_trace_rooms_state_what_they_import_and_import_only_below_them():
+    """trace/ holds three rooms (the format, what traces say, traces rewritten); each module of trace/ lives in
+    one; each room's ``__init__`` states the rooms it may import, held to the code in both directions, and a
+    room imports only the rooms below it."""
+    known, wrong = modules(), []
+    loose = [n for n in known if n.startswith(TRACE + ".") and trace_room_of(n) not in TRACE_ROOMS]
+    assert not loose, f"modules of trace/ in none of its rooms: {loose}"
+    used: dict[str, set[str]] = {room: set() for room in TRACE_ROOMS}
+    for name, path in known.items():
+        if not name.startswith(TRACE + "."):
+            continue
+        for _, target in imports(name, path):
+            found = resolve(target, known)
+            if found and found != TRACE and trace_room_of(found) != trace_room_of(name):
+                used[trace_room_of(name)].add(trace_room_of(found))
+    for room in TRACE_ROOMS:
+        stated = stated_imports(REPO / P / "trace" / room / "__init__.py")
+        if stated is None:
+            wrong.append(f"trace/{room}: no 'May import:' line in its docstring")
+            continue
+        above = {r for r in stated if r in TRACE_ROOMS and TRACE_ROOMS.index(r) <= TRACE_ROOMS.index(room)}
+        if above:
+            wrong.append(f"trace/{room} states {sorted(above)}, not below it")
+        if used[room] - stated:
+            wrong.append(f"trace/{room} imports {sorted(used[room] - stated)}, which its __init__ does not state")
+        if stated - used[room]:
+            wrong.append(f"trace/{room} states {sorted(stated - used[room])}, which it no longer imports")
+    assert not wrong, "\n".join(wrong)
+
+
 def layer_table() -> str:
     lines = ["| layer (top to bottom) | holds | packages and modules |", "| --- | --- | --- |"]
     for title, holds, prefixes in LAYERS:

@@ -4,7 +4,7 @@ import pytest
 
 from rlprof_plugins.errors import RequestError
 from rlprof_plugins.store.layout import contained, session_dir, write_text_atomic
-from rlprof_plugins.trace.naming import trace_file
+from rlprof_plugins.trace.format.naming import trace_file
 
 
 def test_without_global_step_layout_is_native(tmp_path):

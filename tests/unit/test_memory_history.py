@@ -22,7 +22,7 @@ from rlprof_plugins.backends import memory_history
 from rlprof_plugins.config.options import ProfileOptions, parse_options
 from rlprof_plugins.config.requests import Server, parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
-from rlprof_plugins.trace.pauses import MEMORY, PAUSE_NAME
+from rlprof_plugins.trace.format.pauses import MEMORY, PAUSE_NAME
 from tests.helpers.traces import iteration_indices, load_trace, rank_folder
 from tests.stand_ins.cuda_memory import AllocatorStandIn
 from tests.unit.test_session import make_controller, settle, start

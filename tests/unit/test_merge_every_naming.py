@@ -14,7 +14,7 @@ import json
 import pytest
 
 from rlprof_plugins.cli import command as cli
-from rlprof_plugins.trace import naming
+from rlprof_plugins.trace.format import naming
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.helpers.traces import load_trace
 

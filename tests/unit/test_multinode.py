@@ -20,7 +20,7 @@ import pytest
 
 from rlprof_plugins.store import manifest
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace import check
+from rlprof_plugins.trace.format import check
 from tests.helpers.traces import merged_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.trace import naming
+from rlprof_plugins.trace.format import naming
 
 
 def vllm_suffix(dp, pp, tp, rank):  # vLLM >= 0.17, get_worker_rank_suffix(global_rank=rank)

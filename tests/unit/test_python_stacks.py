@@ -21,8 +21,8 @@ from rlprof_plugins.config.requests import Server, parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
 from rlprof_plugins.report.flame import icicle
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.trace.python_stacks import SAMPLE_CAT, PythonFrames
-from rlprof_plugins.trace.trace_stats import trace_stats
+from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT, PythonFrames
+from rlprof_plugins.trace.analysis.trace_stats import trace_stats
 from tests.helpers import spin_shares
 from tests.helpers.traces import load_trace, rank_folder
 

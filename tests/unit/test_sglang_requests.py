@@ -6,7 +6,7 @@ from rlprof_plugins.errors import RequestError
 from rlprof_plugins.patches.sglang.sessions import uses_rlprof
 from rlprof_plugins.patches.sglang.start_requests import build_request
 from rlprof_plugins.patches.sglang.wire import decode_command, encode_command
-from rlprof_plugins.trace.naming import parse_rank_label, rank_order, sglang_rank_label
+from rlprof_plugins.trace.format.naming import parse_rank_label, rank_order, sglang_rank_label
 from rlprof_plugins.config.launch_config import parse_profiler_config
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlprof_plugins.trace import stage_split
+from rlprof_plugins.trace.rewrite import stage_split
 
 PID, GPU = 100, 0
 

@@ -1,5 +1,5 @@
-"""The one definition of a step's numbers (``trace.step_numbers``) and the iteration names it reads
-(``trace.iteration_names``), on the names the engines write (read from their release wheels: vLLM
+"""The one definition of a step's numbers (``trace.analysis.step_numbers``) and the iteration names it reads
+(``trace.analysis.iteration_names``), on the names the engines write (read from their release wheels: vLLM
 0.32 ``Worker.annotate_profile``, SGLang 0.5.23 ``profile_utils.build_step_span_name``) and on
 hand-made ranks whose answers are known."""
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlprof_plugins.trace.iteration_names import iteration_of
-from rlprof_plugins.trace.step_numbers import (ALL, BETWEEN, change_pct, imbalance, operator_changes,
+from rlprof_plugins.trace.analysis.iteration_names import iteration_of
+from rlprof_plugins.trace.analysis.step_numbers import (ALL, BETWEEN, change_pct, imbalance, operator_changes,
                                                slowest_iterations, stage_label, stage_numbers, straggler)
 
 

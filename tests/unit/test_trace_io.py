@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.trace import codec, gz, merge, reader, sources
-from rlprof_plugins.trace.progress import Ticker
-from rlprof_plugins.trace.reader import TraceFormatError, TraceReader
-from rlprof_plugins.trace.writer import PartWriter, TraceWriter
+from rlprof_plugins.trace.format import codec, gz, reader, sources
+
+from rlprof_plugins.trace.rewrite import merge
+from rlprof_plugins.trace.format.progress import Ticker
+from rlprof_plugins.trace.format.reader import TraceFormatError, TraceReader
+from rlprof_plugins.trace.format.writer import PartWriter, TraceWriter
 from tests.helpers.kineto_gpu import write_gpu_rank
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +177,7 @@ def test_standard_library_alone_writes_the_same_trace(tmp_path):
     outs = {}
     for accel in ("none", "msgspec,zlib-ng"):
         out = tmp_path / f"{accel}.pt.trace.json.gz"
-        code = ("import sys; from rlprof_plugins.trace import codec, gz; "
+        code = ("import sys; from rlprof_plugins.trace.format import codec; from rlprof_plugins.trace.format import gz; "
                 "print(codec.JSON_LIBRARY, gz.GZIP_LIBRARY, file=sys.stderr); "
                 "from rlprof_plugins.cli import main; sys.exit(main(sys.argv[1:]))")
         proc = subprocess.run([sys.executable, "-c", code, "merge", str(step), "-o", str(out), "-q"],
@@ -245,7 +247,9 @@ def _cmdline(pid: int) -> str:
 
 def test_each_tool_reports_progress_per_input(tmp_path, monkeypatch):
     """Progress lines (once a second; here on every batch) name the input and how far it is."""
-    from rlprof_plugins.trace import progress, stage_split, summary
+    from rlprof_plugins.trace.format import progress
+    from rlprof_plugins.trace.rewrite import stage_split
+    from rlprof_plugins.trace.analysis import summary
     from tests.helpers.synthetic_traces import write_rank_trace
 
     monkeypatch.setattr(progress, "EVERY_S", 0.0)
@@ -294,7 +298,7 @@ def _sorted_self_times(path: Path) -> dict[str, float]:
 def test_streamed_cpu_self_time_equals_the_sorted_definition():
     """trace_stats keeps only each thread's open operators (flat memory); on the real
     server traces that gives exactly the self times of sorting every operator."""
-    from rlprof_plugins.trace.trace_stats import trace_stats
+    from rlprof_plugins.trace.analysis.trace_stats import trace_stats
 
     for path in sorted((REPO / "tests" / "fixtures" / "vllm-0.32-cpu-tp2").rglob("rank*.pt.trace.json.gz")):
         st = trace_stats(path, "r", None)

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace import check, merge, sources, stage_split
-from rlprof_plugins.trace.reader import TraceFormatError, TraceReader
+from rlprof_plugins.trace.format import check, sources
+from rlprof_plugins.trace.rewrite import merge, stage_split
+from rlprof_plugins.trace.format.reader import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.helpers.traces import iteration_details, merged_file
 

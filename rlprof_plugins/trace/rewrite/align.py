@@ -22,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .clock import ts_ns
-from .communication import is_communication
-from .reader import TraceReader
+from ..format.clock import ts_ns
+from ..analysis.communication import is_communication
+from ..format.reader import TraceReader
 
 FIRST = 64  # collectives read per rank: enough pairs for a robust median, a small read
 MAX_LAG = 3  # unpaired collectives tolerated at the start of one rank's recording

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ..stages import DECODE, ITERATION_PREFIX, ITERATION_RE, PREFILL, PROFILER_STEP
+from ...stages import DECODE, ITERATION_PREFIX, ITERATION_RE, PREFILL, PROFILER_STEP
 
 SOURCES = ("rlprof", "vllm", "sglang", "torch")  # the order a trace's iterations are read by
 SOURCE_TITLES = {"rlprof": "rlprof::iteration ranges", "vllm": "vLLM's execute_context_* annotations",

@@ -34,18 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from . import codec
+from ... import __version__
+from ..format import codec
 from .align import collective_ends_us, offsets
-from .clock import base_time_ns, first_ts_ns
-from .pauses import PAUSE_CAT, PAUSE_NAME, PAUSES_KEY
-from .gz import file_size
-from .._parallel import pool, processes_for
-from .progress import Progress, Ticker, to_stderr
-from .reader import TraceReader
+from ..format.clock import base_time_ns, first_ts_ns
+from ..format.pauses import PAUSE_CAT, PAUSE_NAME, PAUSES_KEY
+from ..format.gz import file_size
+from ..._parallel import pool, processes_for
+from ..format.progress import Progress, Ticker, to_stderr
+from ..format.reader import TraceReader
 from .rename import ID_STRIDE, PID_STRIDE, RankRenamer, metadata_events, rename_batch
-from .sources import MergeGroup, RankFile
-from .writer import PartResult, PartWriter, TraceWriter
+from ..format.sources import MergeGroup, RankFile
+from ..format.writer import PartResult, PartWriter, TraceWriter
 
 
 @dataclass
@@ -54,7 +54,7 @@ class RankStats:
     source: str
     events: int = 0
     pids: dict[str, int] = field(default_factory=dict)  # source pid (as text) -> merged pid
-    pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``), apart from engine time
+    pauses: int = 0  # rlprof's own profiler pauses (``trace.format.pauses``), apart from engine time
     pause_us: float = 0.0
 
 
@@ -283,8 +283,8 @@ def _run_parallel(jobs: list[_RankJob], writer: TraceWriter, output: Path, compr
 
 def merge_folder(directory: str | Path) -> list[str]:
     """Every merge a step folder plans (one per stage), writers whose process is gone marked failed first."""
-    from ..store.reaping import reap_all
-    from .sources import plan
+    from ...store.reaping import reap_all
+    from ..format.sources import plan
 
     reap_all(Path(directory))
     groups = [g for g in plan(Path(directory)).groups if g.inputs]
@@ -295,6 +295,6 @@ def merge_folder(directory: str | Path) -> list[str]:
 
 def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
     """``merge_folder`` in a child process: the live ``merge`` option's JSON work never holds the engine's GIL."""
-    from .._child import run_in_child
+    from ..._child import run_in_child
 
     return [Path(p) for p in run_in_child(f"{__name__}:merge_folder", directory, what="merge", timeout=timeout)]

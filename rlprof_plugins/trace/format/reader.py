@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import codec, gz, repair
-from .._log import logger
+from ..._log import logger
 
 BATCH_BYTES = 1 << 20
 CUT_TRIES = 3  # failed cuts per batch before one event is read on its own

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._child import run_in_child
-from .clock import base_time_ns
-from .pauses import Pause, pauses_from_json
-from .reader import TraceReader
+from ..._child import run_in_child
+from ..format.clock import base_time_ns
+from ..format.pauses import Pause, pauses_from_json
+from ..format.reader import TraceReader
 from .rename import ID_ARGS, ID_STRIDE, shift_and_renumber
-from .writer import TraceWriter
+from ..format.writer import TraceWriter
 
 PYTHON_ID_ARGS = ("Python id", "Python parent id")
 CHUNK_KEY = "rlprof_chunks"  # in the stitched trace's header: one entry per chunk
@@ -69,7 +69,7 @@ def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3, pauses: 
            ) -> StitchResult:
     """Write ``chunks`` (in recording order) as one trace at ``output`` (gzip
     when it ends in ``.gz``), atomically, with the profiler's ``pauses``
-    between and after them (``trace.pauses``)."""
+    between and after them (``trace.format.pauses``)."""
     if not chunks:
         raise ValueError("no chunks to stitch")
     t0 = time.perf_counter()

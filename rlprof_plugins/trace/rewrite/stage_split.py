@@ -30,14 +30,14 @@ from array import array
 from pathlib import Path
 from typing import Iterable
 
-from .pauses import PAUSE_NAME
-from ..stages import ITERATION_PREFIX, ITERATION_RE, STAGES
-from . import codec
-from .gz import file_size
-from .naming import TRACE_SUFFIX, is_device_event as _is_device
-from .progress import Progress, Ticker
-from .reader import TraceReader
-from .writer import TraceWriter
+from ..format.pauses import PAUSE_NAME
+from ...stages import ITERATION_PREFIX, ITERATION_RE, STAGES
+from ..format import codec
+from ..format.gz import file_size
+from ..format.naming import TRACE_SUFFIX, is_device_event as _is_device
+from ..format.progress import Progress, Ticker
+from ..format.reader import TraceReader
+from ..format.writer import TraceWriter
 
 
 def _flow_key(e: dict) -> tuple:
@@ -266,7 +266,7 @@ def split_for_child(raw: str, out_dir: str, basename: str, gzip: bool = True) ->
 
 def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
     """Run ``split_file`` in a child Python process; raises with the child's error on failure."""
-    from .._child import run_in_child
+    from ..._child import run_in_child
 
     written = run_in_child(f"{__name__}:split_for_child", raw, out_dir, basename, gzip, what="stage split")
     return [(stage, Path(path)) for stage, path in written]

@@ -32,17 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import codec
-from .clock import ts_ns
-from .gz import file_size
+from ..format import codec
+from ..format.clock import ts_ns
+from ..format.gz import file_size
 from .iteration_names import SOURCES, iteration_of
-from .naming import DEVICE_WORK_CATS, KINETO_2021_CATS
-from .._parallel import pool, processes_for
-from .pauses import PAUSE_CAT, PAUSE_NAME
-from .progress import Ticker, to_stderr
+from ..format.naming import DEVICE_WORK_CATS, KINETO_2021_CATS
+from ..._parallel import pool, processes_for
+from ..format.pauses import PAUSE_CAT, PAUSE_NAME
+from ..format.progress import Ticker, to_stderr
 from .python_stacks import PYTHON_CATS, PythonFrames
-from .reader import TraceReader
-from .spill import SpilledColumns
+from ..format.reader import TraceReader
+from ..format.spill import SpilledColumns
 from .step_numbers import BETWEEN, stage_label
 from .device_time import LAUNCH_CATS, DeviceWork
 from .time_split import SelfTimes
@@ -66,7 +66,7 @@ class TraceStats:
     stage_ops: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     events: int = 0
     cpu_out_of_order: int = 0  # operators counted without nesting (see time_split.SelfTimes)
-    pauses: int = 0  # rlprof's own profiler pauses (``trace.pauses``): not engine time
+    pauses: int = 0  # rlprof's own profiler pauses (``trace.format.pauses``): not engine time
     pause_us: float = 0.0
     # each iteration: (key, stage label, duration us, prefill tokens, decode tokens, batch), in start order
     iteration_list: list[tuple] = field(default_factory=list)

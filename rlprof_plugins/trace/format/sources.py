@@ -24,9 +24,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..store import manifest
+from ...store import manifest
 from . import naming
-from ..store.layout import MERGED
+from ...store.layout import MERGED
 from .naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
 
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")

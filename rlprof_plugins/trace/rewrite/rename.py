@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .naming import DEVICE_CATS, DEVICE_WORDS
-from .clock import ts_ns
-from .sources import RankFile
+from ..format.naming import DEVICE_CATS, DEVICE_WORDS
+from ..format.clock import ts_ns
+from ..format.sources import RankFile
 
 ID_STRIDE = 10**12
 PID_STRIDE = 100_000  # each rank's merged pids: order * PID_STRIDE + 1, + 2, ...
