@@ -14,6 +14,11 @@ import pytest
 from tests.helpers import nvtx_log
 from tests.helpers.vllm_server import start_server
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md). CI runs the cuda backend driven as an engine drives it,
+# its real NVTX ranges read by the same recorder (tests/unit/test_cuda_backend.py), and SGLang's live CUDA_PROFILER
+# sessions' ranges from a real server (tests/e2e/test_sglang_native.py).
+pytestmark = pytest.mark.extended
+
 ITERATION = re.compile(r"^rlprof::iteration (\d+) \[(prefill|decode)\]")
 
 
