@@ -15,7 +15,7 @@ It is used only where it is proven (``why_not``), else torch's own stop runs as 
 - the shim: built for this torch build (``cache_folder``: per torch version, commit and machine, and the
   shim's own source), its version the one this module speaks;
 - the canary: once per built shim, a child process starts a profiler, runs operators on two threads, stops it
-  off the recording thread, writes the trace and frees it (``canary``); only a child that exits cleanly having
+  off the recording thread, writes the trace and frees it (``canary``, ``shim_canary``); only a child that exits cleanly having
   read its trace back proves the shim. An abort there ends the child, never the engine.
 
 Built by ``rlprof build-shim`` (ahead of time: a cluster image, ``make env``), or once by the first session that
@@ -145,7 +145,7 @@ def canary(torch: Any) -> dict[str, Any]:
     if not library.is_file():
         return {"ok": False, "detail": f"no shim built at {library}"}
     try:
-        run = subprocess.run([sys.executable, "-m", "rlprof_plugins.backends.torch_shim", "canary-child", str(library)],
+        run = subprocess.run([sys.executable, "-m", "rlprof_plugins.backends.shim_canary", str(library)],
                              capture_output=True, text=True, timeout=CANARY_TIMEOUT_S)
         lines = [ln for ln in run.stdout.splitlines() if ln.startswith("CANARY ")]
         if run.returncode == 0 and lines:
@@ -353,62 +353,14 @@ def build_and_prove(torch: Any, *, if_unlocked: bool = False, again: bool = Fals
     return {**proof, "library": str(library), "build_seconds": round(built_s, 1)}
 
 
-def _canary_child(library: str) -> int:
-    """The canary's own process: the production stop (``detached_stop``) through ``library`` on a real session,
-    with operators on another thread throughout; prints ``CANARY {json}``."""
-    import torch
-
-    from . import detached_stop
-
-    shim = Shim(Path(library))
-    busy = threading.Event()
-
-    def other_thread() -> None:
-        y = torch.randn(32, 32)
-        while not busy.is_set():
-            y = torch.relu(y @ y)
-            y = y / (y.norm() + 1)
-
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                  experimental_config=detached_stop.config(torch))
-    prof.start()
-    owners = shim.owners()
-    neighbour = threading.Thread(target=other_thread)
-    neighbour.start()
-    x = torch.randn(64, 64)
-    for i in range(20):
-        with torch.profiler.record_function(f"rlprof::iteration {i}"):
-            x = torch.relu(x @ x)
-            x = x / (x.norm() + 1)
-    stopped = detached_stop.stop(torch, prof, shim, owners)
-    busy.set()
-    neighbour.join()
-    if not stopped.detached:
-        print("CANARY " + json.dumps({"ok": False, "detail": f"the stop did not detach: {stopped.error}"}))
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "canary.pt.trace.json"
-        stopped.save(path)
-        stopped.release()
-        events = json.loads(path.read_text())["traceEvents"]
-    iterations = sum(1 for e in events if str(e.get("name", "")).startswith("rlprof::iteration"))
-    live = shim.live()
-    ok = iterations == 20 and live == {"results": 0, "detached": 0}
-    print("CANARY " + json.dumps({"ok": ok, "detail": f"{iterations} of 20 iterations read back, {live} alive",
-                                  "torch": str(torch.__version__)}))
-    return 0
-
-
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["canary-child"] and len(argv) == 2:
-        return _canary_child(argv[1])
     if argv[:1] == ["build"]:
         import torch
 
         result = build_and_prove(torch, if_unlocked="--if-unlocked" in argv)
         print(json.dumps(result))
         return 0 if result.get("ok") else 1
-    print("usage: python -m rlprof_plugins.backends.torch_shim build [--if-unlocked] | canary-child LIBRARY",
+    print("usage: python -m rlprof_plugins.backends.torch_shim build [--if-unlocked]",
           file=sys.stderr)
     return 2
 

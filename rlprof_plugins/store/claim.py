@@ -39,6 +39,7 @@ CLAIM = ".rlprof-root.json"
 LOCK = ".rlprof-root.lock"
 LEASE_S = 120.0  # a claim whose holder this host cannot see ends when untouched this long
 LOCK_WAIT_S = 30.0
+PID_ENV = "RLPROF_SERVER_PID"  # the server's first process: its claim lives as long as that process does
 
 
 class Undecided(Exception):
@@ -47,8 +48,6 @@ class Undecided(Exception):
 
 def holder_identity() -> dict[str, Any]:
     """The process a claim lives as long as: the server's first process (``RLPROF_SERVER_PID``), else this one."""
-    from .servers import PID_ENV
-
     pid = int(os.environ.get(PID_ENV) or os.getpid())
     ident = dict(processes.identity_of(pid))
     ident["pidns"] = processes.pid_namespace(pid)

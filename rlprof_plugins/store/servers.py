@@ -38,7 +38,7 @@ from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
 
 ENV = "RLPROF_SERVER_NAME"  # the user's name for a server (``server_name``'s variable)
 ID_ENV = "RLPROF_SERVER_ID"  # the identity the server's first process chose, inherited by the others
-PID_ENV = "RLPROF_SERVER_PID"  # that process: the claim lives as long as it does
+PID_ENV = claim.PID_ENV  # that process: the claim lives as long as it does
 CLAIM = claim.CLAIM
 SERVERS_DIR = "servers"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
