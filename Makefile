@@ -1,6 +1,8 @@
 # rlprof-plugins: build the test environment, run the demo and the tests.
 # Every target installs what it needs; `make demo` and `make test` work on a
-# fresh machine with Python 3.10+ and network access to PyPI.
+# fresh machine with Python 3.11+, a C compiler and network access to PyPI.
+# `make demo` builds only what it runs (vLLM's environment and the tiny model: no root);
+# `make test` builds the rest (`env`), and needs root or sudo for Debian's chromium and prometheus.
 
 PYTHON ?= python3
 VENV_VLLM := .venv-vllm
@@ -56,7 +58,7 @@ $(VENV_VLLM)/.vllm-installed:
 
 # Older vLLM releases' sources import these at module level; the contract
 # tests (tests/compat) import those sources. Shared engine notes, section 1.
-$(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.vllm-installed
+$(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.demo-installed
 	$(VPY) -m pip install -q gguf==0.19.0 diskcache==5.6.3 scipy==1.17.1
 	touch $@
 
@@ -80,7 +82,7 @@ PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o 
 # site-packages (rlprof-tests.pth), where the installed wheel comes first.
 TEST_PATH := .cache/test-path
 
-$(VENV_VLLM)/.build-tools: $(VENV_VLLM)/.routers-installed
+$(VENV_VLLM)/.build-tools: $(VENV_VLLM)/.vllm-installed
 	$(VPY) -m pip install -q "setuptools>=70.1" wheel build twine
 	touch $@
 
@@ -104,6 +106,13 @@ endef
 
 $(VENV_VLLM)/.rlprof-installed: $(DIST)/.built $(VENV_VLLM)/.compat-installed $(VENV_VLLM)/.routers-installed | $(TEST_PATH)/tests
 	$(call install_wheel,$(VPY))
+	touch $@
+
+# What the demo runs: the wheel in vLLM's environment (as users install it), nothing else. pip runs in
+# this environment one at a time (make -j): the compat packages, the routers and the test extras follow.
+$(VENV_VLLM)/.demo-installed: $(DIST)/.built
+	$(VPY) -m pip install -q --no-deps --force-reinstall $(DIST)/*.whl
+	$(VPY) -m pip install -q "$$(ls $(DIST)/*.whl)"
 	touch $@
 
 # The torch shim that takes torch's stop off the engine thread, built with cc against the environment's torch and
@@ -172,10 +181,11 @@ nvtx-recorder: .cache/nvtx-recorder/libnvtx_recorder.so
 
 tiny-model: $(TINY_MODEL)/config.json
 
-$(TINY_MODEL)/config.json: tests/tools/build_tiny_model.py | env
+$(TINY_MODEL)/config.json: tests/tools/build_tiny_model.py | $(VENV_VLLM)/.vllm-installed
 	$(VPY) tests/tools/build_tiny_model.py $(TINY_MODEL)
 
-demo: env tiny-model
+# The first command on a fresh machine: vLLM's environment, the wheel and the tiny model, no root.
+demo: $(VENV_VLLM)/.demo-installed tiny-model
 	$(VPY) examples/demo.py vllm
 
 demo-sglang: env tiny-model
@@ -214,13 +224,14 @@ shapes: env
 compat-latest: env
 	$(VPY) -m tests.compat.latest
 
-# Regenerate docs/patches.md, docs/compatibility.md and the request-field table
-# of docs/configuration.md from the declarations.
+# Regenerate docs/patches.md, docs/compatibility.md, the request-field table of docs/configuration.md, the
+# communication kernels of docs/report.md and the synopsis of docs/cli.md from the code that declares them.
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
 	$(VPY) -m rlprof_plugins.cli.compatibility > docs/compatibility.md
 	$(VPY) tests/tools/write_table.py docs/configuration.md request-fields
 	$(VPY) tests/tools/write_table.py docs/report.md communication-kernels
+	$(VPY) tests/tools/write_table.py docs/cli.md cli-synopsis
 
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info

@@ -20,6 +20,8 @@ May import: `session`, `metrics`, `config`, `steps`, `backends`, `trace`, `store
 
 from __future__ import annotations
 
+import textwrap
+
 from functools import lru_cache
 
 from .base import Patch
@@ -58,12 +60,18 @@ def markdown_table(patches: tuple[Patch, ...] | None = None) -> str:
         "that release in `patches/shape_records/` (docs/compatibility.md, \"Releases newer than the",
         "tested ones\").",
         "",
-        "| patch | engine | versions | module | targets | relies on | feature | why | obsolete when upstream has |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| patch | engine | versions | module | feature |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for p in patches:
-        targets = "<br>".join(f"`{t}`" + (" (if present)" if t in p.optional else "") for t in p.targets)
-        reads = "<br>".join(f"`{t}` ({kind.split(':')[0]})" for t, kind in p.relies_on.items()) or "-"
-        lines.append(f"| `{p.name}` | {p.engine} | `{p.versions}` | `{p.module}` | {targets} | {reads} | {p.feature} "
-                     f"| {p.why} | {p.upstream} |")
+        lines.append(f"| [`{p.name}`](#{p.name.replace('.', '')}) | {p.engine} | `{p.versions}` "
+                     f"| `{p.module}` | {p.feature} |")
+    for p in patches:
+        targets = ", ".join(f"`{t}`" + (" (if present)" if t in p.optional else "") for t in p.targets)
+        reads = ", ".join(f"`{t}` ({kind.split(':')[0]})" for t, kind in p.relies_on.items()) or "-"
+        lines += ["", f"## `{p.name}`", ""]
+        for label, text in (("targets", targets), ("relies on", reads), ("why", p.why),
+                            ("obsolete when upstream has", p.upstream)):
+            lines += textwrap.wrap(f"- {label}: {text}", width=104, subsequent_indent="  ",
+                                   break_long_words=False, break_on_hyphens=False)
     return "\n".join(lines) + "\n"

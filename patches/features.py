@@ -9,7 +9,7 @@ STEP_WINDOWS = "rlprof step windows and global-step folders"
 STEP_WINDOWS_ON_ASCEND = STEP_WINDOWS + " on Ascend"
 HTTP_ROUTES = "rlprof HTTP profiling routes"
 CONFIG_KEYS = "rlprof profiler-config keys"  # vLLM's --profiler-config, extended
-ENV_CONFIG = "rlprof configuration from RLPROF_PROFILER_CONFIG"  # vLLM before --profiler-config
+ENV_CONFIG = "RLPROF_PROFILER_CONFIG as the whole configuration (releases before --profiler-config)"
 SERVER_ARGUMENT = "the --profiler-config server argument"  # SGLang
 IN_PROCESS_CALLS = "rlprof sessions from SGLang's in-process calls"
 # vLLM's "profiler": "cuda" where the platform has no CUDA (NVTX ranges only: backends.cuda_profiler)

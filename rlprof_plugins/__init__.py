@@ -10,4 +10,4 @@ record), ``config`` (what the user asks), ``steps`` (which RL step),
 ``store`` (what lands on disk). Nothing in the core imports an engine.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -82,5 +82,11 @@ async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dic
     return result
 
 
+async def mark_step(tokenizer_manager: Any, weights_version: int, *, trainer: str) -> list:
+    """A trainer integration's weight sync (verl's ``set_global_steps``): every scheduler's step
+    metrics count for the version + ``trainer_step_offset`` from now on."""
+    return await send(tokenizer_manager, {"op": "mark_step", "weights_version": weights_version, "trainer": trainer})
+
+
 async def status(tokenizer_manager: Any, global_step: Optional[int]) -> dict:
     return with_step_manifest(combine(await send(tokenizer_manager, {"op": "status", "global_step": global_step})))

@@ -12,6 +12,9 @@ actors only to hand the RL step to the engine patches
 - ``SERVER_MODULES``: the server actors' modules, by engine.
 - ``WEIGHTS_VERSION_ATTR``: the attribute each server actor's
   ``set_global_steps`` sets at every weight sync (``None`` before the first).
+- ``ENGINE_ATTRS``: where each server actor holds its engine, by engine:
+  ``vLLMHttpServer.engine`` (the ``AsyncLLM``, set by ``launch_server`` on the
+  server's first node only) and ``SGLangHttpServer.tokenizer_manager``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ SERVER_MODULES = {
     "sglang": "verl.workers.rollout.sglang_rollout.async_sglang_server",
 }
 WEIGHTS_VERSION_ATTR = "global_steps"
+ENGINE_ATTRS = {"vllm": "engine", "sglang": "tokenizer_manager"}
 
 
 def version() -> str | None:

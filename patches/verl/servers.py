@@ -1,4 +1,4 @@
-"""Patch module (verl's server actors): verl's rollout server actors: their ``start_profile`` carries the RL step to the engine.
+"""Patch module (verl's server actors): verl's rollout server actors: their ``start_profile`` and ``set_global_steps`` carry the RL step to the engine.
 
 verl's trainer starts rollout profiling with no arguments: ``RolloutReplica.
 start_profile(**kwargs)`` calls ``server.start_profile.remote(**kwargs)`` on
@@ -15,6 +15,17 @@ the start request that method makes, through rlprof's ``AsyncLLM`` or
 (``requests.parse_start``, offset ``trainer_step_offset``). Nothing is added
 to the engine call itself: where the engine runs without rlprof, the call is
 exactly verl's (no ``TypeError`` from a keyword stock vLLM does not take).
+
+verl calls ``set_global_steps(global_steps)`` on every server actor after
+each weight sync, profiling or not. The wrapper runs verl's method, then
+tells the engine the step its iterations now count for (``global_steps`` +
+``trainer_step_offset``, the step a start would record into) with a
+``mark_step`` command on every rank, so the step metrics measure every
+rollout with no call from the trainer. The actor's engine is reached the
+way verl's own methods reach it (``engine`` on vLLM, ``tokenizer_manager``
+on SGLang); an actor without one (a node other than the server's first)
+sends nothing, and a failure is one warning: verl's call returns as it
+would without rlprof.
 
 Patched where the actor runs: the module's import in each actor process (an
 actor class is unpickled by reference) applies the patch. Plain ``async
@@ -34,7 +45,7 @@ from rlprof_plugins.steps.trainer import TrainerStep
 
 from ..base import Patch
 from ..features import TRAINER_STEPS
-from .facts import NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
+from .facts import ENGINE_ATTRS, NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
 
 
 def _count(value: Any) -> int | None:
@@ -58,6 +69,34 @@ async def _start(wrapped, instance, args, kwargs):
         return await wrapped(*args, **kwargs)
 
 
+async def _set_global_steps(wrapped, instance, args, kwargs):
+    result = await wrapped(*args, **kwargs)
+    try:
+        await _mark_engine_step(instance)
+    except Exception as e:  # never in the way of verl's own call
+        warn_once("verl-set-steps", "rlprof: verl's step could not reach the engine's step metrics (%s: %s); "
+                  "they follow profiling starts only", type(e).__name__, e)
+    return result
+
+
+async def _mark_engine_step(server: Any) -> None:
+    """The step the actor's weights serve, marked on every rank of its engine (see the docstring)."""
+    version = _count(getattr(server, WEIGHTS_VERSION_ATTR, None))
+    if version is None:
+        return
+    engine = getattr(server, ENGINE_ATTRS["vllm"], None)
+    if engine is not None and hasattr(engine, "engine_core"):
+        from ..vllm import sessions as vllm_sessions
+
+        await vllm_sessions.mark_step(engine, version, trainer=NAME)
+        return
+    manager = getattr(server, ENGINE_ATTRS["sglang"], None)
+    if manager is not None:
+        from ..sglang import sessions as sglang_sessions
+
+        await sglang_sessions.mark_step(manager, version, trainer=NAME)
+
+
 def _server_patch(engine: str, cls: str) -> Patch:
     return Patch(
         name=f"verl.servers.{engine}",
@@ -65,10 +104,10 @@ def _server_patch(engine: str, cls: str) -> Patch:
         versions=VERSIONS,
         module=SERVER_MODULES[engine],
         feature=TRAINER_STEPS,
-        why=f"verl's trainer starts profiling with no step; {cls} knows the weights version it holds",
+        why=(f"verl's trainer starts profiling with no step, and tells the engine none at a weight sync; "
+             f"{cls} knows the weights version it holds (set_global_steps)"),
         upstream="verl passing its global step to the engine's start (verl #5025, reverted in #5121)",
-        wrap={f"{cls}.start_profile": _start},
-        relies_on={f"{cls}.set_global_steps": "signature"},
+        wrap={f"{cls}.start_profile": _start, f"{cls}.set_global_steps": _set_global_steps},
         plain_async=True,
     )
 

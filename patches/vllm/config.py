@@ -22,6 +22,7 @@ import os
 from typing import Any, Mapping
 
 from rlprof_plugins.backends import memory_history
+from rlprof_plugins.backends.torch_profiler import DEFAULT_STACKS, stacks_unsaid
 from rlprof_plugins.config.launch_config import ENV as ENV_CONFIG
 from rlprof_plugins.config.launch_config import ProfilerConfig as EnvProfilerConfig
 from rlprof_plugins.config.launch_config import from_environment, merge_over, user_overlay
@@ -148,11 +149,12 @@ def options_of(cfg: Any) -> ProfileOptions:
         explicit = json.loads(os.environ[ENV_OPTIONS])
     else:
         explicit = None
-    if explicit:
-        return ProfileOptions.from_dict(explicit)
+    options = ProfileOptions.from_dict(explicit) if explicit else ProfileOptions()
     delay = getattr(cfg, "delay_iterations", 0) or 0
     limit = getattr(cfg, "max_iterations", 0) or 0
-    return ProfileOptions(step_start=delay, step_end=delay + limit if limit else None)
+    if delay or limit:  # vLLM's own window; start-up refused it beside rlprof's keys (the default stacks aside)
+        options = dataclasses.replace(options, step_start=delay, step_end=delay + limit if limit else None)
+    return options
 
 
 def validate_prefix(prefix: Any) -> None:
@@ -217,10 +219,14 @@ def with_user_overlay(cfg: Any, ours: Mapping[str, Any]) -> dict[str, Any]:
     return merge_over(ours, extra, "--profiler-config")
 
 
-def attach(cfg: Any, ours: Mapping[str, Any]) -> Any:
+def attach(cfg: Any, ours: Mapping[str, Any], native: Mapping[str, Any]) -> Any:
+    """rlprof's keys (``ours``) for ``cfg``, built from the JSON's ``native`` keys; checked, kept by
+    the config's id and handed to the engine processes."""
     ours = with_user_overlay(cfg, ours)
-    options = parse_options(ours)
     _check_compatible(cfg, ours)
+    if getattr(cfg, "profiler", None) == "torch" and stacks_unsaid(native, ours, user_overlay()):
+        ours = {**ours, "python_stacks": DEFAULT_STACKS}  # a configuration silent on stacks: sampled
+    options = parse_options(ours)
     weight_reader.check_release(options)
     memory_history.check_configured(options, device())
     explicit = options.to_dict() if ours else {}
@@ -237,4 +243,4 @@ def build_profiler_config(data: Mapping[str, Any]) -> Any:
     from vllm.config import ProfilerConfig
 
     native, ours = split_options(data, native_keys(ProfilerConfig))
-    return attach(ProfilerConfig(**native), ours)
+    return attach(ProfilerConfig(**native), ours, native)

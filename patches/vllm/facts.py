@@ -27,7 +27,9 @@ ENV_ERA_VERSIONS = f">={FIRST},<{CONFIG_FIRST}"
 
 # 0.32 is also served end to end (0.33 has no CPU build).
 TESTED = ("0.10.2.post2", "0.12.0.post2", "0.13.0", "0.15.1", "0.16.0", "0.17.1", "0.24.0", "0.32.0", "0.33.0")
-CI_SUBSET = ("0.12.0.post2", "0.16.0", "0.32.0", "0.33.0")  # one per era boundary that matters most
+# one per era boundary that matters most; 0.32.0 is left out: tests/vllm applies every patch to its real
+# modules and every end-to-end test serves it (make compat runs its contract)
+CI_SUBSET = ("0.12.0.post2", "0.16.0", "0.33.0")
 
 HOW_TO_CONFIGURE: tuple[tuple[str, str], ...] = (
     (f"<{CONFIG_FIRST}", "no --profiler-config on this release: set RLPROF_PROFILER_CONFIG='{\"torch_profiler_dir\": "

@@ -47,7 +47,7 @@ def _typed(native_type):
         try:
             native, ours = split_options(data, native_keys(ProfilerConfig))
             cfg = native_type(json.dumps(native))
-            return attach(cfg, ours)
+            return attach(cfg, ours, native)
         except OptionsError as e:
             raise argparse.ArgumentTypeError(str(e)) from e
 

@@ -147,6 +147,13 @@ async def status(llm: Any, global_step: int | None = None) -> dict:
     return with_step_manifest(_with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command))))
 
 
+async def mark_step(llm: Any, weights_version: int, *, trainer: str) -> list:
+    """A trainer integration's weight sync (verl's ``set_global_steps``): every worker's step metrics
+    count for the version + ``trainer_step_offset`` from now on."""
+    command = {"op": "mark_step", "weights_version": weights_version, "trainer": trainer}
+    return await llm.engine_core.call_utility_async(UTILITY, command)
+
+
 def file_reader(llm: Any, global_step: int, rank: str, path: str, length: int):
     """``read_piece(offset)`` for ``GET /profile_file``: a rank's file read by
     that rank's own worker, wherever its node is (the API server's trace from

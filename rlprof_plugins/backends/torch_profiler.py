@@ -68,9 +68,20 @@ class TorchSettings:
 
 
 # The torch backend's own keys (flat in the JSON, beside vLLM's native ones; ``registry``).
-# ``python_stacks`` unset (null) follows the engine's ``torch_profiler_with_stack``.
+# ``python_stacks`` null follows the engine's ``torch_profiler_with_stack``.
 STACK_MODES = ("sampled", "exact", "off")
 KEYS = {"python_stacks": None, "sample_hz": stack_sampler.DEFAULT_HZ}
+
+# What a configuration that says nothing about stacks records (neither ``python_stacks`` nor
+# ``torch_profiler_with_stack`` written): sampled stacks, the same flame view as torch's exact
+# stacks at a fraction of their cost (docs/performance.md). A key written keeps its meaning.
+DEFAULT_STACKS = "sampled"
+STACK_KEYS = ("python_stacks", "torch_profiler_with_stack")
+
+
+def stacks_unsaid(*configs: Mapping[str, Any]) -> bool:
+    """Whether none of ``configs`` (the JSON objects a server was configured with) writes a stack key."""
+    return not any(key in config for config in configs for key in STACK_KEYS)
 
 
 def check_key(key: str, value: Any, error: Any) -> Any:

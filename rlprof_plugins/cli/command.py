@@ -168,6 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def synopsis() -> str:
+    """docs/cli.md's synopsis: every command with every flag, as its parser prints its usage at 100
+    columns (``make patch-table`` writes it; a test holds the two equal)."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    usages = []
+    for command in sub.choices.values():
+        formatter = argparse.HelpFormatter(prog=command.prog, width=100)
+        formatter.add_usage(command.usage, command._actions, command._mutually_exclusive_groups)
+        usages.append(formatter.format_help().rstrip())
+    return "```text\n" + "\n".join(usages) + "\n```\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -3,10 +3,12 @@ stderr, results on stdout, exit codes."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -20,9 +22,58 @@ class UsageError(CliError):
 
 
 def progress_of(args) -> Callable[[str], None] | None:
+    """A command's progress on stderr (None with ``--quiet``): one line however many steps and replicas
+    it reads (``OneLine``)."""
     if getattr(args, "quiet", False):
         return None
-    return lambda message: print(message, file=sys.stderr, flush=True)
+    return OneLine(sys.stderr)
+
+
+# What the trace readers say once per step and stage they read (``trace_stats.stats_of``)
+READING = re.compile(r"^reading (?P<traces>\d+) traces \((?P<mb>[\d,]+) MB\)")
+
+
+class OneLine:
+    """Progress as one line. On a terminal every message rewrites it (the latest in place, then a newline
+    when the command ends); elsewhere (a log, a pipe) a step's "reading N traces" says nothing while the
+    command runs, and one line at its end counts them all; any other message is printed as it comes."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.terminal = bool(getattr(stream, "isatty", lambda: False)())
+        self.shown = False  # a line in place on the terminal, not yet ended
+        self.traces = self.reads = 0
+        self.megabytes = 0
+        atexit.register(self.close)
+
+    def __call__(self, message: str) -> None:
+        if self.terminal:
+            self.stream.write("\r" + message.strip() + "\x1b[K")
+            self.stream.flush()
+            self.shown = True
+            return
+        read = READING.match(message)
+        if read:
+            self.reads += 1
+            self.traces += int(read["traces"])
+            self.megabytes += int(read["mb"].replace(",", ""))
+            return
+        print(message, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """The command is done: end the terminal's line, or say what was read (once). Also at exit, for a
+        command that never calls it; a stream already closed (a test's capture) is left alone."""
+        atexit.unregister(self.close)
+        try:
+            if self.shown:
+                self.stream.write("\n")
+            elif self.reads:
+                print(f"read {self.traces} traces ({self.megabytes:,} MB) in {self.reads} step folder"
+                      f"{'s' if self.reads > 1 else ''}", file=self.stream, flush=True)
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
+        self.shown, self.reads = False, 0
 
 
 def reap_folder(root: Path) -> None:

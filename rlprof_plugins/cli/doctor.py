@@ -15,6 +15,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import textwrap
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -175,17 +176,18 @@ def given_keys() -> set[str]:
 def python_stacks_note(config: object | None) -> str:
     """Which Python stacks sessions record (``python_stacks``, ``backends.stack_sampler``), and how."""
     from ..backends import stack_sampler
-    from ..backends.torch_profiler import NATIVE_DEFAULTS, with_python_stacks, TorchSettings
+    from ..backends.torch_profiler import DEFAULT_STACKS, with_python_stacks, TorchSettings
 
     if config is not None:
         keys, with_stack, where = config.options.backend_keys, config.torch_profiler_with_stack, ENV_NAME
-    else:
-        keys, with_stack, where = {}, NATIVE_DEFAULTS["torch_profiler_with_stack"], "the engines' default"
+    else:  # what a configuration writing no stack key records (launch_config.parse_profiler_config)
+        keys, with_stack, where = {"python_stacks": DEFAULT_STACKS}, False, "a configuration writing no stack key"
     settings = with_python_stacks(TorchSettings(with_stack=with_stack), keys)
     mode = settings.python_stacks
     if mode == "sampled":
         how = (f"sampled at {settings.sample_hz} Hz (a signal timer on the engine's main thread; elsewhere a "
-               "sampler thread, with one warning)")
+               "sampler thread, with one warning); `\"python_stacks\": \"exact\"` or "
+               "`\"torch_profiler_with_stack\": true` records torch's exact stacks")
     elif mode == "exact":
         how = ("exact (torch's with_stack: an event per Python call; `\"python_stacks\": \"sampled\"` samples at "
                f"{stack_sampler.DEFAULT_HZ} Hz for a fraction of the cost)")
@@ -198,14 +200,14 @@ def torch_stop_note(config: object | None, facts: dict | None = None) -> str:
     """Where torch's stop post-processes a session (``backends.detached_stop``): off the engine thread,
     or on it and why. ``facts``: another machine's or torch build's (``torch_shim.torch_facts``), for the tests."""
     from ..backends import detached_stop, torch_shim
-    from ..backends.torch_profiler import NATIVE_DEFAULTS, with_python_stacks, TorchSettings
+    from ..backends.torch_profiler import DEFAULT_STACKS, with_python_stacks, TorchSettings
 
     try:
         import torch
     except ImportError:
         return "torch's stop: torch is not importable here"
-    keys = config.options.backend_keys if config is not None else {}
-    with_stack = config.torch_profiler_with_stack if config is not None else NATIVE_DEFAULTS["torch_profiler_with_stack"]
+    keys = config.options.backend_keys if config is not None else {"python_stacks": DEFAULT_STACKS}
+    with_stack = config.torch_profiler_with_stack if config is not None else False  # as python_stacks_note
     activities = tuple(getattr(config, "torch_profiler_activities", None) or
                        (("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)))  # the engines' default
     if with_python_stacks(TorchSettings(with_stack=with_stack), keys).with_stack:
@@ -332,7 +334,19 @@ def render(report: EngineReport) -> str:
             state = "IN USE" if f["in_use"] else "not in use"
             lines.append(f"  frontend {f['frontend']} ({f['chosen_by']}): {state} here; it bypasses rlprof's "
                          f"API-server patches. Works: {f['works']}. Not available: {f['lacks']}")
-    return "\n".join(lines)
+    return "\n".join(folded(line) for line in lines)
+
+
+WIDTH = 110  # a line of the report on a terminal, in a log, pasted into the docs
+
+
+def folded(line: str) -> str:
+    """A long line folded at ``WIDTH``, its continuation indented under its text."""
+    if len(line) <= WIDTH:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return "\n".join(textwrap.wrap(line, width=WIDTH, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False))
 
 
 def header() -> str:

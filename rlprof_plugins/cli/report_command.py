@@ -55,11 +55,15 @@ def cmd_report(args) -> int:
     # cycle collector, run every few hundred of them over an ever larger heap, would take most of the time;
     # they are let go before it runs again (else its first pass walks them all)
     with gc_paused():
+        progress = progress_of(args)
         try:
-            built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress_of(args),
+            built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress,
                           replica=args.replica, every_number=bool(args.json or args.csv))
         except NoSuchReplica as e:
             raise UsageError(str(e)) from None
+        finally:
+            if progress is not None:
+                progress.close()
         if not built.report["steps_found"]:
             raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
         out = Path(args.output) if args.output else root / "report.html"

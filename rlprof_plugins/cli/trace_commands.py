@@ -139,7 +139,10 @@ def cmd_summary(args) -> int:
     if not root.is_dir():
         raise CliError(f"{root}: no such directory")
     reap_folder(root)
-    data = summarise(root, progress=progress_of(args))
+    progress = progress_of(args)
+    data = summarise(root, progress=progress)
+    if progress is not None:
+        progress.close()
     if not any(step["stages"] for step in data["steps"]):
         found = [name for step in data["steps"] for name in step["without_iterations"] + step["unreadable"]]
         raise CliError(f"{root}: no engine iteration found" + (

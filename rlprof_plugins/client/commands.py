@@ -200,5 +200,5 @@ COMMANDS = (
 
 def check_usage(parser: argparse.ArgumentParser, args) -> None:
     """Exit 2 (argparse's usage error) when no server was named."""
-    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status, cmd_collect) and not (args.url or args.router):
+    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status, cmd_step, cmd_collect) and not (args.url or args.router):
         parser.error(f"{args.command}: give --url URL (one or more) or --router URL")

@@ -5,7 +5,9 @@ SGLang has no profiling server arguments, so for it rlprof parses the whole
 JSON: the same torch keys as vLLM 0.32 (``torch_profiler_dir``,
 ``torch_profiler_with_stack``, ...) with the same defaults, plus rlprof's
 keys (``step_start``, ``by_stage``, ``merge``, ...). One JSON means the same
-thing on both engines.
+thing on both engines, and on both a JSON that writes neither
+``torch_profiler_with_stack`` nor ``python_stacks`` records sampled stacks
+(``torch_profiler.DEFAULT_STACKS``).
 
 The validated config travels to the engine's other processes (SGLang's
 schedulers are spawned) in ``RLPROF_PROFILER_CONFIG``, which users may also
@@ -21,7 +23,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..backends.torch_profiler import NATIVE_DEFAULTS, TorchSettings, check_against_native, settings_from_config
+from ..backends.torch_profiler import (DEFAULT_STACKS, NATIVE_DEFAULTS, TorchSettings, check_against_native,
+                                       settings_from_config, stacks_unsaid)
 from ..errors import OptionsError
 from ..store.servers import server_root
 from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
@@ -119,7 +122,13 @@ def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
         raise OptionsError("torch_profiler_dir", f"must be a local directory (rlprof writes step folders), got {directory!r}")
     activities = data.get("torch_profiler_activities")
     flags = {key: check_flag(key, data.get(key, default)) for key, default in _FLAGS.items()}
-    options = parse_options({k: v for k, v in data.items() if k in OUR_KEYS})
+    ours = {k: v for k, v in data.items() if k in OUR_KEYS}
+    if profiler == "torch" and stacks_unsaid(data):  # sampled stacks, torch's tracer off (DEFAULT_STACKS)
+        ours["python_stacks"] = DEFAULT_STACKS
+    if ours.get("python_stacks") is not None and "torch_profiler_with_stack" not in data:
+        # the flag as python_stacks means it, so the exported config (to_json) parses the same again
+        flags["torch_profiler_with_stack"] = ours["python_stacks"] == "exact"
+    options = parse_options(ours)
     check_against_native(data, data, OptionsError)
     if profiler == "cuda" and options.backend not in ("auto", "cuda"):
         raise OptionsError("backend", f'{options.backend!r} contradicts "profiler": "cuda"; leave backend at auto')

@@ -34,7 +34,7 @@ FIELDS = (
     Field("by_stage", (RLPROF,), "bool", "one trace per stage (prefill, decode)"),
     Field("chunk_iterations", (RLPROF,), "`auto` or int >= 0",
           "record in torch sessions, stitched into one trace per rank after the stop (shorter engine pauses): "
-          "`auto` sizes each so its stop stays under `max_pause_ms`, N is N iterations, 0 one torch session "
+          "`auto` plans each to half of `max_pause_ms`, N is N iterations, 0 one torch session "
           "(default: the server's `chunk_iterations`)"),
     Field("max_pause_ms", (RLPROF,), "int >= 1",
           "with `chunk_iterations` `auto`, the longest pause a chunk's stop may cost the engine thread "
@@ -44,8 +44,8 @@ FIELDS = (
           "`memory/<rank>.pickle` (CUDA or Ascend; elsewhere 400 naming `memory`; default: the server's `memory`)"),
     Field("python_stacks", (RLPROF,), "`sampled`, `exact` or `off`",
           "this session's Python stacks: `sampled` (the engine thread's stack read `sample_hz` times a second, "
-          "torch's stacks off), `exact` (torch's `with_stack`), `off` (default: the server's `python_stacks`, "
-          "else its `torch_profiler_with_stack`); with `with_stack` or `profiler_kwargs.with_stack` saying "
+          "torch's stacks off), `exact` (torch's `with_stack`), `off` (default: the server's `python_stacks`: "
+          "`sampled` where its configuration writes no stack key); with `with_stack` or `profiler_kwargs.with_stack` saying "
           "otherwise: 400 naming `python_stacks`"),
     Field("sample_hz", (RLPROF,), "int 1-10000",
           "samples a second of this session's sampled Python stacks (default: the server's `sample_hz`, 200); "
@@ -123,16 +123,22 @@ ENTRY_POINTS = (
 
 def field_table() -> str:
     """The Markdown table of request fields x engines x entry points."""
+    import textwrap
+
     heads = [f"{e.engine} {e.name}" for e in ENTRY_POINTS]
-    lines = ["| field | from | type | " + " | ".join(heads) + " | meaning |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in heads) + " | --- |"]
+    lines = ["| field | from | " + " | ".join(heads) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in heads) + " |"]
     for f in FIELDS:
         marks = ["400" if f.refused else ("yes" if any(o in e.takes for o in f.origin) else "—")
                  for e in ENTRY_POINTS]
-        meaning = f.meaning + (f" — refused: {f.refused}" if f.refused else "")
-        lines.append(f"| `{f.name}` | {', '.join(f.origin)} | {f.kind} | " + " | ".join(marks) + f" | {meaning} |")
+        lines.append(f"| `{f.name}` | {', '.join(f.origin)} | " + " | ".join(marks) + " |")
     notes = [f"- {e.engine} {e.name}: {e.note}." for e in ENTRY_POINTS if e.note]
-    return "\n".join(lines + [""] + notes) + "\n"
+    meanings = []
+    for f in FIELDS:
+        meaning = f"- `{f.name}` ({f.kind}): {f.meaning}" + (f" — refused: {f.refused}" if f.refused else "")
+        meanings += textwrap.wrap(meaning, width=104, subsequent_indent="  ", break_long_words=False,
+                                  break_on_hyphens=False)
+    return "\n".join(lines + [""] + notes + ["", "What each field means:", ""] + meanings) + "\n"
 
 
 if __name__ == "__main__":

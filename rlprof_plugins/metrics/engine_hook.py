@@ -11,7 +11,8 @@ then gives the patch module the same calls on both engines:
   on first use and kept on the owner (None when off); the patch module calls
   its ``begin()`` and ``end(info)`` around the iteration;
 - ``command(owner, command)``: a step command (``weight_version``,
-  ``mark_step``) answered, or None for a profiling command;
+  ``mark_step`` with a ``global_step``, or with a trainer's
+  ``weights_version``) answered, or None for a profiling command;
 - ``started(owner, command, reply)``: a start that went through names its
   step, so iterations count for it from then on.
 
@@ -79,6 +80,8 @@ class StepMetricsHook:
             return {"ok": True, "step_metrics": False}
         if op == "weight_version":
             recorder.weight_version(command.get("version"))
+        elif command.get("weights_version") is not None:  # a trainer integration's weight sync
+            recorder.trainer_synced(int(command["weights_version"]), str(command.get("trainer", "trainer")))
         else:
             recorder.mark(int(command["global_step"]))
         return {"ok": True, "step_metrics": True, "global_step": recorder.metrics.step}

@@ -88,7 +88,7 @@ class StepRecord:
 
     ``global_step`` is None for iterations that ran before any step was named;
     ``step_source`` says where the step came from (``request``,
-    ``weight_version``, ``mark_step``); ``started_at``/``ended_at`` are wall
+    ``weight_version``, ``mark_step``, ``verl weights version``); ``started_at``/``ended_at`` are wall
     seconds; ``busy_ms`` is the time inside iterations, ``idle_ms`` between them."""
 
     global_step: int | None

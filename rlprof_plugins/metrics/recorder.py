@@ -5,7 +5,8 @@ calling ``begin``/``end`` around every engine iteration (traced or not) and
 telling where the RL step moves: a start request naming its
 ``global_step``, the engine's weight version (``step_source:
 weight_version``: version + ``trainer_step_offset``, as for traced steps),
-or an explicit mark. Every call is guarded: a failure is logged once and
+a trainer integration's weight sync (verl's ``set_global_steps``: the same
+sum), or an explicit mark. Every call is guarded: a failure is logged once and
 step metrics stop for this rank; serving never sees it.
 """
 
@@ -88,6 +89,12 @@ class StepRecorder:
 
     def mark(self, global_step: int) -> None:
         self._set(global_step, "mark_step")
+
+    def trainer_synced(self, weights_version: int, trainer: str) -> None:
+        """A trainer integration saw a weight sync (verl's ``set_global_steps``): iterations count for
+        the step a start would record into now (the version + ``trainer_step_offset``)."""
+        if weights_version + self.offset >= 0:
+            self._set(weights_version + self.offset, f"{trainer} weights version")
 
     def close(self) -> None:
         try:

@@ -133,8 +133,9 @@ def test_native_fields_map_onto_rlprof_sessions(sglang_tp1):
 
 
 def test_sampled_python_stacks_record_the_scheduler_thread_not_torchs_tracer(sglang_tp1):
-    """``python_stacks: "sampled"`` beside SGLang's own ``with_stack: false`` (slime's body): the scheduler's
-    Python stack sampled, torch's exact stacks off; SGLang's own functions in the report's view.
+    """A server whose configuration writes no stack key, and slime's body (SGLang's own ``with_stack:
+    false``, which turns exact stacks off and keeps the sampler): the scheduler's Python stack sampled,
+    torch's exact stacks off; SGLang's own functions in the report's view.
 
     What a sample must reach is asserted, not what it may: every stage holding an iteration longer than the
     sampler's longest wait (1.5 ms at 1,000 Hz; ``spin_shares.stages_a_sample_must_reach`` gives the argument).
@@ -144,8 +145,7 @@ def test_sampled_python_stacks_record_the_scheduler_thread_not_torchs_tracer(sgl
     prompt, is asserted where it outlasted the wait too (``stages_a_sample_must_reach``)."""
     from tests.helpers.spin_shares import assert_sampled_on_engine_thread
 
-    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "with_stack": False,
-            "sample_hz": 1000}
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "with_stack": False, "sample_hz": 1000}
     assert sglang_tp1.post("/start_profile", body).status_code == 200
     sglang_tp1.complete(max_tokens=24)
     assert sglang_tp1.wait_state()["state"] == "done"

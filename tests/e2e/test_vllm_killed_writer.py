@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from tests.helpers.traces import manifest_traces
+from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT
+from tests.helpers.traces import load_trace, manifest_traces
 from tests.helpers.vllm_server import start_server, start_together
 
 # `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, a writer whose process is gone is marked failed
@@ -67,7 +68,12 @@ def test_worker_killed_mid_export_leaves_a_failed_step_not_a_stuck_one(tmp_path)
         assert not list(step.glob(".*.tmp"))  # its unfinished temporaries are gone
         again.complete(max_tokens=8)
         assert again.wait_state()["state"] == "done"
-        assert list(manifest_traces(traces / "global_step_2")) == ["rank0"]
+        rank0 = manifest_traces(traces / "global_step_2")
+        assert list(rank0) == ["rank0"]
+        # torch_profiler_with_stack written true: torch's exact stacks, as vLLM records them, no sampler
+        events = load_trace(rank0["rank0"])["traceEvents"]
+        assert any(e.get("cat") == "python_function" for e in events)
+        assert not any(e.get("cat") == SAMPLE_CAT for e in events)
     finally:
         first.stop()
         again.stop()

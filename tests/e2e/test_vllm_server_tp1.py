@@ -43,8 +43,9 @@ def test_config_window_records_exactly_step_start_to_step_end(server_tp1):
 
 
 def test_sampled_python_stacks_record_the_engine_thread_not_torchs_tracer(server_tp1):
-    """``python_stacks: "sampled"`` in a start request: the worker's Python stack sampled on its own thread,
-    torch's exact stacks off; the report's per-stage view names vLLM's own functions.
+    """A server whose configuration writes no stack key, and a start that asks for none (only a faster
+    ``sample_hz``): the worker's Python stack sampled on its own thread, torch's exact stacks off; the
+    report's per-stage view names vLLM's own functions.
 
     What a sample must reach is asserted, not what it may: every stage holding an iteration longer than the
     sampler's longest wait (1.5 ms at 1,000 Hz; ``spin_shares.stages_a_sample_must_reach`` gives the argument).
@@ -54,7 +55,7 @@ def test_sampled_python_stacks_record_the_engine_thread_not_torchs_tracer(server
     stage must be sampled, and the prefill wherever it outlasted the wait (``stages_a_sample_must_reach``)."""
     from tests.helpers.spin_shares import assert_sampled_on_engine_thread
 
-    body = {"global_step": 57, "step_start": 0, "step_end": 24, "python_stacks": "sampled", "sample_hz": 1000}
+    body = {"global_step": 57, "step_start": 0, "step_end": 24, "sample_hz": 1000}  # stacks: the default
     assert server_tp1.post("/start_profile", body).status_code == 200
     server_tp1.complete(prompt="the rollout engine " * 60, max_tokens=24)
     assert server_tp1.wait_state()["state"] == "done"

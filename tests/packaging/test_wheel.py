@@ -13,7 +13,8 @@ from the sdist), and check, on those files:
 - installed alone into an empty folder, every module of the tree imports from
   it (a module missing from the wheel, or found elsewhere, fails);
 - a package left out is named, by this check and by ``rlprof doctor``;
-- the README's install lines work in a fresh virtual environment, and
+- the README's install lines (``pip install .``, and a wheel built with one
+  command and installed from ``dist/``) work in a fresh virtual environment, and
   ``twine check`` passes (the release checklist, docs/testing.md).
 """
 
@@ -156,33 +157,42 @@ def test_a_package_left_out_is_named_by_the_check_and_by_doctor(dists, tmp_path)
 
 def readme_install_lines() -> list[str]:
     text = (REPO / "README.md").read_text()
-    block = re.search(r"^## Install\n+```bash\n(.*?)```", text, re.S | re.M)
+    block = re.search(r"^## Install\n(?:(?!^## ).)*?```bash\n(.*?)```", text, re.S | re.M)
     assert block, "README.md has no '## Install' bash block"
-    return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    return [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.split("#")[0].strip()]
 
 
-def test_the_readme_install_lines_work_in_a_fresh_environment(dists, tmp_path):
+def test_the_readme_install_lines_work_in_a_fresh_environment(tmp_path):
+    """The README's two ways, each run as written (a shell, in a copy of the tree) in a fresh virtual
+    environment: ``pip install .``, and the wheel built with one command and installed from ``dist/``
+    (what is copied to a cluster). Each gives a whole install that doctor names."""
     lines = readme_install_lines()
-    installs = [line for line in lines if line.startswith("pip install ")]
-    assert [line for line in lines if line not in installs] == ["rlprof doctor"]
-    assert installs, lines
-    venv = tmp_path / "venv"
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # a user's fresh shell
-    run([PYTHON, "-m", "venv", venv], env=clean)
-    for line in installs:
-        # The published name stands for the wheel built here; extras and quoting as written.
-        requirement = line.removeprefix("pip install ").strip().strip("'\"")
-        assert requirement.startswith("rlprof-plugins"), line
-        run([venv / "bin" / "python", "-m", "pip", "install", "-q",
-             requirement.replace("rlprof-plugins", str(dists.wheel), 1)], env=clean)
-    doctor = subprocess.run([venv / "bin" / "rlprof", "doctor"], capture_output=True, text=True, timeout=120, env=clean)
+    from_tree = [line for line in lines if line == "pip install ."]
+    wheel_way = [line for line in lines if line.startswith("pip ") and line not in from_tree]
+    assert from_tree and wheel_way and [line for line in lines if not line.startswith("pip ")] == ["rlprof doctor"]
+    assert any(line.startswith("pip wheel") for line in wheel_way) and wheel_way[-1].startswith("pip install dist/")
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=NOT_COPIED, symlinks=True)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONSAFEPATH")}
+    for name, commands in (("tree", from_tree), ("wheel", wheel_way)):
+        venv = tmp_path / f"venv-{name}"
+        run([PYTHON, "-m", "venv", venv], env=clean)
+        env = {**clean, "PATH": f"{venv / 'bin'}{os.pathsep}{clean.get('PATH', '')}", "VIRTUAL_ENV": str(venv)}
+        for line in commands:
+            run(["bash", "-c", line], env=env, cwd=src)
+        check_installed(venv, env)
+    assert len(list((src / "dist").glob("rlprof_plugins-*.whl"))) == 1
+
+
+def check_installed(venv: Path, env: dict) -> None:
+    doctor = subprocess.run([venv / "bin" / "rlprof", "doctor"], capture_output=True, text=True, timeout=120, env=env)
     # No engine in this environment: doctor says so and exits 1, after saying the install is whole.
     assert doctor.returncode == 1
     assert "complete (the engine plugins import)" in doctor.stdout
     assert "no supported engine" in doctor.stderr
-    probe = run([venv / "bin" / "python", "-c", "import importlib.metadata as m, json, rlprof_plugins.patches, msgspec;"
+    probe = run([venv / "bin" / "python", "-c", "import importlib.metadata as m, json, rlprof_plugins.patches;"
                  "print(json.dumps({g: [e.value for e in m.entry_points(group=g)] for g in "
-                 "('vllm.general_plugins', 'sglang.srt.plugins', 'verl.plugins')}))"], env=clean)
+                 "('vllm.general_plugins', 'sglang.srt.plugins', 'verl.plugins')}))"], env=env, cwd=venv)
     assert not probe.stderr.strip(), probe.stderr  # the .pth file runs at every start, silently
     assert json.loads(probe.stdout) == {"vllm.general_plugins": ["rlprof_plugins.entry_points.vllm:register"],
                                         "sglang.srt.plugins": ["rlprof_plugins.entry_points.sglang:register"],

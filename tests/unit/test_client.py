@@ -122,9 +122,10 @@ def test_table_names_every_server_and_counts():
 
 
 def test_cli_usage_and_a_down_server(capsys):
-    with pytest.raises(SystemExit) as usage:
-        main(["status"])
-    assert usage.value.code == 2 and "--url URL" in capsys.readouterr().err
+    for command in (["status"], ["start", "--global-step", "3"], ["stop"], ["step", "5"]):  # no server named
+        with pytest.raises(SystemExit) as usage:
+            main(command)
+        assert usage.value.code == 2 and "--url URL" in capsys.readouterr().err, command
     down = f"127.0.0.1:{free_port()}"
     assert main(["status", "--url", down]) == 1
     out = capsys.readouterr().out

@@ -321,3 +321,41 @@ def test_the_heat_strips_shade_bounds_are_the_sorted_values_at_their_places():
         ordered, n = sorted(values), len(values)
         expected = [ordered[min(n - 1, (n * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
         assert quantile_bounds(array("d", values), len(SHADES)) == expected, name
+
+
+@pytest.mark.parametrize("command", ["summary", "report"])
+def test_one_progress_line_for_three_replicas_by_two_steps(save_path, tmp_path, command):
+    """Progress over a whole fleet is one line: in a log (stderr a pipe) one line counts what was read,
+    nothing per replica-step; on a terminal one line rewritten in place, ended once."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    rlprof_bin = Path(sys.executable).parent / "rlprof"
+    extra = ["-o", str(tmp_path / "page.html"), "--no-cache"] if command == "report" else []
+    logged = subprocess.run([rlprof_bin, command, str(save_path), *extra], capture_output=True, text=True, timeout=300)
+    assert logged.returncode == 0, logged.stderr
+    lines = logged.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("reading ")], lines
+    assert [line for line in lines if line.startswith("read ")] == ["read 12 traces (0 MB) in 6 step folders"], lines  # 2 ranks each
+    primary, secondary = pty.openpty()
+    try:
+        shown = subprocess.run([rlprof_bin, command, str(save_path), *extra], stdout=subprocess.DEVNULL,
+                               stderr=secondary, timeout=300)
+        os.close(secondary)
+        written = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            written += chunk
+    finally:
+        os.close(primary)
+    assert shown.returncode == 0
+    text = written.decode()
+    assert text.count("\r") >= 6 and text.count("reading ") >= 6  # each step's line, written in place
+    assert text.rstrip("\r\n").count("\n") == 0, text  # one line: ended once, at the end

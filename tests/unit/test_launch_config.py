@@ -9,9 +9,13 @@ from rlprof_plugins.config.launch_config import ENV, ProfilerConfig, from_enviro
 
 
 def test_defaults_match_vllm_for_the_same_keys():
+    """vLLM's defaults for the same keys, but for stacks: a JSON that writes no stack key records sampled
+    stacks (torch's tracer off); writing torch_profiler_with_stack gives vLLM's meaning."""
     cfg = parse_profiler_config("{}")
-    assert cfg == ProfilerConfig()
-    assert cfg.torch_profiler_with_stack is True and cfg.torch_profiler_record_shapes is False
+    assert cfg.torch_profiler_with_stack is False and cfg.options.backend_keys["python_stacks"] == "sampled"
+    assert cfg.torch_profiler_record_shapes is False
+    written = parse_profiler_config({"torch_profiler_with_stack": True})
+    assert written == ProfilerConfig() and written.torch_profiler_with_stack is True
     settings = cfg.torch_settings(cuda_available=False)
     assert settings.activities == ("CPU",) and settings.use_gzip
     assert cfg.torch_settings(cuda_available=True).activities == ("CPU", "CUDA")
@@ -78,7 +82,8 @@ def test_settings_from_a_config_that_lacks_newer_keys():
                              write_table=True)
     assert (s.activities, s.with_stack, s.write_table, s.table_sort_key) == (("CPU",), True, True, "self_cpu_time_total")
     # rlprof's own config (SGLang, vLLM < 0.13) goes through the same function
-    cfg = parse_profiler_config({"torch_profiler_activities": ["GPU"], "torch_profiler_use_gzip": False})
+    cfg = parse_profiler_config({"torch_profiler_activities": ["GPU"], "torch_profiler_use_gzip": False,
+                                 "torch_profiler_with_stack": True})
     s = cfg.torch_settings(cuda_available=False)
     assert (s.activities, s.use_gzip, s.with_stack) == (("CUDA",), False, True)
 

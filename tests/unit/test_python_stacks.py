@@ -212,7 +212,7 @@ def test_nothing_raises_out_of_the_signal_handler(monkeypatch):
 
 
 @pytest.mark.parametrize("keys, overrides, expected", [
-    ({}, {}, "exact"),  # the engines' default: torch_profiler_with_stack true
+    ({}, {}, "exact"),  # python_stacks null follows torch_profiler_with_stack (true here)
     ({"python_stacks": "sampled"}, {}, "sampled"),
     ({"python_stacks": "sampled"}, {"with_stack": False}, "sampled"),  # slime's body: the cheap kind stays
     ({"python_stacks": "sampled"}, {"with_stack": True}, "exact"),  # a request asking for exact stacks gets them
@@ -225,6 +225,40 @@ def test_which_stacks_a_session_records(keys, overrides, expected):
     settings = with_python_stacks(TorchSettings(with_stack=True), options.backend_keys, overrides)
     assert settings.python_stacks == expected
     assert (settings.sample_hz == options.backend_keys["sample_hz"]) == (expected == "sampled")
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"profiler": "torch", "torch_profiler_dir": "/t"}, "sampled"),  # says nothing about stacks: sampled
+    ({"torch_profiler_dir": "/t"}, "sampled"),
+    ({"torch_profiler_dir": "/t", "torch_profiler_with_stack": True}, "exact"),  # a key written keeps its meaning
+    ({"torch_profiler_dir": "/t", "torch_profiler_with_stack": False}, "off"),
+    ({"torch_profiler_dir": "/t", "python_stacks": "exact"}, "exact"),
+    ({"torch_profiler_dir": "/t", "python_stacks": None}, "exact"),  # null: as torch_profiler_with_stack (true)
+    ({"torch_profiler_dir": "/t", "python_stacks": "off"}, "off"),
+])
+def test_a_configuration_silent_on_stacks_records_sampled_stacks(config, expected):
+    """The JSON SGLang's flag, RLPROF_PROFILER_CONFIG and vLLM's env era are parsed with: the session's
+    stacks as the backend builds them, and the config exported to the engine's processes parses the same."""
+    from rlprof_plugins.config.launch_config import ProfilerConfig
+
+    parsed = parse_profiler_config(config)
+    settings = with_python_stacks(parsed.torch_settings(cuda_available=False), parsed.options.backend_keys)
+    assert settings.python_stacks == expected
+    again = parse_profiler_config(parsed.to_json())  # what a scheduler or an engine process reads back
+    assert with_python_stacks(again.torch_settings(cuda_available=False),
+                              again.options.backend_keys).python_stacks == expected
+    assert isinstance(again, ProfilerConfig)
+
+
+def test_a_silent_configuration_with_a_request_asking_for_stacks():
+    """A request's own word wins over the default: with_stack true is torch's exact stacks, and
+    profiler "cuda" (Nsight Systems records) takes no default at all."""
+    parsed = parse_profiler_config({"torch_profiler_dir": "/t"})
+    keys = parsed.options.backend_keys
+    settings = parsed.torch_settings(cuda_available=False)
+    assert with_python_stacks(settings, keys, {"with_stack": True}).python_stacks == "exact"
+    assert with_python_stacks(settings, keys, {"python_stacks": "off"}).python_stacks == "off"
+    assert parse_profiler_config({"profiler": "cuda"}).options.backend_keys["python_stacks"] is None
 
 
 def test_the_keys_are_checked_and_a_contradiction_names_python_stacks():

@@ -196,9 +196,10 @@ def test_field_table_covers_every_field_and_entry_point():
     table = field_table()
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     assert [row.split("`")[1] for row in rows] == list(FIELD_NAMES)
-    assert all(row.count("|") == 5 + len(ENTRY_POINTS) for row in rows)
+    assert all(row.count("|") == 3 + len(ENTRY_POINTS) for row in rows)
     engine_row = next(row for row in rows if row.startswith("| `global_step`"))
-    assert engine_row.split("|")[6].strip() == "—"  # LLMEngine takes vLLM's fields only
+    assert engine_row.split("|")[5].strip() == "—"  # LLMEngine takes vLLM's fields only
+    assert all(f"- `{f.name}` ({f.kind}): " in table for f in FIELDS)  # every field's meaning below the table
     refused = [f.name for f in FIELDS if f.refused]
     assert all("400" in next(r for r in rows if r.startswith(f"| `{name}`")) for name in refused)
 

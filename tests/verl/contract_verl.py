@@ -164,3 +164,35 @@ def test_doctor_reports_the_integration(module, monkeypatch):
     assert "verl.plugins entry point 'rlprof'" in report.plugin_loading
     assert "trainer_step_offset 0 (from RLPROF_PROFILER_CONFIG)" in report.step_source
     assert render_trainer(report).startswith(f"verl {report.version}\n  supported; a tested release")
+
+
+def test_the_readme_quick_start_composes():
+    """The README's verl quick start, composed with verl's own Hydra config: steps 36 and 37 profiled in
+    discrete mode, and the RLPROF_PROFILER_CONFIG it sets is a valid rlprof configuration beside the
+    profiler config verl builds (a window, by stage, sampled stacks)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlprof_plugins.config.options import parse_options, split_options
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", readme, re.S).group(0)
+    lines = [line for line in block.splitlines()[1:-1] if not line.startswith("rlprof ")]
+    overrides = [word for line in lines[1:] for word in shlex.split(line.rstrip("\\ "))]
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    assert list(cfg.global_profiler.steps) == [36, 37]
+    assert cfg.actor_rollout_ref.rollout.profiler.enable and cfg.global_profiler.save_path == "/traces"
+    env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
+    given = json.loads(env["RLPROF_PROFILER_CONFIG"])
+    native, ours = split_options({"torch_profiler_with_stack": False, **given}, ["torch_profiler_with_stack"])
+    options = parse_options(ours)
+    assert (options.step_start, options.step_end, options.by_stage) == (10, 74, True)
+    assert options.backend_keys["python_stacks"] == "sampled"
+    assert "rlprof report /traces --compare 36 37" in block

@@ -12,7 +12,12 @@ verl's class, verl's profiling methods), and verl's own
 Each session records a short rollout. Prints ``RESULT {json}``: each
 session's files under ``save_path`` when its stop returned.
 
-    python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate]
+With ``--no-profile``, verl's sequence when no profile is asked for: a weight
+sync (``set_global_steps(N)``), a rollout, the next sync, and so on, with no
+start or stop at all; the result holds every step log line written under
+``save_path`` (``steps/<rank>.jsonl``), as the engine wrote them.
+
+    python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate | --no-profile]
 """
 
 from __future__ import annotations
@@ -65,6 +70,36 @@ async def replay(engine: str, model: str, save_path: Path, relocate: bool) -> di
     return {"sessions": sessions, "patched_in_driver": _patched(engine)}
 
 
+SYNCED_VERSIONS = (1, 2, 3)  # weights versions verl syncs, one rollout after each (steps 2, 3, 4 at offset 1)
+
+
+async def replay_without_profile(engine: str, model: str, save_path: Path) -> dict:
+    """verl's steps with no profile: sync, roll out, repeated; then one more sync ends the last step."""
+    import ray
+
+    server_class, _ = server_classes(engine)
+    actor = ray.remote(server_class).options(max_concurrency=8).remote(str(save_path), model, False)
+    await actor.launch.remote()
+    tokens = {}
+    try:
+        for version in SYNCED_VERSIONS:
+            await actor.set_global_steps.remote(version)
+            tokens[version] = await actor.rollout.remote(2)
+        await actor.set_global_steps.remote(SYNCED_VERSIONS[-1] + 1)  # the next sync: the last step is written
+        for _ in range(100):  # the step log is appended off the engine thread
+            if len(step_lines(save_path)) >= len(SYNCED_VERSIONS):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await actor.close.remote()
+    return {"tokens": tokens, "step_lines": step_lines(save_path), "patched_in_driver": _patched(engine)}
+
+
+def step_lines(save_path: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(save_path.rglob("steps/*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
 def _patched(engine: str) -> bool:
     from rlprof_plugins.patches import VERL_PATCHES
 
@@ -76,12 +111,14 @@ def main() -> None:
 
     engine, model, save_path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     relocate = "--relocate" in sys.argv[4:]
+    run = (replay_without_profile(engine, model, save_path) if "--no-profile" in sys.argv[4:]
+           else replay(engine, model, save_path, relocate))
     save_path.mkdir(parents=True, exist_ok=True)
     # the documented line: rlprof's keys reach every server actor through Ray's runtime_env
     env_vars = {k: os.environ[k] for k in ("RLPROF_PROFILER_CONFIG",) if k in os.environ}
     ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": env_vars})
     try:
-        result = asyncio.run(replay(engine, model, save_path, relocate))
+        result = asyncio.run(run)
     finally:
         ray.shutdown()
     print("RESULT " + json.dumps(result), flush=True)

@@ -96,3 +96,35 @@ def test_relocate_results_moves_whole_step_folders(runs):
         new = result["sessions"][name]["new"]
         assert all(f.startswith("rollout-replica0_") for f in new), new
     assert not list((save_path / REPLICA).iterdir())  # nothing left behind
+
+
+@pytest.fixture(scope="module")
+def unprofiled(tmp_path_factory):
+    """verl's steps with no profile at all: sync, roll out, repeated (``replica_replay --no-profile``).
+    vLLM's profiler config is verl's own (``build_vllm_profiler_args``: the replica's folder); SGLang's
+    server takes none from verl, so its directory comes through Ray's ``runtime_env``, the documented line."""
+    root = tmp_path_factory.mktemp("verl-unprofiled")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        vllm = pool.submit(replay, "vllm", root / "vllm", "--no-profile")
+        sglang = pool.submit(replay, "sglang", root / "sglang", "--no-profile", RLPROF_PROFILER_CONFIG=json.dumps(
+            {"torch_profiler_dir": str(root / "sglang" / "steps-root")}))
+        return {"vllm": vllm.result(), "sglang": sglang.result()}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_synced_step_is_measured_with_no_profile(unprofiled, engine):
+    """verl calls set_global_steps after each weight sync and nothing else: every rollout's numbers
+    land under its own step (weights version + trainer_step_offset 1), none under no step."""
+    from tests.verl.replica_replay import SYNCED_VERSIONS
+
+    result = unprofiled[engine]
+    assert result["patched_in_driver"]
+    assert all(t == 6 for t in result["tokens"].values()), result["tokens"]
+    lines = result["step_lines"]
+    by_step = {line["global_step"]: line for line in lines}
+    assert sorted(by_step) == [v + 1 for v in SYNCED_VERSIONS], lines  # one line a step, no "null" step
+    for version in SYNCED_VERSIONS:
+        line = by_step[version + 1]
+        assert line["step_source"] == "verl weights version", line
+        assert line["iterations"] >= 6, line  # a prefill and the decodes of two 6-token requests at least
+        assert line["busy_ms"] > 0, line

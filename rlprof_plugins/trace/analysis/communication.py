@@ -166,7 +166,11 @@ def family_of(name: str) -> Family | None:
 
 def family_table() -> str:
     """docs/report.md's table of the families (written by ``make patch-table``; a test holds the two equal)."""
-    rows = ["| library | names matched (case-insensitive) | where the names come from |", "| --- | --- | --- |"]
+    import textwrap
+
+    rows = []
     for f in FAMILIES:
-        rows.append(f"| {f.library} | `{f.pattern.replace('|', ' or ')}` | {f.source} |")
+        rows += textwrap.wrap(f"- **{f.library}**: names matching `{f.pattern.replace('|', ' or ')}` "
+                              f"(case-insensitive); from {f.source}", width=104, subsequent_indent="  ",
+                              break_long_words=False, break_on_hyphens=False)
     return "\n".join(rows) + "\n"
