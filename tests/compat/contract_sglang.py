@@ -150,10 +150,16 @@ def test_opt_in_autoload_loads_the_plugin_in_spawned_processes():
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    assert probe(RLPROF_SGLANG_AUTOLOAD="1") == {"parent": True, "child": True}
-    if try_import("sglang.srt.plugins") is None:
-        # no entry-point group: only the opt-in loads it (load_plugins is not imported here either way)
-        assert probe() == {"parent": False, "child": False}
+    from concurrent.futures import ThreadPoolExecutor
+
+    without_group = try_import("sglang.srt.plugins") is None
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each probe is mostly SGLang's imports, twice: side by side
+        opted_in = pool.submit(probe, RLPROF_SGLANG_AUTOLOAD="1")
+        left_out = pool.submit(probe) if without_group else None
+        assert opted_in.result() == {"parent": True, "child": True}
+        if left_out is not None:
+            # no entry-point group: only the opt-in loads it (load_plugins is not imported here either way)
+            assert left_out.result() == {"parent": False, "child": False}
 
 
 # ---- the --profiler-config server argument ------------------------------------------
