@@ -302,7 +302,8 @@ def test_the_flame_view_on_the_page_in_the_json_and_the_csv(tmp_path):
     spin_shares.SHARES["spin_b"] = 0.6
     try:
         second = _record(tmp_path / "root", keys, spin_shares.KNOWN_TRUTH_ITERATIONS, step=2)
-        measured_b = spin_shares.measured_shares()["spin_b"]
+        measured = spin_shares.measured_shares()
+        measured_b = measured["spin_b"]
     finally:
         spin_shares.SHARES["spin_b"] = usual
     assert spin_shares.samples_in(load_trace(second)["traceEvents"]) >= spin_shares.MIN_SAMPLES
@@ -315,7 +316,11 @@ def test_the_flame_view_on_the_page_in_the_json_and_the_csv(tmp_path):
     (stage,) = [s for s in second["python"]["stages"] if s != "between"]
     rows = {f["name"].rsplit(": ", 1)[-1]: f for f in second["python"]["stages"][stage]["functions"]}
     spin = rows["_spin"]
-    assert spin["self_share_pct"] > 80 and spin["before_self_per_iteration_ms"] is not None
+    # _spin's own frames are the four Python spins' time, as timed (1.15 of 1.35 nominal: 85%; a busy host
+    # stretches the native call, so the truth is what ran, not the plan), within the same 3 points
+    in_spins = sum(share for name, share in measured.items() if name != "native_call")
+    assert abs(spin["self_share_pct"] - in_spins) <= TOLERANCE, (spin["self_share_pct"], in_spins)
+    assert spin["before_self_per_iteration_ms"] is not None
     # spin_b's own frames went from 15 to 30 ms of each iteration: its total per iteration shows it
     b_now = [f for f in second["python"]["stages"][stage]["functions"] if f["name"].endswith(": spin_b")]
     assert not b_now or b_now[0]["self_ms"] < 0.05 * spin["self_ms"]  # spin_b itself only calls _spin
