@@ -12,6 +12,7 @@
   run by tests/packaging/test_documented_output.py) or a sample a named test asserts a phrase of
   (``<!-- sample: tests/FILE.py::TEST asserts "PHRASE" -->``: the test exists, its file holds the
   phrase, so does the block); every key of a ``json`` block is a name the package's code uses;
+- sections: every ``page.md, "Section"`` a doc points to is a heading of that page;
 - lines: no line of the docs is over 300 characters (a table row included).
 """
 
@@ -209,3 +210,23 @@ def test_every_key_of_a_json_sample_is_a_name_the_code_uses():
                 if not re.search(rf"\b{re.escape(key)}\b", source):
                     unknown.append(f"{doc.name}: {key}")
     assert unknown == [], "keys the docs show that no code writes"
+
+
+SECTION_REFERENCE = re.compile(r'\[?(?P<doc>[\w-]+\.md)\]?(?:\([^)]*\))?,? "(?P<title>[^"]+)"')
+
+
+def test_every_section_a_doc_points_to_exists():
+    """``[report.md](report.md), "A fleet of replicas"``: the page holds a heading that starts so (headings
+    keep a subtitle after a colon)."""
+    pages = {doc.name: doc for doc in DOCS}
+    missing = []
+    for doc in DOCS:
+        for m in SECTION_REFERENCE.finditer(" ".join(doc.read_text().split())):
+            target = pages.get(m["doc"])
+            if target is None:
+                continue
+            headings = [h.strip().strip("`") for h in re.findall(r"^#+ (.+)$", target.read_text(), re.M)]
+            title = m["title"].strip("`")
+            if not any(h.replace("`", "").startswith(title.replace("`", "")) for h in headings):
+                missing.append(f"{doc.name}: {m['doc']}, \"{m['title']}\"")
+    assert missing == []
