@@ -58,7 +58,7 @@ $(VENV_VLLM)/.vllm-installed:
 
 # Older vLLM releases' sources import these at module level; the contract
 # tests (tests/compat) import those sources. Shared engine notes, section 1.
-$(VENV_VLLM)/.compat-installed: $(VENV_VLLM)/.demo-installed
+$(VENV_VLLM)/.compat-installed: | $(VENV_VLLM)/.demo-installed
 	$(VPY) -m pip install -q gguf==0.19.0 diskcache==5.6.3 scipy==1.17.1
 	touch $@
 
