@@ -21,27 +21,23 @@ import sys
 import tempfile
 import timeit
 from pathlib import Path
-from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel
 
 
 def per_iteration(folder: Path) -> dict:
-    from benchmarks.bench_vllm_profiling import hooked_worker_classes
+    from benchmarks.bench_vllm_profiling import decode_output, hooked_worker_classes, worker_with
     from rlprof_plugins.config.options import parse_options
-    from rlprof_plugins.patches.vllm.worker_hooks import RECORDER_ATTR
     from rlprof_plugins.metrics.recorder import StepRecorder
     from rlprof_plugins.stages import IterationInfo
 
     Worker, Wrapped = hooked_worker_classes()
-    output = SimpleNamespace(num_scheduled_tokens={f"r{k}": 1 for k in range(8)}, total_num_scheduled_tokens=8,
-                             scheduled_new_reqs=[])
-    bare, off, on = Worker(), Wrapped(), Wrapped()
-    off.__dict__[RECORDER_ATTR] = False
-    recorder = StepRecorder(folder, "rank0", parse_options({}))
+    output = decode_output()
+    # the step metrics alone (the flight recorder, on by default, has its own: bench_flight_recorder.py)
+    recorder = StepRecorder(folder, "rank0", parse_options({"flight_recorder": False}))
     recorder.started(1)
-    on.__dict__[RECORDER_ATTR] = recorder
+    bare, off, on = Worker(), worker_with(Wrapped, False), worker_with(Wrapped, recorder)
     n = 200_000
 
     def best(call) -> float:

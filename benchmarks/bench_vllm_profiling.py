@@ -30,6 +30,7 @@ import time
 import timeit
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import requests
 
@@ -173,6 +174,21 @@ def hooked_worker_classes() -> tuple[type, type]:
 
     wrapt.wrap_function_wrapper(Wrapped, "execute_model", _execute_model)
     return Worker, Wrapped
+
+
+def decode_output() -> SimpleNamespace:
+    """A scheduler output of 8 decoding requests, as the worker hook reads one."""
+    return SimpleNamespace(num_scheduled_tokens={f"r{k}": 1 for k in range(8)}, total_num_scheduled_tokens=8,
+                           scheduled_new_reqs=[])
+
+
+def worker_with(wrapped_class: type, recorder) -> object:
+    """A hooked worker whose step metrics are ``recorder`` (False: off, as the hook caches it)."""
+    from rlprof_plugins.patches.vllm.worker_hooks import RECORDER_ATTR
+
+    worker = wrapped_class()
+    worker.__dict__[RECORDER_ATTR] = recorder
+    return worker
 
 
 def hook_cost() -> dict:

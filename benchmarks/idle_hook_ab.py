@@ -14,8 +14,20 @@ import sys
 import time
 
 
-def main() -> None:
+def warm_engine(model: str, trace_dir: str):
+    """The in-process engine both A/B scripts drive (this one, ``flight_ab.py``), warmed up: the engine, its 8
+    prompts and the sampling of 64 tokens each."""
     from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model, max_model_len=256, max_num_seqs=8, max_num_batched_tokens=256, dtype="float32",
+              enforce_eager=True, profiler_config={"profiler": "torch", "torch_profiler_dir": trace_dir})
+    prompts = [f"the rollout engine {k}" for k in range(8)]
+    params = SamplingParams(max_tokens=64, ignore_eos=True)
+    llm.generate(prompts, params, use_tqdm=False)  # warm-up
+    return llm, prompts, params
+
+
+def main() -> None:
     from vllm.v1.worker import gpu_worker
 
     from rlprof_plugins.patches.base import apply_guarded
@@ -23,11 +35,7 @@ def main() -> None:
     from rlprof_plugins.patches.vllm.facts import version as vllm_version
 
     model, trace_dir, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    llm = LLM(model=model, max_model_len=256, max_num_seqs=8, max_num_batched_tokens=256, dtype="float32",
-              enforce_eager=True, profiler_config={"profiler": "torch", "torch_profiler_dir": trace_dir})
-    prompts = [f"the rollout engine {k}" for k in range(8)]
-    params = SamplingParams(max_tokens=64, ignore_eos=True)
-    llm.generate(prompts, params)  # warm-up
+    llm, prompts, params = warm_engine(model, trace_dir)
     assert WORKER_PATCH.applied
     rates = {"hook": [], "no_hook": []}
     for r in range(2 * rounds):

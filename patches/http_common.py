@@ -10,6 +10,7 @@ from typing import Any
 
 from rlprof_plugins._log import logger
 from rlprof_plugins.errors import ConflictError, NotFoundError, RequestError, UnavailableError
+from rlprof_plugins.metrics.flight import FLIGHT_DUMP_PATH  # noqa: F401 (the routes' path, for both engines)
 
 
 KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError, NotFoundError)
@@ -89,3 +90,24 @@ async def file_response(read_piece):
 
     return StreamingResponse(pieces(), media_type="application/octet-stream",
                              headers={"Content-Length": str(first["size"])})
+
+
+def flight_folder() -> str:
+    """A requested flight recorder dump's folder name, the same for every rank of the server."""
+    import time
+
+    from rlprof_plugins.metrics.flight_dump import folder_name
+    from rlprof_plugins.metrics.flight import REQUESTED
+
+    now = time.time_ns()
+    return f"{folder_name(now, REQUESTED)}-{now // 1_000_000 % 1000:03d}"
+
+
+def flight_answer(folder: str, replies: list) -> dict:
+    """``POST /rlprof/flight_dump``'s answer: the folder each rank writes its window into (after
+    ``after_seconds``), below its current step's ``flight/``; ``off`` where no rank records."""
+    ranks = [r if isinstance(r, dict) else {"ok": False, "error": str(r)} for r in replies or []]
+    on = [r for r in ranks if r.get("flight_recorder")]
+    status = "dumping" if on and all(r.get("ok") for r in ranks) else "off" if not on else "partial"
+    steps = sorted({r.get("global_step") for r in on}, key=lambda s: (s is None, s or 0))
+    return {"status": status, "folder": folder, "global_steps": steps, "ranks": ranks}

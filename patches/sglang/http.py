@@ -34,8 +34,8 @@ from rlprof_plugins.session.protocol import check_wait, local_piece
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
-from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
-                           status_step, stop_status, step_answer)
+from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
+                           flight_answer, flight_folder, json_body, status_step, stop_status, step_answer)
 from .facts import VERSIONS
 from .sessions import start, status, stop_is_native, until_written, uses_rlprof
 from .start_requests import server_config
@@ -117,6 +117,17 @@ async def profile_step(raw_request: Request):
     return JSONResponse(step_answer(step, replies))
 
 
+async def flight_dump(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        folder = flight_folder()
+        replies = await send(_manager(raw_request), {"op": "flight_dump", "folder": folder})
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(flight_answer(folder, replies))
+
+
 async def profile_file(raw_request: Request):
     try:
         step, rank, path = file_query(raw_request)
@@ -131,7 +142,8 @@ async def profile_file(raw_request: Request):
 
 
 ROUTES = {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
-          "/profile_file": profile_file, "/profile_step": profile_step}
+          "/profile_file": profile_file, "/profile_step": profile_step, FLIGHT_DUMP_PATH: flight_dump}
+POSTED = ("/profile_step", FLIGHT_DUMP_PATH)  # the routes rlprof adds that take a POST
 
 
 async def _native_start(endpoint, body: dict):
@@ -163,8 +175,8 @@ def _install_routes(module: Any):
     for path, endpoint in ROUTES.items():
         if level is not None:
             endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
-        methods = sorted(found[path][1].methods) if path in found else ["POST" if path == "/profile_step" else "GET"]
-        route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/')}")
+        methods = sorted(found[path][1].methods) if path in found else ["POST" if path in POSTED else "GET"]
+        route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/').replace('/', '_')}")
         if path in found:
             routes[found[path][0]] = route
         else:
@@ -226,7 +238,7 @@ HTTP_PATCH = Patch(
     wrap={"add_prometheus_middleware": _add_prometheus_middleware},
     optional=("add_prometheus_middleware",),
     install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file, "
-                     "/profile_step (added)",),
+                     "/profile_step, /rlprof/flight_dump (added)",),
     relies_on={
         "app": "present",
         "_global_state": "present",

@@ -164,8 +164,11 @@ def _run_batch(wrapped, instance, args, kwargs):
     if info is None:
         return wrapped(*args, **kwargs)
     if recorder is not None:
-        recorder.begin()
+        waiting = getattr(instance, "waiting_queue", None)
+        recorder.begin(len(waiting) if isinstance(waiting, list) else -1, active)
     if active:
+        if recorder is not None and ctl.pause_listener is None and recorder.flight is not None:
+            ctl.pause_listener = recorder.flight.pause  # the session's pauses into the flight recorder's ring
         ctl.begin_iteration(info)
     try:
         return wrapped(*args, **kwargs)
@@ -180,6 +183,7 @@ def _on_idle(wrapped, instance, args, kwargs):
     recorder = _step_recorder(instance)
     if recorder is not None:  # a version set while no batch runs still ends the step
         recorder.follow_version()
+        recorder.idle()  # the flight recorder: the gap until the next batch is no stall
     ctl = controller_of(instance)
     if ctl is not None and ctl.active:
         # A stop answered earlier completes here, on this thread; a recording's running chunk

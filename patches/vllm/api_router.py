@@ -32,8 +32,8 @@ from rlprof_plugins.config.requests import parse_mark_step, parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
-from ..http_common import (PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response, json_body,
-                           status_step, stop_status, step_answer)
+from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
+                           flight_answer, flight_folder, json_body, status_step, stop_status, step_answer)
 from . import sessions, weight_reader
 from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
@@ -124,6 +124,18 @@ async def profile_step(raw_request: Request):
     return JSONResponse(step_answer(step, replies))
 
 
+async def flight_dump(raw_request: Request):
+    from fastapi.responses import JSONResponse
+
+    try:
+        folder = flight_folder()
+        replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
+            UTILITY, {"op": "flight_dump", "folder": folder})
+    except Exception as e:
+        return error_response(e)
+    return JSONResponse(flight_answer(folder, replies))
+
+
 async def profile_file(raw_request: Request):
     try:
         step, rank, path = file_query(raw_request)
@@ -135,7 +147,7 @@ async def profile_file(raw_request: Request):
 
 ROUTES = (("POST", "/start_profile", start_profile), ("POST", "/stop_profile", stop_profile),
           ("GET", "/profile_status", profile_status), ("POST", "/profile_step", profile_step),
-          ("GET", "/profile_file", profile_file))
+          ("GET", "/profile_file", profile_file), ("POST", FLIGHT_DUMP_PATH, flight_dump))
 
 
 def build_router():

@@ -100,6 +100,9 @@ def _execute_model(wrapped, instance, args, kwargs):
         ctl = instance.__dict__.get(CONTROLLER_ATTR)
         if ctl is not None and ctl.active:
             ctl.idle()
+        recorder = instance.__dict__.get(RECORDER_ATTR)
+        if recorder:  # the flight recorder: the gap until the next iteration is no stall
+            recorder.idle()
         return output
     state = instance.__dict__
     state[FORWARDS_ATTR] = state.get(FORWARDS_ATTR, 0) + 1
@@ -115,8 +118,10 @@ def _execute_model(wrapped, instance, args, kwargs):
     info = iteration_info(scheduler_output) if active else quick_info(scheduler_output)
     if recorder:
         state[INFO_ATTR] = info
-        recorder.begin()
+        recorder.begin(-1, active)  # a worker does not see the scheduler's waiting requests
     if active:
+        if recorder and ctl.pause_listener is None and recorder.flight is not None:
+            ctl.pause_listener = recorder.flight.pause  # the session's pauses into the flight recorder's ring
         ctl.begin_iteration(info)
     else:
         ctl = None

@@ -57,6 +57,27 @@ def mark_answer(path: str, reply: Reply) -> ServerResult:
     return result
 
 
+def dump_answer(path: str, reply: Reply) -> ServerResult:
+    """``POST /rlprof/flight_dump``: ok when every rank's flight recorder takes it; its folder, below each rank's
+    step's ``flight/``, in ``directory``. A server whose recorder is off says so (``state`` off, not ok)."""
+    result = _base(reply)
+    body = reply.body if isinstance(reply.body, dict) else {}
+    if reply.status == 200 and body.get("status") == "dumping":
+        steps = body.get("global_steps") or []
+        result.ok, result.state = True, "dumping"
+        result.global_step = steps[0] if len(steps) == 1 else None
+        result.directory = body.get("folder")
+    elif reply.status == 200 and body.get("status") in ("off", "partial"):
+        result.state = body["status"]
+        result.error = ("the flight recorder is off on this server (flight_recorder, step_metrics and a directory "
+                        "turn it on)" if body["status"] == "off" else "not every rank's flight recorder took it: "
+                        + "; ".join(str(r.get("error") or r.get("unavailable") or "off")
+                                    for r in body.get("ranks", []) if not r.get("flight_recorder")))
+    else:
+        result.error = failure(path, reply)
+    return result
+
+
 def _fill(result: ServerResult, body: dict) -> None:
     result.state = body.get("state")
     result.global_step = body.get("global_step")

@@ -95,6 +95,10 @@ def cmd_step(args) -> int:
     return _finish(args, [_profiler(args).mark_step(args.step)])
 
 
+def cmd_dump(args) -> int:
+    return _finish(args, [_profiler(args).flight_dump()])
+
+
 def cmd_collect(args) -> int:
     import os
 
@@ -185,7 +189,7 @@ def _wait_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=WAIT_TIMEOUT_S, help="seconds --wait waits at most (default 600)")
 
 
-# ``start``, ``stop``, ``status``, ``step`` and ``collect`` on the ``rlprof`` command line.
+# ``start``, ``stop``, ``status``, ``step``, ``dump`` and ``collect`` on the ``rlprof`` command line.
 COMMANDS = (
     Command("start", "start profiling a global step on every server (exit 1 if any failed)", _start_arguments,
             cmd_start),
@@ -193,6 +197,8 @@ COMMANDS = (
     Command("status", "every server's profiling session (exit 1 if any failed)", _status_arguments, cmd_status),
     Command("step", "mark the RL global step on every server: its step metrics count iterations for it from "
                     "now on (exit 1 if any failed)", _step_arguments, cmd_step),
+    Command("dump", "every server's flight recorder writes its last minute now, below each rank's current step's "
+                    "flight/ (exit 1 if any failed)", _common, cmd_dump),
     Command("collect", "one step's files from a server, from every node its ranks ran on, into one folder "
                        "(then rlprof merge)", _collect_arguments, cmd_collect),
 )
@@ -200,5 +206,5 @@ COMMANDS = (
 
 def check_usage(parser: argparse.ArgumentParser, args) -> None:
     """Exit 2 (argparse's usage error) when no server was named."""
-    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status, cmd_step, cmd_collect) and not (args.url or args.router):
+    if getattr(args, "func", None) in (cmd_start, cmd_stop, cmd_status, cmd_step, cmd_dump, cmd_collect) and not (args.url or args.router):
         parser.error(f"{args.command}: give --url URL (one or more) or --router URL")

@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import RequestError
 from ..config.options import check_count, check_flag
-from .answers import mark_answer, session_answer, settled, stop_answer
+from ..metrics.flight import FLIGHT_DUMP_PATH
+from .answers import dump_answer, mark_answer, session_answer, settled, stop_answer
 from .discovery import DiscoveryError, Server, normalise, router_servers, unique
 from .http import API_KEY_ENV, DEFAULT_TIMEOUT_S, ROUTER_API_KEY_ENV, Reply, call
 from .results import FleetError, FleetResult, ServerResult
@@ -241,6 +242,11 @@ class RolloutProfiler:
         return self._act("mark", global_step, servers,
                          lambda s: self._call(s, "POST", "/profile_step", body=body), mark_answer)
 
+    def flight_dump(self, *, servers: Iterable[Server | str] | None = None) -> FleetResult:
+        """Every server's flight recorder writes its ring now (``POST /rlprof/flight_dump``), each rank below
+        its current step's ``flight/``; the folder's name is in each result's ``directory``."""
+        return self._act("dump", None, servers, lambda s: self._call(s, "POST", FLIGHT_DUMP_PATH), dump_answer)
+
     def _targets(self, servers: Iterable[Server | str] | None) -> list[Server]:
         if servers is None:
             return self.servers()
@@ -276,5 +282,5 @@ class RolloutProfiler:
 
 
 def path_of(action: str) -> str:
-    paths = {"start": "/start_profile", "stop": "/stop_profile", "mark": "/profile_step"}
+    paths = {"start": "/start_profile", "stop": "/stop_profile", "mark": "/profile_step", "dump": FLIGHT_DUMP_PATH}
     return paths.get(action, "/profile_status")

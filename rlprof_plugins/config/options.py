@@ -31,6 +31,24 @@ CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
 # Where a start request without a global_step takes one (rlprof_plugins.steps.which_step).
 STEP_SOURCES = ("request", "weight_version", "profile_prefix")
+# The flight recorder's settings (``flight_recorder``: true, false or an object of these; the
+# ``metrics.flight`` module runs them). Defaults measured: docs/performance.md, "Flight recorder".
+FLIGHT_DEFAULT_ON = True  # on wherever a directory is configured: its costs held (docs/performance.md)
+FLIGHT_DEFAULTS: dict[str, Any] = {
+    "seconds": 60,  # the ring keeps this much of the past
+    "slow_factor": 3.0,  # an iteration (or step) this many times its rolling median ...
+    "floor_ms": 200,  # ... and longer than this (an iteration) is slow
+    "stall_seconds": 2.0,  # no iteration for this long while the engine is not idle: a stall
+    "sample_hz": 10,  # the engine thread's stack, read by the recorder's own thread
+    "max_mb": 32,  # the ring's memory cap per process
+    "after_seconds": 1.0,  # a dump holds this much after the event (the engine's recovery)
+    "min_interval_seconds": 60,  # at most one dump per reason this often (``requested`` is not limited)
+    "disk_mb": 256,  # the dumps below the directory stop here (one log line per dropped dump)
+    "warmup_iterations": 20,  # a server's first iterations never trigger; after a weight sync or a
+                              # profiler's pause a tenth of this (at least 2)
+    "on_anomaly": "dump",  # what a trigger does: write the dump
+}
+FLIGHT_ON_ANOMALY = ("dump",)  # "trace_next" (a full trace of what follows) is not built yet
 
 
 @dataclass(frozen=True)
@@ -124,6 +142,7 @@ class ProfileOptions:
     memory_stacks: str = memory_history.DEFAULTS["memory_stacks"]
     memory_max_entries: int = memory_history.DEFAULTS["memory_max_entries"]
     step_metrics: bool = True
+    flight_recorder: Mapping[str, Any] | None = field(default_factory=lambda: dict(FLIGHT_DEFAULTS))
     server_name: str | None = None
     backend: str = "auto"
     backend_keys: Mapping[str, Any] = field(default_factory=lambda: dict(BACKEND_KEYS))
@@ -131,6 +150,8 @@ class ProfileOptions:
     def to_dict(self) -> dict[str, Any]:
         """Every key and its value, flat, as users write them (``backend_keys`` spread out)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "backend_keys"}
+        flight = self.flight_recorder
+        out["flight_recorder"] = False if flight is None else dict(flight)
         return {**out, **dict(self.backend_keys)}
 
     @classmethod
@@ -232,6 +253,40 @@ def check_directory(key: str, value: Any, error=OptionsError) -> str | None:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def check_flight_recorder(key: str, value: Any, error=OptionsError) -> dict[str, Any] | None:
+    """``true`` (the defaults), ``false``/``null`` (off: None) or an object of ``FLIGHT_DEFAULTS``' keys,
+    each checked and named ``flight_recorder.<key>`` at fault; the settings with the defaults filled in."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return dict(FLIGHT_DEFAULTS)
+    if not isinstance(value, Mapping):
+        raise error(key, f"must be true, false or an object of {', '.join(FLIGHT_DEFAULTS)}, got {value!r}")
+    unknown = [k for k in value if k not in FLIGHT_DEFAULTS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(FLIGHT_DEFAULTS), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise error(f"{key}.{unknown[0]}", f"not a flight recorder setting{hint}; settings: {', '.join(FLIGHT_DEFAULTS)}")
+    out = dict(FLIGHT_DEFAULTS)
+    for name, given in value.items():
+        where = f"{key}.{name}"
+        if name == "on_anomaly":
+            out[name] = check_choice(where, given, FLIGHT_ON_ANOMALY, error)
+            continue
+        number = isinstance(given, (int, float)) and not isinstance(given, bool)
+        if not number or given <= 0 or given != given or given == float("inf"):
+            raise error(where, f"must be a number > 0, got {given!r}")
+        if name == "slow_factor" and given <= 1:
+            raise error(where, f"must be > 1 (a multiple of the rolling median), got {given!r}")
+        if name in ("sample_hz", "warmup_iterations", "max_mb", "disk_mb", "seconds") and given != int(given):
+            raise error(where, f"must be a whole number, got {given!r}")
+        out[name] = int(given) if name in ("sample_hz", "warmup_iterations", "max_mb", "disk_mb", "seconds") else given
+    if out["sample_hz"] > 100:
+        raise error(f"{key}.sample_hz", f"must be at most 100 (a low rate: the recorder runs all the time), "
+                                        f"got {out['sample_hz']}")
+    return out
+
+
 def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     """Validate our keys from ``data`` (which must hold only our keys)."""
     unknown = [k for k in data if k not in OUR_KEYS]
@@ -244,6 +299,10 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
     keep = check_count("keep_last_steps", data.get("keep_last_steps"), allow_none=True)
     if keep == 0:
         raise OptionsError("keep_last_steps", "must be >= 1 (or null to keep every step)")
+    if data.get("flight_recorder") not in (None, False) and data.get("step_metrics") is False:
+        raise OptionsError("flight_recorder", "needs step_metrics (the step a dump is filed under, the steps a "
+                                              "slow step is measured against): set step_metrics true, or drop "
+                                              "flight_recorder")
     given = {key: kind_of_key(key).check(key, data[key], OptionsError) for key in BACKEND_KEYS if key in data}
     for kind in KINDS.values():
         kind.cross_check({**data, **given}, OptionsError)
@@ -268,6 +327,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         memory_max_entries=check_positive("memory_max_entries",
                                           data.get("memory_max_entries", memory_history.DEFAULTS["memory_max_entries"])),
         step_metrics=check_flag("step_metrics", data.get("step_metrics", True)),
+        flight_recorder=check_flight_recorder("flight_recorder", data.get("flight_recorder", FLIGHT_DEFAULT_ON)),
         server_name=check_server_name("server_name", data.get("server_name")),
         backend=check_backend(data.get("backend", "auto")),
         backend_keys={**BACKEND_KEYS, **given},

@@ -12,7 +12,8 @@ then gives the patch module the same calls on both engines:
   its ``begin()`` and ``end(info)`` around the iteration;
 - ``command(owner, command)``: a step command (``weight_version``,
   ``mark_step`` with a ``global_step``, or with a trainer's
-  ``weights_version``) answered, or None for a profiling command;
+  ``weights_version``; ``flight_dump``, the flight recorder's ring written
+  now) answered, or None for a profiling command;
 - ``started(owner, command, reply)``: a start that went through names its
   step, so iterations count for it from then on.
 
@@ -28,7 +29,7 @@ from .._log import logger
 from ..config.options import ProfileOptions
 from .recorder import StepRecorder, recorder_for
 
-STEP_OPS = ("weight_version", "mark_step")  # commands for the step metrics, not for a profiling session
+STEP_OPS = ("weight_version", "mark_step", "flight_dump")  # for the step metrics, not a profiling session
 
 
 class RecorderPlace(NamedTuple):
@@ -78,6 +79,8 @@ class StepMetricsHook:
         recorder = self.recorder(owner, *context)
         if recorder is None:
             return {"ok": True, "step_metrics": False}
+        if op == "flight_dump":
+            return recorder.flight_dump(command.get("folder"))
         if op == "weight_version":
             recorder.weight_version(command.get("version"))
         elif command.get("weights_version") is not None:  # a trainer integration's weight sync

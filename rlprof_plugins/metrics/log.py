@@ -51,6 +51,10 @@ class StepLog:
         """The step open now (on the engine thread, as ``put``)."""
         self._queue.put(("step", step))
 
+    def put_anomaly(self, reason: str, stage: str | None) -> None:
+        """A flight recorder dump written (from its thread): counted in the state file."""
+        self._queue.put(("anomaly", (reason, stage)))
+
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, then stop (at exit, and in tests)."""
         if self._thread.is_alive():
@@ -68,6 +72,8 @@ class StepLog:
                     self._append(value.encode())
                     self.written += 1
                     self.state.add(value)
+                elif kind == "anomaly":
+                    self.state.count_anomaly(*value)
                 else:
                     self.state.global_step = value
                 _write_state(self.state, self.path.with_name(self.path.name[:-len(SUFFIX)] + STATE_SUFFIX))

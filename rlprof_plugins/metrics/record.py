@@ -165,6 +165,11 @@ class RankTotals:
     idle_ms: float = 0.0
     stages: dict[str, StageRecord] = field(default_factory=dict)
     last_busy_ms: float = 0.0  # the newest finished step's time inside iterations (a fleet's slowest replica)
+    anomalies: dict[str, int] = field(default_factory=dict)  # the flight recorder's dumps, "reason/stage": count
+
+    def count_anomaly(self, reason: str, stage: str | None) -> None:
+        key = f"{reason}/{stage or 'all'}"
+        self.anomalies[key] = self.anomalies.get(key, 0) + 1
 
     def add(self, record: StepRecord) -> None:
         self.steps += 1
@@ -179,7 +184,7 @@ class RankTotals:
     def encode(self) -> str:
         return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
                            "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
-                           "last_busy_ms": round(self.last_busy_ms, 3),
+                           "last_busy_ms": round(self.last_busy_ms, 3), "anomalies": self.anomalies,
                            "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
 
     @classmethod
@@ -195,4 +200,6 @@ class RankTotals:
                    last_step=last if isinstance(last, int) and not isinstance(last, bool) else None,
                    steps=_number(data, "steps", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"), last_busy_ms=_number(data, "last_busy_ms"),
-                   stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()})
+                   stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()},
+                   anomalies={str(k): int(v) for k, v in (data.get("anomalies") or {}).items()
+                              if isinstance(v, int) and not isinstance(v, bool)})

@@ -22,7 +22,10 @@ from ..steps.weight_version import step_of
 from ..steps.which_step import WEIGHT_VERSION
 from ..store.layout import STEPS_DIR
 from ..stages import IterationInfo
+from .flight import FlightRecorder
+from .flight_dump import DumpWriter
 from .log import StepLog
+from .record import StepRecord
 from .timer import StepMetrics
 
 
@@ -31,7 +34,15 @@ class StepRecorder:
 
     def __init__(self, root: str | Path, rank: str, options: ProfileOptions) -> None:
         self.log = StepLog(Path(root) / STEPS_DIR, rank)
-        self.metrics = StepMetrics(rank, self.log.put, on_step=self.log.put_step)
+        self.metrics = StepMetrics(rank, self._finished, on_step=self._step_moved)
+        self.flight: FlightRecorder | None = None  # the rank's flight recorder (``flight_recorder``)
+        if options.flight_recorder is not None:
+            try:
+                writer = DumpWriter(root, rank, dict(options.flight_recorder), options.server_name,
+                                    on_written=lambda a: self.log.put_anomaly(a.reason, a.stage))
+                self.flight = FlightRecorder(dict(options.flight_recorder), writer)
+            except Exception as e:  # the step metrics go on without it
+                logger.warning("rlprof: flight recorder off on %s: %s: %s", rank, type(e).__name__, e)
         self.offset = options.trainer_step_offset
         self.by_version = options.step_source == WEIGHT_VERSION
         self._version: Any = object()  # the last weight version seen
@@ -40,9 +51,10 @@ class StepRecorder:
         atexit.register(self.close)  # the open step is written when the engine process ends
 
     # ---- the engine thread, every iteration ------------------------------
-    def begin(self) -> None:
-        """An iteration begins; where the engine keeps its weight version in this process
-        (``read_version``), the step follows it first."""
+    def begin(self, waiting: int = -1, profiled: bool = False) -> None:
+        """An iteration begins (``waiting``: the requests the engine holds back, where it says; ``profiled``:
+        a profiling session records it, which the flight recorder sets apart); where the
+        engine keeps its weight version in this process (``read_version``), the step follows it first."""
         if self.failed is None:
             try:
                 if self.read_version is not None:
@@ -50,6 +62,13 @@ class StepRecorder:
                 self.metrics.begin()
             except Exception as e:
                 self._fail(e)
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.profiling = profiled
+                flight.begin(waiting)
+            except Exception as e:
+                self._flight_failed(e)
 
     def end(self, info: IterationInfo | None) -> None:
         if self.failed is None:
@@ -57,6 +76,56 @@ class StepRecorder:
                 self.metrics.end(info)
             except Exception as e:
                 self._fail(e)
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.end(info)
+            except Exception as e:
+                self._flight_failed(e)
+
+    def idle(self) -> None:
+        """The engine is about to wait for work (the flight recorder's gap is then no stall)."""
+        flight = self.flight
+        if flight is not None:
+            flight.idle()
+
+    def flight_dump(self, folder: str | None) -> dict:
+        """A dump asked for: the ring as it is now (written by the recorder's thread, ``after_seconds`` on)."""
+        if self.flight is None:
+            return {"ok": True, "flight_recorder": False}
+        anomaly = self.flight.request(folder)
+        return {"ok": True, "flight_recorder": True, "global_step": anomaly.global_step, "rank": self.metrics.rank}
+
+    def _finished(self, record: StepRecord) -> None:
+        """A finished step: to the log, and to the flight recorder (slow against the steps before?)."""
+        self.log.put(record)
+        flight = self.flight
+        if flight is not None:
+            try:
+                means = {stage: t.total_ms / t.iterations for stage, t in record.stages.items() if t.iterations}
+                flight.step_finished(record.global_step, record.busy_ms, means)
+            except Exception as e:
+                self._flight_failed(e)
+
+    def _step_moved(self, step: Any) -> None:
+        self.log.put_step(step)
+        flight = self.flight
+        if flight is not None:
+            try:
+                flight.step_changed(step if isinstance(step, int) else None)
+            except Exception as e:
+                self._flight_failed(e)
+
+    def _flight_failed(self, e: BaseException) -> None:
+        """The flight recorder failed: it stops (one warning), the step metrics and serving go on."""
+        flight, self.flight = self.flight, None
+        logger.warning("rlprof: flight recorder stopped on %s: %s: %s (step metrics and serving go on)",
+                       self.metrics.rank, type(e).__name__, e)
+        if flight is not None:
+            try:
+                flight.close(timeout=0, write=False)
+            except Exception:
+                pass
 
     # ---- where the RL step moves ----------------------------------------
     def weight_version(self, version: Any) -> None:
@@ -99,6 +168,8 @@ class StepRecorder:
     def close(self) -> None:
         try:
             self.metrics.flush()
+            if self.flight is not None:
+                self.flight.close()
         finally:
             self.log.close()
 

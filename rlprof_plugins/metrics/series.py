@@ -16,7 +16,9 @@ waits on one. The series (no label grows with the step number):
   ``rlprof_idle_seconds_total{rank}``;
 - ``rlprof_last_step_busy_seconds{rank}``: the newest finished step's time
   inside iterations (across a fleet's servers, the largest is the replica
-  the step waited for).
+  the step waited for);
+- ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
+  (``flight``), by what triggered them.
 
 Counters restart with the engine, as Prometheus expects of counters.
 """
@@ -64,8 +66,14 @@ class StepSeries:
         idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
         last = GaugeMetricFamily("rlprof_last_step_busy_seconds", "The newest finished RL step's time inside "
                                  "engine iterations (rlprof_global_step names the step)", labels=["rank"])
+        anomalies = CounterMetricFamily("rlprof_anomalies", "Flight recorder dumps written, by what triggered them "
+                                        "(slow_iteration, stall, slow_step, requested)",
+                                        labels=["reason", "stage", "rank"])
         for state in states:
             rank = state.rank
+            for key, count in sorted(state.anomalies.items()):
+                reason, _, stage = key.partition("/")
+                anomalies.add_metric([reason, stage or "all", rank], count)
             if state.last_step is not None:
                 step.add_metric([rank], state.last_step)
             if isinstance(state.global_step, int) and not isinstance(state.global_step, bool):
@@ -83,7 +91,7 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
-        yield from (step, current, times, tokens, steps, busy, idle, last)
+        yield from (step, current, times, tokens, steps, busy, idle, last, anomalies)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from ..store.layout import write_text_atomic
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from ..trace.analysis.summary import step_label
+from .anomalies import note as anomaly_note
 from .cache import StepCache
 from .compare import compare
 from . import flame
@@ -132,6 +133,7 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
                                                  if row["missing_ranks"] else []):
             built.notes.append(f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)")
         built.notes += [f"{name}: {a}" for a in row.get("assumed_ranks", [])]
+        built.notes += [anomaly_note(name, a) for a in row.get("anomalies", [])]
     built.notes += [f"step metrics: {w}" for w in report["warnings"]]
     if pair:
         built.compared = compare(report, *pair)

@@ -22,6 +22,7 @@ from .. import __version__
 from ..trace.analysis.iteration_names import SOURCE_TITLES
 from . import charts
 from .fleet_view import fleet_parts
+from . import anomalies
 from .step_section import cell, name_cell, step_section
 
 STYLE = """
@@ -65,6 +66,7 @@ def render_parts(report: dict[str, Any], notes: list[str], compared: dict[str, A
         yield from _across(steps, base)
     if compared:
         yield _compare(compared)
+    yield anomalies.page_part(steps, cell, name_cell)
     detailed = [row for row in steps if "timeline" in row]
     older = [row["global_step"] for row in steps if "timeline" not in row and row.get("traced", True)]
     if older:
@@ -135,7 +137,7 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
              f"<td class='name nw state-{escape(row['state'] if not row['unreadable'] else 'error')}'>"
              f"{escape(row['state'])}" + (f"; {len(row['unreadable'])} file(s) unreadable: "
                                           f"{escape(', '.join(e.split(':')[0] for e in row['unreadable']))}"
-                                          if row["unreadable"] else "") + "</td>",
+                                          if row["unreadable"] else "") + anomalies.marker(row) + "</td>",
              *([f"<td class='name nw' data-trace='{json.dumps(row.get('traced', True))}'>"
                 f"{'traced' if row.get('traced', True) else 'metrics only'}</td>"] if measured else []),
              *([f"<td class='name nw'>{escape(str(row['engine'] or ''))} {escape(str(row['engine_version'] or ''))}"

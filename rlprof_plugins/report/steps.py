@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store import manifest
+from ..store.layout import only_flight
 from ..trace.analysis.device_time import in_ms
 from ..trace.format.gz import file_size
 from ..trace.format.sources import missing_line, plan, trace_files
@@ -38,6 +39,7 @@ from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
+from .anomalies import add_anomalies
 from .ranks import files_of, rank_time
 
 DETAILED = 20  # the newest steps shown in full
@@ -79,6 +81,8 @@ class StepsFound:
         if cache is not None:
             cache.forget_others([d for _, d in found])
         measured, warnings = measured_steps(root, cache)
+        # a step folder holding only the flight recorder's dumps is a step measured, not traced
+        found = [(s, d) for s, d in found if s not in measured or not only_flight(d)]
         traced = {s for s, _ in found}
         found = sorted(found + [(s, None) for s in measured if s not in traced],
                        key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
@@ -88,9 +92,11 @@ class StepsFound:
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         """The step's row: its trace's numbers (the cache's where they hold), or its measured ones."""
         if directory is None:
-            return measured_row(global_step, self.measured[global_step], self.root, self.logs)
-        row = dict(_cached_row(global_step, directory, progress, self.cache))
-        row["traced"], row["measured"] = True, self.measured.get(global_step)
+            row = measured_row(global_step, self.measured[global_step], self.root, self.logs)
+        else:
+            row = dict(_cached_row(global_step, directory, progress, self.cache))
+            row["traced"], row["measured"] = True, self.measured.get(global_step)
+        add_anomalies(row, self.root)
         return row
 
 

@@ -74,6 +74,7 @@ class ProfilerController:
         # Read on every engine iteration: a plain attribute, no lock. True
         # while the hooks have work: a session is active or a stop is pending.
         self.active = False
+        self.pause_listener: Callable[[Any], None] | None = None  # each recording's pauses, as they happen
 
     # ---- engine iterations (hot path) -----------------------------------
     def begin_iteration(self, info: IterationInfo | None = None) -> None:
@@ -239,6 +240,7 @@ class ProfilerController:
         except Exception as e:
             self._fail(s, e)
             return
+        recording.pause_listener = self.pause_listener
         self._recording = recording
         s.state = RECORDING
         s.recording_started_at = time.time()

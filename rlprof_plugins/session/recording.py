@@ -49,6 +49,7 @@ class Recording:
         self.role = role
         self.chunks: Chunks | None = None  # set when the first chunk ends (rotate or park)
         self.pauses: list[Pause] = []  # each stop the engine thread waited for, in order
+        self.pause_listener: Any = None  # told each pause as it is kept (the rank's flight recorder)
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
         self._plan = plan  # when a chunk ends (None: never)
@@ -175,7 +176,7 @@ class Recording:
         self.backend = backend
         self._start_backend()
         self.parked = False
-        self.pauses.append(Pause.timed(RESUME, began, None, None))
+        self._keep(Pause.timed(RESUME, began, None, None))
 
     @property
     def held(self) -> int:
@@ -198,7 +199,7 @@ class Recording:
                 self.memory.snapshot()
             except Exception as e:  # the trace still stops and is written; the session says what failed
                 self.memory.report["error"] = f"taking the memory snapshot failed: {type(e).__name__}: {e}"
-            self.pauses.append(Pause.timed(MEMORY, began, *(self._chunk.span or (None, None))))
+            self._keep(Pause.timed(MEMORY, began, *(self._chunk.span or (None, None))))
         if self.parked:
             return None
         began, ended = time.time_ns(), self._end_chunk()
@@ -230,9 +231,17 @@ class Recording:
         chunk, idle = ended
         planned = None if self._plan is None else self._plan.predicted(chunk.held, idle) * 1e3
         pause = Pause.timed(cause, began, *(chunk.span or (None, None)), planned_ms=planned, idle_ms=idle * 1e3)
-        self.pauses.append(pause)
+        self._keep(pause)
         if self._plan is not None and not getattr(stopped, "detached", False):
             self._plan.learn(pause.seconds, chunk.held, rotated=cause == ROTATION, idle_seconds=idle)
+
+    def _keep(self, pause: Pause) -> None:
+        self.pauses.append(pause)
+        if self.pause_listener is not None:
+            try:
+                self.pause_listener(pause)
+            except Exception:  # the flight recorder's ring; the recording goes on regardless
+                self.pause_listener = None
 
     def abandon(self) -> None:
         """Stop after a failure; the memory history recorded so far is taken, not

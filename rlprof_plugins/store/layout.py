@@ -26,6 +26,7 @@ _STEP_DIR = re.compile(rf"^{STEP_DIR_PREFIX}(\d+)$")
 # as it is; the manifest, the API-server trace and merged outputs live apart.
 RANKS, FRONTEND, MERGED = "ranks", "frontend", "merged"
 MEMORY = "memory"  # each rank's allocator snapshot over the window (``memory``), apart from the traces
+FLIGHT_DIR = "flight"  # ``global_step_<N>/flight/<time>-<reason>/``: the flight recorder's dumps, apart from sessions
 STEPS_DIR = "steps"  # ``<root>/steps/<rank>.jsonl``: every RL step's metrics, traced or not (``step_metrics``)
 
 
@@ -75,6 +76,14 @@ def step_folders(root: Path) -> list[tuple[int, Path]]:
         if step is not None and p.is_dir() and not p.is_symlink():
             found.append((step, p))
     return sorted(found)
+
+
+def only_flight(folder: Path) -> bool:
+    """Whether a step folder holds nothing but the flight recorder's dumps (``flight/``): no session wrote it."""
+    try:
+        return {n for n in os.listdir(folder) if not n.startswith(".")} == {FLIGHT_DIR}  # (empty: a step starting)
+    except OSError:
+        return False
 
 
 def session_dir(root: str | os.PathLike, global_step: int | None) -> Path:

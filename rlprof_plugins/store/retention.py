@@ -1,7 +1,8 @@
 """Keep only the newest N global-step folders of a server (opt-in).
 
 A folder is removed only when its manifest says every writer finished
-(``done`` or ``failed``), only if it is a real ``global_step_<N>`` folder
+(``done`` or ``failed``), or when it holds nothing but the flight recorder's
+dumps (each written whole), only if it is a real ``global_step_<N>`` folder
 directly inside the output root (no symlinks), and each removal is logged.
 
 Removal is in two moves, so a step can report ``done`` only once it is
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from . import manifest, processes
 from .._log import logger
-from .layout import step_folders
+from .layout import only_flight, step_folders
 
 REMOVING = ".rlprof-removing."  # a pruned folder on its way out (not a step folder any more)
 REMOVER = "rlprof-removing.json"  # inside it: the process that moved it (``processes.identity``)
@@ -36,7 +37,9 @@ def prune(root: Path, keep: int) -> list[Path]:
     moved = _left_behind(root)
     for step, folder in step_folders(root)[::-1][keep:]:  # the newest first
         data = manifest.read(folder)
-        if data is None or data.get("state") not in manifest.TERMINAL:
+        if data is None and only_flight(folder):
+            pass  # the flight recorder's dumps alone (each written whole): they go with their step
+        elif data is None or data.get("state") not in manifest.TERMINAL:
             logger.info("rlprof: keeping %s beyond keep_last_steps=%d: not complete", folder, keep)
             continue
         gone = root / f"{REMOVING}{folder.name}.{os.getpid()}"

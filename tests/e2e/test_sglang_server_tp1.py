@@ -252,3 +252,12 @@ def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(sglang_tp1)
     from tests.helpers.soak import check_short
 
     check_short(sglang_tp1, "sglang")
+
+
+def test_the_flight_recorder_writes_what_went_wrong_and_nothing_else(sglang_tp1, tmp_path):
+    """Last in the module: the flight recorder ran with the defaults through all of the above with no dump; then a
+    stopped scheduler, a requested dump and a slow step, each written and reported (tests/helpers/flight.py; this
+    server serves no /metrics: SGLang's needs --enable-metrics, tests/e2e/test_step_metrics_live.py)."""
+    from tests.helpers.flight import check_live
+
+    check_live(sglang_tp1, ("sglang::schedul",), tmp_path, metrics=False)

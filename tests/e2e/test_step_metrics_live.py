@@ -11,7 +11,8 @@ rank (TP=2) off the engine thread. The engine's own ``/metrics`` (vLLM always,
 SGLang with ``--enable-metrics``) carries rlprof's series, and a real
 Prometheus scraping it answers ``rlprof_global_step`` with 6 on each rank (the
 newest step finished: version 6 ended step 6), ``rlprof_current_step`` with 7,
-and every query of the Grafana dashboard with data.
+and every query of the Grafana dashboard with data (a requested flight recorder dump first, ``rlprof
+dump``: one folder, a trace per rank, so the anomalies panel has its series).
 Then the trainer marks steps itself (``RolloutProfiler.mark_step``, ``rlprof
 step``), as one that versions nothing would.
 """
@@ -91,6 +92,22 @@ def scraped(server, tmp_path, ranks: int) -> None:
         prometheus.stop()
 
 
+def dumped(server, root, ranks: int) -> None:
+    """A requested flight recorder dump (``rlprof dump``): one folder below the current step (7), a trace per
+    rank, counted on /metrics (the dashboard's anomalies panel then has data)."""
+    from rlprof_plugins.metrics.flight_dump import read_anomalies
+
+    assert rlprof(["dump", "--url", server.url]) == 0
+    deadline = time.time() + 10
+    while not (found := read_anomalies(root / "global_step_7")) and time.time() < deadline:
+        time.sleep(0.1)
+    while found and len(found[0].get("ranks", {})) < ranks and time.time() < deadline:
+        time.sleep(0.1)
+        found = read_anomalies(root / "global_step_7")
+    assert len(found) == 1 and found[0]["reason"] == "requested" and len(found[0]["ranks"]) == ranks, found
+    assert len(list(Path(found[0]["path"]).glob("*.flight.json"))) == ranks
+
+
 def marked(server, root, ranks: int) -> None:
     """A trainer that versions nothing marks its steps (the client and ``rlprof step``); bad input is a 400."""
     bad = server.post("/profile_step", {"global_step": "x"})
@@ -148,6 +165,7 @@ def measure_trace_scrape_mark(server, root, tmp_path, ranks: int = 2) -> None:
     """The whole story on one server (TP=2), which is stopped after."""
     try:
         check(drive(server, root), root, ranks=ranks)
+        dumped(server, root, ranks=ranks)
         scraped(server, tmp_path, ranks=ranks)
         marked(server, root, ranks=ranks)
     finally:

@@ -334,3 +334,11 @@ def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(server_tp1)
     from tests.helpers.soak import check_short
 
     check_short(server_tp1, "vllm")
+
+
+def test_the_flight_recorder_writes_what_went_wrong_and_nothing_else(server_tp1, tmp_path):
+    """Last in the module: the flight recorder ran with the defaults through all of the above with no dump; then a
+    stopped engine, a requested dump and a slow step, each written and reported (tests/helpers/flight.py)."""
+    from tests.helpers.flight import check_live
+
+    check_live(server_tp1, ("VLLM::Worker",), tmp_path)

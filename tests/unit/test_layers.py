@@ -42,7 +42,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (f"{P}.patches",)),
     ("sessions", "when to record: the workers' controller, the API server's recorder, the protocol",
      (f"{P}.session",)),
-    ("step metrics", "every iteration timed into its RL step: the record, the log, the series, the reader",
+    ("step metrics", "every iteration timed into its RL step: the record, the log, the series, the reader; the "
+                     "flight recorder",
      (f"{P}.metrics",)),
     ("configuration and requests", "the keys, the launch configuration, one start request",
      (f"{P}.config",)),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ...store import manifest
 from . import naming
-from ...store.layout import MERGED
+from ...store.layout import FLIGHT_DIR, MERGED
 from .naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
 
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
@@ -229,7 +229,8 @@ def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
     files, npu = [], []
     base = len(str(directory))
     for top, dirs, names in os.walk(directory):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        # not hidden ones, nor the step's flight recorder dumps (their windows, not the session's traces)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not (d == FLIGHT_DIR and len(top) == base)]
         inside_npu = any(part.endswith(ASCEND_SUFFIX) for part in top[base:].split(os.sep))
         npu += [os.path.join(top, d) for d in dirs if d.endswith(ASCEND_SUFFIX)]
         for name in names:

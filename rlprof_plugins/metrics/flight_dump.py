@@ -1,0 +1,293 @@
+"""A flight recorder's dump on disk: ``anomaly.json`` and a Chrome trace per rank, and read back.
+
+Where: ``<dir>/global_step_<N>/flight/<time>-<reason>/`` (``<dir>/flight/...``
+while no step is known), N the step the event belongs to, ``<time>`` the
+event's end in UTC (``20261127-150405``). The ranks of one server see one
+slow iteration together (their collectives keep them in step), each in its
+own process: a rank finding a folder of the same reason within
+``JOIN_SECONDS`` of its own event writes into it, so one event is one
+folder, a trace per rank. A requested dump names its folder for every rank.
+
+- ``anomaly.json``: ``reason``, ``stage``, ``iteration``, ``duration_ms``
+  (what was measured), ``baseline_ms`` (what it was compared with),
+  ``factor``, ``global_step``, ``window`` and ``event`` (start and end, Unix
+  seconds), ``server`` (name, host), ``ongoing``, ``detail`` and ``ranks``
+  (each rank's own numbers and its trace's file): the first rank's fields at
+  the top. Rewritten whole, atomically, under a lock, as each rank adds its
+  part.
+- ``<rank>.flight.json``: the window on the trace's clock (microseconds from
+  ``baseTimeNanoseconds``, wall-clock): each iteration as an
+  ``rlprof::iteration N [stage] ...`` range (the name rank traces use, so
+  ``rlprof summary`` and the report read it; ``args``: requests waiting,
+  whether a session recorded it), rlprof's pauses as in rank traces, and
+  the engine thread's sampled stacks as ``python_sample`` spans (the flame
+  view reads them as it reads a session's).
+
+Every file is written to a temporary name and renamed; a folder appears
+whole. The dumps below ``<dir>`` stop at ``disk_mb``: past it, or when the
+disk is full, a dump is dropped with one log line and serving goes on.
+Retention (``keep_last_steps``) removes them with their step's folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .._log import logger
+from ..backends.stack_sampler import frame_name
+from ..stages import ITERATION_PREFIX, IterationInfo, iteration_annotation
+from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX, step_folders, write_text_atomic
+from ..trace.analysis.python_stacks import SAMPLE_CAT
+from .flight import Anomaly, Window
+
+ANOMALY_FILE = "anomaly.json"
+TRACE_SUFFIX = ".flight.json"
+JOIN_SECONDS = 2  # a rank's event this close to a folder's, of the same reason, is the same event
+_FOLDER = re.compile(r"^(?P<time>\d{8}-\d{6})-(?P<reason>[a-z_]+)(?:-\d+)?$")
+_LOCK = ".anomaly.lock"
+
+
+def flight_root(root: str | os.PathLike, step: int | None) -> Path:
+    base = Path(root)
+    return base / (f"{STEP_DIR_PREFIX}{step}" if step is not None else "") / FLIGHT_DIR
+
+
+def folder_name(end_ns: int, reason: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(end_ns / 1e9))}-{reason}"
+
+
+def _folder_seconds(name: str) -> tuple[float, str] | None:
+    m = _FOLDER.match(name)
+    if not m:
+        return None
+    return time.mktime(time.strptime(m["time"], "%Y%m%d-%H%M%S")) - time.timezone, m["reason"]
+
+
+class DumpWriter:
+    """Writes one rank's dumps below ``root`` (a ``FlightRecorder``'s ``write``); ``on_written(anomaly)``
+    is told of each (the rank's ``rlprof_anomalies_total``)."""
+
+    def __init__(self, root: str | os.PathLike, rank: str, settings: dict[str, Any], server: str | None,
+                 on_written: Any = None) -> None:
+        self.root = Path(root)
+        self.rank = rank
+        self.settings = settings
+        self.server = {"name": server, "host": socket.gethostname()}
+        self.budget = int(settings["disk_mb"]) << 20
+        self.on_written = on_written
+        self.written: list[Path] = []
+
+    def __call__(self, anomaly: Anomaly, window: Window) -> Path | None:
+        used = dumps_size(self.root)
+        if used >= self.budget:
+            logger.warning("rlprof: flight recorder dump (%s) dropped: the dumps below %s hold %.0f MB, "
+                           "the budget (flight_recorder.disk_mb) is %d MB", anomaly.reason, self.root,
+                           used / 1e6, self.budget >> 20)
+            return None
+        base = flight_root(self.root, anomaly.global_step)
+        base.mkdir(parents=True, exist_ok=True)
+        hint = anomaly.folder_hint if anomaly.folder_hint and _FOLDER.match(anomaly.folder_hint) else None
+        name = hint or self._joined(base, anomaly) or folder_name(anomaly.end_ns, anomaly.reason)
+        folder = base / name
+        trace_name = f"{self.rank}{TRACE_SUFFIX}"
+        if folder.is_dir():  # another rank's (or a requested dump's) folder: add this rank's files
+            write_text_atomic(folder / trace_name, trace_parts(window, self.rank, anomaly))
+            self._add_to_anomaly(folder, anomaly, window, trace_name)
+        else:  # a folder of its own, made whole under a temporary name, then renamed
+            tmp = base / f".{name}.{os.getpid()}.tmp"
+            try:
+                tmp.mkdir()
+                write_text_atomic(tmp / trace_name, trace_parts(window, self.rank, anomaly))
+                self._add_to_anomaly(tmp, anomaly, window, trace_name)
+                try:
+                    os.rename(tmp, folder)
+                except OSError:  # another rank made it meanwhile: join it
+                    os.replace(tmp / trace_name, folder / trace_name)
+                    self._add_to_anomaly(folder, anomaly, window, trace_name)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+        self.written.append(folder)
+        logger.warning("rlprof: flight recorder: %s%s on %s at global step %s: %s against %s: %s", anomaly.reason,
+                       f" ({anomaly.stage})" if anomaly.stage else "", self.rank, anomaly.global_step,
+                       _ms(anomaly.duration_ms), _ms(anomaly.baseline_ms), folder)
+        if self.on_written is not None:
+            self.on_written(anomaly)
+        return folder
+
+    def _joined(self, base: Path, anomaly: Anomaly) -> str | None:
+        """A folder another rank made for the same event (same reason, within ``JOIN_SECONDS``)."""
+        mine = anomaly.end_ns / 1e9
+        for entry in sorted(os.listdir(base)):
+            found = _folder_seconds(entry)
+            if found and found[1] == anomaly.reason and abs(found[0] - int(mine)) <= JOIN_SECONDS \
+                    and not (base / entry / f"{self.rank}{TRACE_SUFFIX}").exists():
+                return entry
+        return None
+
+    def _add_to_anomaly(self, folder: Path, anomaly: Anomaly, window: Window, trace: str) -> None:
+        with open(folder / _LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = folder / ANOMALY_FILE
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                data = {}
+            mine = anomaly_fields(anomaly, window)
+            if not data.get("reason"):
+                data = {**mine, "server": self.server, "ranks": {}}
+            data.setdefault("ranks", {})[self.rank] = {
+                k: mine[k] for k in ("duration_ms", "baseline_ms", "factor", "iteration", "stage", "event", "ongoing")}
+            data["ranks"][self.rank].update(trace=trace, pid=os.getpid())
+            write_text_atomic(path, json.dumps(data, indent=1))
+        try:
+            (folder / _LOCK).unlink()
+        except OSError:
+            pass
+
+
+def anomaly_fields(anomaly: Anomaly, window: Window) -> dict[str, Any]:
+    return {"reason": anomaly.reason, "stage": anomaly.stage, "global_step": anomaly.global_step,
+            "iteration": anomaly.iteration, "duration_ms": _round(anomaly.duration_ms),
+            "baseline_ms": _round(anomaly.baseline_ms), "factor": anomaly.factor, "ongoing": anomaly.ongoing,
+            "detail": anomaly.detail,
+            "event": {"start": round(anomaly.start_ns / 1e9, 6), "end": round(anomaly.end_ns / 1e9, 6)},
+            "window": {"start": round(window.start_ns / 1e9, 6), "end": round(window.end_ns / 1e9, 6)}}
+
+
+def trace_parts(window: Window, rank: str, anomaly: Anomaly) -> Iterator[str]:
+    """The rank's Chrome trace of the window, in parts (the events one at a time)."""
+    base = window.start_ns
+    pid = os.getpid()
+    tid = window.tid or pid
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": base, "displayTimeUnit": "ms",
+            "rlprof_flight": {"rank": rank, "reason": anomaly.reason, "global_step": anomaly.global_step}}
+    yield json.dumps(head)[:-1] + ', "traceEvents": [\n'
+    first = True
+    for event in _events(window, pid, tid, rank):
+        yield ("" if first else ",\n") + json.dumps(event)
+        first = False
+    yield "\n]}\n"
+
+
+def _us(ns: int, base: int) -> float:
+    return round((ns - base) / 1000.0, 3)
+
+
+def _events(window: Window, pid: int, tid: int, rank: str) -> Iterator[dict]:
+    base = window.start_ns
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"{rank} (flight recorder)"}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "engine thread"}}
+    for index, start, end, prefill, decode, batch, waiting, profiled in window.iterations:
+        info = None if prefill < 0 else IterationInfo(prefill, decode, batch)
+        args: dict[str, Any] = {"profiled": profiled}
+        if waiting >= 0:
+            args["waiting"] = waiting
+        yield {"ph": "X", "cat": "user_annotation", "name": iteration_annotation(index, info), "pid": pid,
+               "tid": tid, "ts": _us(start, base), "dur": round((end - start) / 1000.0, 3), "args": args}
+    if window.open_since_ns:
+        yield {"ph": "X", "cat": "user_annotation", "name": f"{ITERATION_PREFIX} {window.open_index}", "pid": pid,
+               "tid": tid, "ts": _us(window.open_since_ns, base),
+               "dur": round((window.end_ns - window.open_since_ns) / 1000.0, 3), "args": {"open": True}}
+    for pause in window.pauses:
+        try:
+            yield pause.event(base)
+        except Exception:
+            continue
+    yield from sample_spans(window.samples, base, pid, tid)
+
+
+def sample_spans(samples: list, base: int, pid: int, tid: int) -> Iterator[dict]:
+    """Consecutive samples that share a frame are one span of it (a parent holds its children), as
+    ``backends.stack_sampler`` writes a session's; each sample stands for the time since the one before."""
+    opened: list[list] = []  # [code, start ns, samples, ns, iteration]
+    out: list[dict] = []
+    names: dict[Any, str] = {}
+
+    def close_from(depth: int, at: int) -> None:
+        while len(opened) > depth:
+            code, start, count, weight, iteration = opened.pop()
+            name = names.get(code) or names.setdefault(code, frame_name(code))
+            args: dict[str, Any] = {"samples": count, "sampled_us": round(weight / 1000.0, 1), "depth": len(opened)}
+            if iteration is not None:
+                args["iteration"] = iteration
+            out.append({"ph": "X", "cat": SAMPLE_CAT, "name": name, "pid": pid, "tid": tid, "ts": _us(start, base),
+                        "dur": round((at - start) / 1000.0, 3), "args": args})
+
+    previous = None
+    for at, codes, iteration in samples:
+        same = 0
+        if opened and opened[0][4] == iteration:
+            limit = min(len(opened), len(codes))
+            while same < limit and opened[same][0] is codes[same]:
+                same += 1
+        close_from(same, at)
+        weight = at - previous if previous is not None else 0
+        for span in opened:
+            span[2] += 1
+            span[3] += weight
+        for code in codes[same:]:
+            opened.append([code, at, 1, weight, iteration])
+        previous = at
+    if previous is not None:
+        close_from(0, previous)
+    out.sort(key=lambda e: (e["ts"], e["args"]["depth"]))
+    yield from out
+
+
+def dumps_size(root: str | os.PathLike) -> int:
+    """The bytes of every dump below ``root``."""
+    total = 0
+    for folder in flight_folders(Path(root)):
+        for entry in os.scandir(folder):
+            try:
+                total += entry.stat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def flight_folders(root: Path) -> Iterator[Path]:
+    """Every dump's folder below ``root`` (each step's ``flight/`` and the stepless one)."""
+    bases = [root / FLIGHT_DIR] + [folder / FLIGHT_DIR for _, folder in step_folders(root)]
+    for base in bases:
+        if base.is_dir():
+            for entry in sorted(base.iterdir()):
+                if entry.is_dir() and not entry.name.startswith("."):
+                    yield entry
+
+
+def read_anomalies(step_folder: Path) -> list[dict[str, Any]]:
+    """A step folder's dumps as their ``anomaly.json`` says, with ``path`` (the dump's folder), oldest
+    first; a dump whose file cannot be read is listed by its folder's name with ``error``."""
+    base = step_folder / FLIGHT_DIR
+    out = []
+    for entry in sorted(base.iterdir()) if base.is_dir() else []:
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        try:
+            data = json.loads((entry / ANOMALY_FILE).read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError) as e:
+            found = _folder_seconds(entry.name)
+            data = {"reason": found[1] if found else None, "error": f"{type(e).__name__}: {e}"}
+        data["path"] = str(entry)
+        out.append(data)
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"

@@ -1,0 +1,110 @@
+"""A step's flight recorder dumps in the report: what triggered each, and what its window holds.
+
+The flight recorder (``metrics.flight``) writes a dump under the step's
+``flight/`` folder when an iteration, a gap or the step itself was slow
+against the engine's own recent past. The report lists each under its step
+(``steps[].anomalies[]``: ``anomaly.json``'s fields and the dump's ``path``),
+says it in one line among the notes, and on the page marks the step and
+shows the dump's window: its iterations as a timeline (the slow one stands
+out) and the flame view of the engine thread's sampled stacks, read from the
+dump's traces by the same pass as a session's (``trace_stats``).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from ..metrics.flight_dump import TRACE_SUFFIX, read_anomalies
+from ..store.layout import STEP_DIR_PREFIX
+from ..trace.analysis.trace_stats import trace_stats
+from . import charts, flame
+
+VIEWS = "_anomaly_views"  # a row's key for the page's views (not in the JSON)
+
+
+def add_anomalies(row: dict[str, Any], root: Path) -> None:
+    """``row["anomalies"]``: the step's dumps (oldest first); the page's views beside them."""
+    step = row.get("global_step")
+    if step is None:
+        row["anomalies"] = []
+        return
+    found = read_anomalies(Path(root) / f"{STEP_DIR_PREFIX}{step}")
+    row["anomalies"] = found
+    if found:
+        row[VIEWS] = [window_view(Path(a["path"])) for a in found]
+        for anomaly, view in zip(found, row[VIEWS]):  # what the report read of the window's traces
+            anomaly["window_iterations"] = len(view["timeline"])
+
+
+def window_view(folder: Path) -> dict[str, Any]:
+    """The dump's iterations (``[index, stage, ms, batch, rank]``, the slowest rank's per index) and the flame
+    view of its samples, from each rank's trace."""
+    stats = [trace_stats(path, path.name[:-len(TRACE_SUFFIX)], None)
+             for path in sorted(folder.glob(f"*{TRACE_SUFFIX}"))]
+    readable = [st for st in stats if st.error is None]
+    slowest: dict[Any, list] = {}
+    for st in readable:
+        for key, stage, us, _prefill, _decode, batch in st.iteration_list:
+            ms = round(us / 1000.0, 3)
+            if key not in slowest or ms > slowest[key][2]:
+                slowest[key] = [key[1], stage, ms, batch, st.rank]
+    timeline = [slowest[k] for k in sorted(slowest, key=lambda k: k[1])]
+    counts: dict[str, int] = {}
+    for it in timeline:
+        counts[it[1]] = counts.get(it[1], 0) + 1
+    return {"timeline": timeline, "python": flame.view(flame.stage_python(readable), counts, None, None),
+            "errors": [st.error for st in stats if st.error]}
+
+
+def note(name: str, anomaly: dict[str, Any]) -> str:
+    """The anomaly's line among the report's notes."""
+    if anomaly.get("error"):
+        return f"{name}: flight recorder dump unreadable: {anomaly['path']}: {anomaly['error']}"
+    what = anomaly.get("reason") or "?"
+    if anomaly.get("stage"):
+        what += f" ({anomaly['stage']})"
+    measured = anomaly.get("duration_ms")
+    against = anomaly.get("baseline_ms")
+    numbers = ""
+    if measured is not None:
+        numbers = f" {measured:,.1f} ms" + (f" against {against:,.1f} ms (x{anomaly.get('factor') or 0:.1f})"
+                                            if against else "")
+    return f"{name}: anomaly: {what}{numbers}{' (ongoing)' if anomaly.get('ongoing') else ''}: {anomaly['path']}"
+
+
+# ---- the page ---------------------------------------------------------------------------------
+def marker(row: dict[str, Any]) -> str:
+    """The step's mark in the steps' table: how many dumps, linked to them."""
+    found = row.get("anomalies") or []
+    if not found:
+        return ""
+    reasons = ", ".join(dict.fromkeys(str(a.get("reason")) for a in found))
+    return (f" <a class=anomaly href='#anomalies-{escape(str(row['global_step']))}' data-anomalies={len(found)}>"
+            f"&#9873; {len(found)} anomal{'y' if len(found) == 1 else 'ies'} ({escape(reasons)})</a>")
+
+
+def page_part(steps: list[dict[str, Any]], cell: Any, name_cell: Any) -> str:
+    """Each step with dumps: each dump's line, its window's iterations and its samples' flame view."""
+    marked = [row for row in steps if row.get("anomalies")]
+    if not marked:
+        return ""
+    out = ["<h2>Anomalies (flight recorder)</h2><p class=muted>Written by the engines with no one asking: an "
+           "iteration, a gap or a step slow against the engine's own recent past. Each window: the iterations the "
+           "recorder kept (the slowest rank's per iteration) and the engine thread's sampled stacks.</p>"]
+    for row in marked:
+        step = row["global_step"]
+        views = row.get(VIEWS) or [{}] * len(row["anomalies"])
+        out.append(f"<details id='anomalies-{escape(str(step))}' open><summary>global step {escape(str(step))}: "
+                   f"{len(row['anomalies'])} dump(s)</summary>")
+        for k, (anomaly, view) in enumerate(zip(row["anomalies"], views)):
+            out.append(f"<div class='note bad' data-anomaly='{escape(str(anomaly.get('reason')))}'>"
+                       f"{escape(note(f'dump {k + 1}', anomaly))}</div>")
+            if view.get("timeline"):
+                out.append(charts.timeline(view["timeline"], f"global step {step}, dump {k + 1}: the window's "
+                                                             "iterations"))
+            out.append(flame.section(view.get("python"), cell, name_cell))
+            out += [f"<div class='note bad'>unreadable: {escape(e)}</div>" for e in view.get("errors", [])]
+        out.append("</details>")
+    return "".join(out)
