@@ -31,6 +31,7 @@ Retention (``keep_last_steps``) removes them with their step's folder.
 
 from __future__ import annotations
 
+import calendar
 import fcntl
 import json
 import os
@@ -68,7 +69,7 @@ def _folder_seconds(name: str) -> tuple[float, str] | None:
     m = _FOLDER.match(name)
     if not m:
         return None
-    return time.mktime(time.strptime(m["time"], "%Y%m%d-%H%M%S")) - time.timezone, m["reason"]
+    return calendar.timegm(time.strptime(m["time"], "%Y%m%d-%H%M%S")), m["reason"]
 
 
 class DumpWriter:
@@ -83,7 +84,6 @@ class DumpWriter:
         self.server = {"name": server, "host": socket.gethostname()}
         self.budget = int(settings["disk_mb"]) << 20
         self.on_written = on_written
-        self.written: list[Path] = []
 
     def __call__(self, anomaly: Anomaly, window: Window) -> Path | None:
         used = dumps_size(self.root)
@@ -115,7 +115,6 @@ class DumpWriter:
             finally:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
-        self.written.append(folder)
         logger.warning("rlprof: flight recorder: %s%s on %s at global step %s: %s against %s: %s", anomaly.reason,
                        f" ({anomaly.stage})" if anomaly.stage else "", self.rank, anomaly.global_step,
                        _ms(anomaly.duration_ms), _ms(anomaly.baseline_ms), folder)
@@ -148,10 +147,7 @@ class DumpWriter:
                 k: mine[k] for k in ("duration_ms", "baseline_ms", "factor", "iteration", "stage", "event", "ongoing")}
             data["ranks"][self.rank].update(trace=trace, pid=os.getpid())
             write_text_atomic(path, json.dumps(data, indent=1))
-        try:
-            (folder / _LOCK).unlink()
-        except OSError:
-            pass
+        # the lock file stays (hidden, empty): removed while another rank waits on it, a third would lock a new one
 
 
 def anomaly_fields(anomaly: Anomaly, window: Window) -> dict[str, Any]:
