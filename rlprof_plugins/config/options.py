@@ -118,6 +118,11 @@ class ProfileOptions:
     its RL step's numbers (the ``metrics`` room), written per rank to
     ``<dir>/steps/<rank>.jsonl`` and served on the engine's ``/metrics``.
 
+    ``flight_recorder``: the settings of every rank's flight recorder (``FLIGHT_DEFAULTS`` filled in; None:
+    off): the last ``seconds`` of iterations, pauses and sampled stacks kept, and written under the step's
+    ``flight/`` when an iteration, a stall or a step is slow against the engine's own past
+    (``metrics.flight``). On by default; it runs where step metrics run.
+
     ``server_name``: this server's identity (letters, digits, ``.``, ``_``,
     ``-``), also ``RLPROF_SERVER_NAME``; unset, one is derived from the host
     and the HTTP port. Servers sharing a directory keep their files apart by
