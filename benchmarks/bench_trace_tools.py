@@ -110,18 +110,18 @@ def _tree_rss_kb(root: int) -> int:
     return total
 
 
-def run_child(argv: list[str], env: dict | None = None, repeat: int = 1) -> dict:
+def run_child(argv: list[str], env: dict | None = None, repeat: int = 1, cwd: Path = REPO) -> dict:
     """Run a child ``repeat`` times; the median wall seconds (this shared
     2-core machine varies by a third from run to run) and the largest peak of
     its process tree's summed RSS (MB)."""
-    runs = [_run_once(argv, env) for _ in range(repeat)]
+    runs = [_run_once(argv, env, cwd) for _ in range(repeat)]
     return {"seconds": sorted(r["seconds"] for r in runs)[len(runs) // 2],
             "peak_mb": max(r["peak_mb"] for r in runs), "runs": [r["seconds"] for r in runs]}
 
 
-def _run_once(argv: list[str], env: dict | None = None) -> dict:
+def _run_once(argv: list[str], env: dict | None = None, cwd: Path = REPO) -> dict:
     t = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, **(env or {})})
     peak = [0]
     done = threading.Event()

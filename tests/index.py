@@ -19,6 +19,9 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins._bootstrap": ("tests/vllm/test_plugin_loading.py",),
     "rlprof_plugins._command": ("tests/unit/test_cli_commands.py",),
     "rlprof_plugins._env": ("tests/unit/test_shapes.py",),
+    # the report's `analysis` and its run on Ray: through `rlprof report/summary --json [--ray]` in a child
+    "rlprof_plugins.report.analysis": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
+    "rlprof_plugins.report.on_ray.driver": ("tests/ray/test_report_on_ray.py",),
     "rlprof_plugins.backends.npu_options": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.npu_profiler": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),

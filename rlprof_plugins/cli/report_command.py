@@ -7,9 +7,15 @@ each replica is then shown beside the others (``report.fleet``).
 Exit codes: 0 every step found was read; 1 nothing to report (no step
 folder, no trace, no engine iteration, no step in ``--steps``: an empty root
 writes nothing), or a step or one of its rank files could not be read, or
-it failed: the page is written and names each such step; 2 arguments that
+it failed, or (``--ray``) a node could not list ROOT or read a trace: the
+page is written and names each such step, file and node; 2 arguments that
 cannot go together (``--compare 4 4``, ``--steps 5-3``, a ``--compare``
-step outside ``--steps``, a ``--replica`` that names none).
+step outside ``--steps``, a ``--replica`` that names none), or ``--ray``
+without Ray installed.
+
+``--ray [ADDRESS]`` reads each trace on the Ray node that holds it
+(``report.on_ray``); the numbers are a local run's, and the JSON's
+``analysis`` says where the traces were read and what travelled.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ import argparse
 
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from .._command import Command
 from .common import EXIT_FAILED, EXIT_OK, CliError, UsageError, progress_of, reap_folder
@@ -37,14 +45,77 @@ def step_range(text: str) -> tuple[int, int]:
     return first, last
 
 
+class Reading:
+    """Where a command's traces are read: here (``analysis.counted_here``), or on the Ray nodes holding
+    them (``on_ray``: ``compute`` runs over a stand-in root, its paths shown as ROOT)."""
+
+    def __init__(self, analysis, session=None) -> None:
+        self.analysis, self.session = analysis, session
+
+    def run(self, compute: Callable[[Path], Any], root: Path) -> Any:
+        return self.session.run(compute) if self.session else compute(root)
+
+    def shown(self, text: str) -> str:
+        return self.session.shown(text) if self.session else text
+
+    @property
+    def faulty(self) -> bool:
+        return self.analysis.faulty
+
+    def notes(self, said: list[str]) -> list[str]:
+        """What the nodes said: faults, other releases, files differing between nodes; and each file not read
+        that ``said`` (the report's own notes) does not name already (a fleet's notes are of each step's
+        slowest replica)."""
+        if not self.session:
+            return []
+        a, text = self.analysis, "\n".join(said)
+        return [*a.faults, *self.session.notes,
+                *(f"unread: {u['path']} on node {u['node']}: {u['reason']}" for u in a.unread if u["path"] not in text)]
+
+
+@contextmanager
+def reading(args, root_text: str, progress: Callable[[str], None] | None) -> Iterator[Reading]:
+    """``--ray [ADDRESS]``: join the cluster and list ROOT on every node (Ray missing: exit 2, one line);
+    else this machine, counting what it reads."""
+    from ..report.analysis import counted_here
+
+    if args.ray is None:
+        with counted_here() as analysis:
+            yield Reading(analysis)
+        return
+    from ..report.on_ray.driver import NoCluster, RayMissing, open_session
+
+    try:
+        with open_session(root_text, args.ray, timeout=args.timeout, use_cache=not getattr(args, "no_cache", False),
+                          progress=progress) as session:
+            yield Reading(session.analysis, session)
+    except RayMissing as e:
+        raise UsageError(str(e)) from None
+    except NoCluster as e:
+        raise CliError(str(e)) from None
+
+
+def add_ray_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ray", nargs="?", const="auto", metavar="ADDRESS",
+                   help="read each trace on the Ray node that holds it, only summaries travelling back; ADDRESS "
+                        "of the cluster (default: auto, the one this machine belongs to); ROOT is read on each "
+                        "node as written there ($VARS expanded there); needs 'rlprof-plugins[ray]'")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="with --ray: the longest the listing, and then the reading, may take; what a node has "
+                        "not answered by then is named unread (default: 600)")
+
+
 def cmd_report(args) -> int:
     from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
     from ..trace.format.codec import gc_paused
 
     root = Path(args.root)
-    if not root.is_dir():
-        raise CliError(f"{root}: no such directory")
-    reap_folder(root)
+    if args.ray is None:
+        if not root.is_dir():
+            raise CliError(f"{root}: no such directory")
+        reap_folder(root)
+    elif not args.output and not root.is_dir():
+        raise UsageError(f"--ray: {root} is read on the nodes and is no folder here: name the page with -o")
     steps = step_range(args.steps) if args.steps else None
     pair = tuple(args.compare) if args.compare else None
     if pair and pair[0] == pair[1]:
@@ -57,28 +128,43 @@ def cmd_report(args) -> int:
     with gc_paused():
         progress = progress_of(args)
         try:
-            built = build(root, steps=steps, pair=pair, use_cache=not args.no_cache, progress=progress,
-                          replica=args.replica, every_number=bool(args.json or args.csv))
+            with reading(args, args.root, progress) as where:
+                # on Ray the stand-in root is made anew each run: the nodes keep the cache of each trace's pass
+                built = where.run(lambda at: build(at, steps=steps, pair=pair, progress=progress,
+                                                   use_cache=not args.no_cache and where.session is None,
+                                                   replica=args.replica, every_number=bool(args.json or args.csv)),
+                                  root)
+                built.notes[:0] = where.notes(built.notes)
+                built.notes = [where.shown(note) for note in built.notes]
+                built.analysis = where.analysis.as_dict()
+                built.shown = where.shown if where.session else None
+                if not built.report["steps_found"]:
+                    raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace "
+                                   "(nothing written)" + "".join(f"; {n}" for n in where.notes([])))
+                out = Path(args.output) if args.output else root / "report.html"
+                write_page(built, out)
+                written = [out]
+                if args.json:
+                    write_json(built, Path(args.json))
+                    written.append(Path(args.json))
+                if args.csv:
+                    written += write_csv(built, Path(args.csv))
         except NoSuchReplica as e:
             raise UsageError(str(e)) from None
         finally:
             if progress is not None:
                 progress.close()
-        if not built.report["steps_found"]:
-            raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace (nothing written)")
-        out = Path(args.output) if args.output else root / "report.html"
-        write_page(built, out)
-        written = [out]
-        if args.json:
-            write_json(built, Path(args.json))
-            written.append(Path(args.json))
-        if args.csv:
-            written += write_csv(built, Path(args.csv))
         notes, cache, count = built.notes, built.cache, len(built.report["steps"])
-        failed = built.nothing or bool(built.unread)
+        failed = built.nothing or bool(built.unread) or where.faulty
         del built
     for note in notes:
         print(f"rlprof: {note}", file=sys.stderr)
+    if where.session:
+        a = where.analysis
+        print(f"wrote {', '.join(map(str, written))} ({count} step(s); {sum(a.traces_per_node.values())} trace(s) "
+              f"read on {len(a.nodes)} Ray node(s), {a.node_cache_hits} from their caches; "
+              f"{a.bytes_returned:,} bytes came back for {a.trace_bytes:,} bytes of traces)")
+        return EXIT_FAILED if failed else EXIT_OK
     print(f"wrote {', '.join(map(str, written))} ({count} step(s); "
           f"{cache.hits} from the cache, {cache.misses} read)" if cache and cache.enabled else
           f"wrote {', '.join(map(str, written))} ({count} step(s))")
@@ -99,6 +185,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="DIR", help="also write the numbers as CSV files in DIR")
     p.add_argument("--no-cache", action="store_true",
                    help="read every step again (default: reuse ROOT/.rlprof-report-cache for unchanged steps)")
+    add_ray_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
 

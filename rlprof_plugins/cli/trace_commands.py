@@ -8,10 +8,12 @@ arguments sit beside it, declared as one ``Command`` (``COMMANDS``, which
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from .._command import Command
+from .report_command import add_ray_arguments, reading
 from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, reap_folder, recovered_line
 
 
@@ -130,19 +132,29 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--strict", action="store_true", help="exit 1 when a rank of a step is missing")
+    add_ray_arguments(p)
 
 
 def cmd_summary(args) -> int:
     from ..trace.analysis.summary import render_table, summarise
 
     root = Path(args.dir)
-    if not root.is_dir():
-        raise CliError(f"{root}: no such directory")
-    reap_folder(root)
+    if args.ray is None:
+        if not root.is_dir():
+            raise CliError(f"{root}: no such directory")
+        reap_folder(root)
     progress = progress_of(args)
-    data = summarise(root, progress=progress)
-    if progress is not None:
-        progress.close()
+    try:
+        with reading(args, args.dir, progress) as where:
+            data = where.run(lambda at: summarise(at, progress=progress), root)
+            if where.session:  # the stand-in root's paths shown as ROOT
+                data = json.loads(where.shown(json.dumps(data)))
+    finally:
+        if progress is not None:
+            progress.close()
+    data["analysis"] = where.analysis.as_dict()
+    for note in where.notes([json.dumps(data["steps"])]):
+        print(f"rlprof: {note}", file=sys.stderr)
     if not any(step["stages"] for step in data["steps"]):
         found = [name for step in data["steps"] for name in step["without_iterations"] + step["unreadable"]]
         raise CliError(f"{root}: no engine iteration found" + (
@@ -151,7 +163,7 @@ def cmd_summary(args) -> int:
     emit(args, data, render_table(data))
     _warn_missing([f"{m['replica'] + ': ' if m.get('replica') else ''}{m['label']} ({m['stage']}): {m['line']}"
                    for m in data["missing"]])
-    return EXIT_FAILED if args.strict and data["missing"] else EXIT_OK
+    return EXIT_FAILED if (args.strict and data["missing"]) or where.faulty else EXIT_OK
 
 
 # ---- check --------------------------------------------------------------------------

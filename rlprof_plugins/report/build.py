@@ -41,6 +41,11 @@ class Built:
     notes: list[str] = field(default_factory=list)
     compared: dict[str, Any] | None = None
     cache: StepCache | None = None
+    analysis: dict[str, Any] | None = None  # where the traces were read (``analysis``), for the JSON
+    # a fleet's replica-steps that failed or lost a file and are not their step's row (its slowest replica's)
+    others_unread: list[dict[str, Any]] = field(default_factory=list)
+    # the report read elsewhere (``on_ray``): its stand-in root's path shown as ROOT in what is written
+    shown: Callable[[str], str] | None = None
 
     @property
     def nothing(self) -> bool:
@@ -50,8 +55,8 @@ class Built:
 
     @property
     def unread(self) -> list[dict[str, Any]]:
-        """Steps that failed, could not be read, or lost a rank file."""
-        return [row for row in self.report["steps"] if row["error"] or row["unreadable"]]
+        """Steps that failed, could not be read, or lost a rank file (in a fleet: of any replica)."""
+        return [row for row in self.report["steps"] if row["error"] or row["unreadable"]] + self.others_unread
 
     def to_json(self) -> dict[str, Any]:
         return {**self._head(), "steps": [_step_json(row) for row in self.report["steps"]]}
@@ -60,16 +65,22 @@ class Built:
         """``to_json()`` as text, a step at a time (a fleet's 64,000 replica-steps are never one string;
         ``steps`` comes last)."""
         head = json.dumps(self._head(), indent=1)
-        yield head[:-2] + ',\n "steps": [\n'
+        yield self.text(head[:-2] + ',\n "steps": [\n')
         for k, row in enumerate(self.report["steps"]):
-            yield (",\n" if k else "") + json.dumps(_step_json(row), indent=1)
+            yield self.text((",\n" if k else "") + json.dumps(_step_json(row), indent=1))
         yield "\n]\n}\n"
+
+    def text(self, part: str) -> str:
+        """A part of what is written, as the reader should see it (``shown``)."""
+        return self.shown(part) if self.shown else part
 
     def _head(self) -> dict[str, Any]:
         out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "notes": self.notes,
                "compare": self.compared}
         if "replicas" in self.report:
             out["replicas"] = self.report["replicas"]
+        if self.analysis is not None:
+            out["analysis"] = self.analysis
         return out
 
 
@@ -134,6 +145,13 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
             built.notes.append(f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)")
         built.notes += [f"{name}: {a}" for a in row.get("assumed_ranks", [])]
         built.notes += [anomaly_note(name, a) for a in row.get("anomalies", [])]
+    chosen = {row["global_step"]: row.get("replica") for row in report["steps"]}
+    built.others_unread = [p for p in report.get("replica_problems", ()) if chosen.get(p["global_step"]) != p["replica"]]
+    for p in built.others_unread:
+        name = f"{step_label(p['global_step'], p['directory'])} (replica {p['replica']})"
+        if p["error"]:
+            built.notes.append(f"{'failed' if p['state'] == 'failed' else 'unreadable'}: {name}: {p['error']}")
+        built.notes += [f"unreadable: {name}: {error}" for error in p["unreadable"]]
     built.notes += [f"step metrics: {w}" for w in report["warnings"]]
     if pair:
         built.compared = compare(report, *pair)
@@ -153,7 +171,9 @@ def _ranges(steps: list[int]) -> str:
 
 
 def write_page(built: Built, path: Path) -> None:
-    write_text_atomic(path, render_parts(built.report, built.notes, built.compared, page=path))
+    # read elsewhere: the links to each step's files stay relative to ROOT (the files are on the nodes)
+    write_text_atomic(path, map(built.text, render_parts(built.report, built.notes, built.compared,
+                                                         page=None if built.shown else path)))
 
 
 def write_json(built: Built, path: Path) -> None:
@@ -200,6 +220,6 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
         writer.writeheader()
         writer.writerows(rows)
         path = folder / f"{name}.csv"
-        write_text_atomic(path, out.getvalue())
+        write_text_atomic(path, built.text(out.getvalue()))
         written.append(path)
     return written

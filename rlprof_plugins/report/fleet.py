@@ -140,6 +140,9 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     found_steps: set = set()
     shared: dict[tuple, list[str]] = {}  # the rows' rank lists: a fleet's replicas name the same ranks
     warnings: list[str] = []
+    # each replica-step that failed or lost a file: a step's row is its slowest replica's, so the others'
+    # are named apart (``build``), never dropped
+    problems: list[dict[str, Any]] = []
     caches = []
     for index, replica in enumerate(replicas):
         cache = StepCache(replica.root, enabled=use_cache)
@@ -156,6 +159,10 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
             if directory is not None:
                 row: dict | partial = found.row(step, directory, progress)
                 place = mine.add(brief.of_row(row), (row.get("state"), row.get("directory")))
+                if row.get("error") or row.get("unreadable"):
+                    problems.append({"global_step": step, "replica": replica.name, "state": row.get("state"),
+                                     "directory": row.get("directory"), "error": row.get("error"),
+                                     "unreadable": list(row.get("unreadable") or [])})
             else:
                 place = measured.place(step)
                 row = partial(_measured_row, measured, place, step, found.root, found.logs, shared, every_number)
@@ -187,7 +194,8 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
         rows.append(row)
     return {"root": str(root), "steps": in_sequence(rows, keep),
             "steps_found": sorted(found_steps, key=lambda s: (s is not None, s or 0)),
-            "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches)}
+            "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches),
+            "replica_problems": problems}
 
 
 RANKED_BY = {"measured": "measured step (ms in iterations)", "traced": "traced window (ms in iterations)",

@@ -83,6 +83,23 @@ def test_verls_replica_folders_read_as_three_replicas_per_step_and_the_stretched
     assert all(f"data-replica='{name}'" in page for name in REPLICAS)
 
 
+def test_a_replica_that_is_not_its_steps_slowest_and_lost_a_rank_file_is_named_and_fails_the_report(save_path, tmp_path,
+                                                                                                     capsys):
+    """A step's row is its slowest replica's; a file another replica could not read is named all the same."""
+    root = tmp_path / "save_path"
+    shutil.copytree(save_path, root)
+    cut = next((root / REPLICAS[2] / "global_step_6" / "ranks").glob("rank1.*"))
+    cut.write_bytes(cut.read_bytes()[:2000])
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 1
+    data = json.loads(out.read_text())
+    six = {s["global_step"]: s for s in data["steps"]}[6]
+    assert six["slowest_replica"] == REPLICAS[1] and not six["unreadable"]  # the row is another replica's
+    named = [n for n in data["notes"] if REPLICAS[2] in n and cut.name in n]
+    assert len(named) == 1 and named[0].startswith(f"unreadable: step 6 (replica {REPLICAS[2]}): ")
+    assert named[0] in capsys.readouterr().err
+
+
 def test_replicas_are_ranked_on_their_measured_steps_not_on_traced_windows_of_other_lengths(tmp_path):
     """Three replicas traced at step 6 with their step logs: replica 1's traced window is the longest (1.6x),
     replica 2's is cut short (0.5x: ``max_iterations`` stopping it early), but replica 2's measured step, every

@@ -1,6 +1,6 @@
 """verl's rollout profiling through ``RolloutReplica``, on a real Ray actor; run as a script.
 
-``ray.init(num_cpus=1)``, one server actor (``vllm_actor``/``sglang_actor``:
+``ray.init(num_cpus=1)`` on ``127.0.0.2``, one server actor (``vllm_actor``/``sglang_actor``:
 verl's class, verl's profiling methods), and verl's own
 ``RolloutReplica.start_profile``/``stop_profile`` driving it, as the trainer's
 ``LLMServerManager`` does, in the order a run makes them:
@@ -70,6 +70,7 @@ async def replay(engine: str, model: str, save_path: Path, relocate: bool) -> di
     return {"sessions": sessions, "patched_in_driver": _patched(engine)}
 
 
+NODE_IP = "127.0.0.2"
 SYNCED_VERSIONS = (1, 2, 3)  # weights versions verl syncs, one rollout after each (steps 2, 3, 4 at offset 1)
 
 
@@ -116,7 +117,9 @@ def main() -> None:
     save_path.mkdir(parents=True, exist_ok=True)
     # the documented line: rlprof's keys reach every server actor through Ray's runtime_env
     env_vars = {k: os.environ[k] for k in ("RLPROF_PROFILER_CONFIG",) if k in os.environ}
-    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": env_vars})
+    # on the loopback only: Ray binds its node to the machine's network address unless told (127.0.0.1 it
+    # rewrites to that address); the test reads every connection with ss (test_verl_replica)
+    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": env_vars}, _node_ip_address=NODE_IP)
     try:
         result = asyncio.run(run)
     finally:

@@ -16,11 +16,13 @@ and drives it through verl's own ``RolloutReplica.start_profile()`` and
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.loopback import Connections, ss_available
 from tests.helpers.scripts import script_result
 from tests.helpers.traces import iteration_indices, load_trace
 from tests.helpers.vllm_server import TINY_MODEL
@@ -42,11 +44,20 @@ def replay(engine: str, save_path: Path, *args: str, **env: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("verl")
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # every TCP connection of the replays' processes (Ray's, the engines') while they run
+    with Connections(os.getpid()) as seen, ThreadPoolExecutor(max_workers=2) as pool:
         vllm = pool.submit(replay, "vllm", root / "vllm",
                            RLPROF_PROFILER_CONFIG=json.dumps({"by_stage": True}))
         sglang = pool.submit(replay, "sglang", root / "sglang", "--relocate")
-        return {"vllm": (root / "vllm", vllm.result()), "sglang": (root / "sglang", sglang.result())}
+        return {"vllm": (root / "vllm", vllm.result()), "sglang": (root / "sglang", sglang.result()),
+                "connections": seen}
+
+
+@pytest.mark.skipif(not ss_available(), reason="needs ss (iproute2)")
+def test_ray_and_the_engines_stay_on_the_loopback(runs):
+    seen = runs["connections"]
+    assert any("127.0.0.2" in line for line in seen.lines), "ss saw no Ray connection: the check checked nothing"
+    assert not seen.elsewhere, f"connections off the loopback: {seen.elsewhere}"
 
 
 def step_folder(save_path: Path, new: list[str], step: int) -> Path:

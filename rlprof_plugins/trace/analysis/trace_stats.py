@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -243,23 +244,37 @@ def _place(st: TraceStats, windows: list[tuple], placed: _Placed, kind: str, ins
         bucket[placed.by_id[name]] = us
 
 
+# Where the passes run when not here: a function given every (path, rank, stage) of a step and the
+# progress callback, answering each one's ``TraceStats`` in order (the report on Ray, each trace on the node
+# holding it; the local report's count of what it read: ``report.analysis``)
+PASSES_ELSEWHERE: ContextVar[Callable[[list[tuple[Path, str, str | None]], Callable[[str], None] | None],
+                                      list[TraceStats]] | None] = ContextVar("rlprof_trace_passes", default=None)
+
+
 def stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
-    """``trace_stats`` of every worker trace of a step, per group; in
-    processes (one per trace, up to the cores) when the step is large."""
+    """``trace_stats`` of every worker trace of a step, per group (``passes_here``, or where
+    ``PASSES_ELSEWHERE`` sends them)."""
     jobs = [(g_index, rf.path, rf.label, g.stage) for g_index, g in enumerate(groups)
             for rf in g.inputs if rf.role == "worker"]
-    processes = processes_for(len(jobs), sum(file_size(path) for _, path, _, _ in jobs))
-    report = progress is not None
-    if report and jobs:
-        progress(f"reading {len(jobs)} traces ({sum(file_size(j[1]) for j in jobs) / 1e6:,.0f} MB) with "
-                 + (f"{processes} processes" if processes > 1 else "one process"))
-    if processes > 1:
-        with pool(processes) as workers:
-            stats = list(workers.map(trace_stats, *zip(*[(path, label, stage, report)
-                                                         for _, path, label, stage in jobs])))
-    else:
-        stats = [trace_stats(path, label, stage, report) for _, path, label, stage in jobs]
+    passes = PASSES_ELSEWHERE.get() or passes_here
+    stats = passes([(path, label, stage) for _, path, label, stage in jobs], progress)
     out: list[list[TraceStats]] = [[] for _ in groups]
     for (g_index, *_), st in zip(jobs, stats):
         out[g_index].append(st)
     return out
+
+
+def passes_here(jobs: list[tuple[Path, str, str | None]], progress: Callable[[str], None] | None
+                ) -> list[TraceStats]:
+    """``trace_stats`` of each (path, rank, stage) on this machine: in processes (one per trace, up to the
+    cores) when the step is large."""
+    processes = processes_for(len(jobs), sum(file_size(path) for path, _, _ in jobs))
+    report = progress is not None
+    if report and jobs:
+        progress(f"reading {len(jobs)} traces ({sum(file_size(j[0]) for j in jobs) / 1e6:,.0f} MB) with "
+                 + (f"{processes} processes" if processes > 1 else "one process"))
+    if processes > 1:
+        with pool(processes) as workers:
+            return list(workers.map(trace_stats, *zip(*[(path, label, stage, report)
+                                                        for path, label, stage in jobs])))
+    return [trace_stats(path, label, stage, report) for path, label, stage in jobs]

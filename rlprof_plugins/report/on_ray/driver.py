@@ -1,0 +1,446 @@
+"""The machine running ``rlprof report --ray``: join the cluster, list ROOT on every node, read each trace
+where it lies, and run the report over the answers.
+
+``Session.run(compute)`` runs a report function (``build``, ``summarise``)
+twice over the stand-in root (``mirror``): first to learn which traces and
+memory snapshots it reads (each answered empty), then, once every node has
+answered those passes, for real. So the report on Ray is the local report's
+own code on the same files, and gives the same numbers; only the passes ran
+elsewhere.
+
+Every wait has a deadline (``timeout``): a node that does not list in time,
+dies while reading, or cannot import rlprof, and a trace whose pass fails,
+are named (``unread``, ``faults``) by file and node; the report keeps what
+the other nodes read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shutil
+import socket
+import sys
+import threading
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ... import __version__
+from ...trace.analysis import trace_stats as trace_stats_module
+from ...trace.analysis.trace_stats import TraceStats
+from .. import memory as memory_module
+from ..analysis import Analysis
+from .mirror import Tree
+from .wire import unpack
+
+EXTRA = "rlprof-plugins[ray]"
+DEFAULT_TIMEOUT = 600.0
+
+
+class RayMissing(RuntimeError):
+    """Ray is not installed where the command runs."""
+
+
+class NoCluster(RuntimeError):
+    """No Ray cluster could be joined at the address."""
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'") from None
+    return ray
+
+
+def join_from(address: str) -> str | None:
+    """The address to join from: the cluster's own when it is a loopback one (Ray would put this machine's
+    network address in its place), else Ray's choice."""
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    try:
+        return host if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class Node:
+    id: str
+    ip: str
+    cpus: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.ip}/{self.id[:8]}"
+
+
+def _remote_functions(ray):
+    """The tasks, sent by value so a node that cannot import rlprof still answers: each imports the
+    node's own rlprof and calls it; the listing falls back to names and sizes alone."""
+
+    def list_root(root_text: str) -> bytes:
+        try:
+            from rlprof_plugins.report.on_ray.node import listing
+        except Exception as e:  # no rlprof (or a broken one) on this node: name what it holds all the same
+            import os
+            import pickle
+            import zlib
+
+            files, root = [], os.path.abspath(os.path.expanduser(os.path.expandvars(root_text)))
+            for top, dirs, names in os.walk(root):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+                for name in names:
+                    path = os.path.join(top, name)
+                    if os.path.isfile(path) and not os.path.islink(path):
+                        st = os.stat(path)
+                        kind = "trace" if name.endswith((".trace.json", ".trace.json.gz")) else "file"
+                        files.append([os.path.relpath(path, root), st.st_size, st.st_mtime_ns, kind])
+            return zlib.compress(pickle.dumps({"import_error": f"{type(e).__name__}: {e}", "files": files,
+                                               "exists": os.path.isdir(root), "root": root}))
+        return listing(root_text)
+
+    def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
+        from rlprof_plugins.report.on_ray.node import trace_pass
+
+        return trace_pass(root_text, rel, rank, stage, use_cache)
+
+    def read_memory(root_text: str, rel: str) -> bytes:
+        from rlprof_plugins.report.on_ray.node import memory_pass
+
+        return memory_pass(root_text, rel)
+
+    return ray.remote(list_root), ray.remote(read_trace), ray.remote(read_memory)
+
+
+class Session:
+    """One report's use of the cluster: joined in ``open_session``, left when it ends."""
+
+    def __init__(self, ray, root_text: str, *, timeout: float, use_cache: bool,
+                 progress: Callable[[str], None] | None) -> None:
+        self.ray, self.root_text, self.timeout, self.use_cache = ray, root_text, timeout, use_cache
+        self.say = progress or (lambda _message: None)
+        self.analysis = Analysis("ray")
+        self._notes: list[str] = []
+        self.ray_said = RaysOwnMessages()
+        self.tree = Tree()
+        self.mirror = Path(tempfile.mkdtemp(prefix="rlprof-ray-"))
+        self.nodes: dict[str, Node] = {}
+        self.runs_rlprof: set[str] = set()  # node names whose listing ran rlprof's own
+        self._list, self._trace, self._memory = _remote_functions(ray)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the listings said (other releases, what was skipped, files differing between nodes), and
+        the first line of each message Ray printed meanwhile."""
+        return self._notes + [f"Ray said: {line[:240]}" for line in self.ray_said.firsts]
+
+    # ---- listing -------------------------------------------------------------------------------
+    def list_root(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        started = time.monotonic()
+        for n in self.ray.nodes():
+            if n.get("Alive"):
+                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
+                self.nodes[node.name] = node
+        self.say(f"Ray: {len(self.nodes)} alive node(s); listing {self.root_text} on each")
+        refs = {self._list.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node.id, soft=False)).remote(self.root_text): name for name, node in self.nodes.items()}
+        for ref, name, outcome in self._gather(refs, started + self.timeout, "listing"):
+            if isinstance(outcome, str):
+                self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome}")
+                continue
+            self.analysis.bytes_returned += len(outcome)
+            listed = unpack(outcome)
+            if "import_error" in listed:
+                self.analysis.faults.append(f"node {name}: cannot run rlprof ({listed['import_error']})"
+                                            + (f"; it holds {len(listed['files'])} file(s) below {listed['root']}, "
+                                               "named unread" if listed["files"] else ""))
+            else:
+                self.runs_rlprof.add(name)
+                if listed["version"] != __version__:
+                    self.analysis.versions[name] = listed["version"]
+                    self._notes.append(f"node {name} runs rlprof {listed['version']}, this machine {__version__}: "
+                                      "its passes are its own release's")
+                self._notes += [f"node {name}: {line}" for line in listed["skipped"]]
+            if listed.get("exists"):
+                self.tree.add(name, listed)
+        self._notes += self.tree.conflicts
+        self.tree.lay_out(self.mirror)
+        self.analysis.seconds["listing"] = round(time.monotonic() - started, 3)
+        traces = [h for h in self.tree.files.values() if h.kind == "trace"]
+        holders = {n for h in self.tree.files.values() for n in h.nodes}
+        self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) ({sum(h.size for h in traces) / 1e6:,.0f} MB) "
+                 f"below {self.root_text}; reading each where it lies")
+
+    # ---- the report, twice -----------------------------------------------------------------------
+    def run(self, compute: Callable[[Path], Any]) -> Any:
+        """``compute(stand-in root)``: first to learn what it reads, then with every pass answered."""
+        wanted: dict[tuple, None] = {}
+        memories: dict[str, None] = {}
+
+        def learn(jobs, _progress):
+            for path, rank, stage in jobs:
+                wanted[(self._rel(path), rank, stage)] = None
+            return [TraceStats(rank, stage, path) for path, rank, stage in jobs]
+
+        def learn_memory(path: Path) -> dict[str, Any]:
+            memories[self._rel(path)] = None
+            return {}
+
+        with _elsewhere(learn, learn_memory):
+            compute(self.mirror)
+        answers, memory = self._read(list(wanted), list(memories))
+        started = time.monotonic()
+
+        def answer(jobs, _progress):
+            out = []
+            for path, rank, stage in jobs:
+                st = answers.get((self._rel(path), rank, stage))
+                if isinstance(st, TraceStats):
+                    st.path = path
+                    out.append(st)
+                else:
+                    fresh = TraceStats(rank, stage, path)
+                    fresh.error = st or f"{self._rel(path)}: not read"
+                    out.append(fresh)
+            return out
+
+        def answer_memory(path: Path) -> dict[str, Any]:
+            got = memory.get(self._rel(path))
+            if not isinstance(got, dict):
+                raise RuntimeError(got or "not read")
+            return got
+
+        with _elsewhere(answer, answer_memory):
+            result = compute(self.mirror)
+        self.analysis.seconds["report"] = round(time.monotonic() - started, 3)
+        return result
+
+    def _rel(self, path: Path) -> str:
+        return str(Path(path).relative_to(self.mirror))
+
+    # ---- the passes ------------------------------------------------------------------------------
+    def _read(self, traces: list[tuple], memories: list[str]) -> tuple[dict[tuple, Any], dict[str, Any]]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        started = time.monotonic()
+        load: dict[str, int] = {}
+        answers: dict[tuple, Any] = {}
+        memory: dict[str, Any] = {}
+        refs: dict[Any, tuple] = {}
+
+        def place(rel: str) -> str | None:
+            held = self.tree.files.get(rel)
+            able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof]
+            if not able:
+                return None
+            node = min(able, key=lambda n: (load.get(n, 0), n))
+            load[node] = load.get(node, 0) + held.size
+            return node
+
+        def options(node: str, cpus: float = 1.0):
+            return dict(num_cpus=min(cpus, self.nodes[node].cpus), max_retries=1,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
+
+        for job in sorted(traces, key=lambda j: -(self.tree.files[j[0]].size if j[0] in self.tree.files else 0)):
+            rel = job[0]
+            node = place(rel)
+            if node is None:
+                answers[job] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
+                continue
+            self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
+            self.analysis.trace_bytes += self.tree.files[rel].size
+            refs[self._trace.options(**options(node)).remote(self.root_text, *job, self.use_cache)] = ("trace", job, node)
+        for rel in memories:
+            node = place(rel)
+            if node is None:
+                memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
+                continue
+            refs[self._memory.options(**options(node)).remote(self.root_text, rel)] = ("memory", rel, node)
+        self.analysis.nodes = sorted(self.analysis.traces_per_node)
+        for _ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading"):
+            if kind == "memory":
+                if isinstance(outcome, bytes):
+                    self.analysis.bytes_returned += len(outcome)
+                    got = unpack(outcome)
+                    memory[job] = got if "error" not in got else self._unread(job, node, got["error"])
+                else:
+                    memory[job] = self._unread(job, node, outcome)
+                continue
+            if isinstance(outcome, str):
+                answers[job] = self._unread(job[0], node, outcome)
+                continue
+            blob, cached, seconds = outcome
+            self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
+            self.analysis.bytes_returned += len(blob)
+            self.analysis.node_cache_hits += int(cached)
+            st = answers[job] = unpack(blob)
+            if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
+                st.error = self._unread(job[0], node, st.error)
+        self.analysis.seconds["passes"] = round(time.monotonic() - started, 3)
+        return answers, memory
+
+    def _holders(self, rel: str) -> str:
+        held = self.tree.files.get(rel)
+        return ", ".join(held.nodes) if held else "no node"
+
+    def _unread(self, rel: str, node: str, reason: str) -> str:
+        self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
+        return f"{rel}: not read on node {node}: {reason}"
+
+    def _gather(self, refs: dict[Any, Any], deadline: float, what: str) -> Iterator[tuple[Any, Any, Any]]:
+        """``(ref, its tag, its value or why it failed)`` for each ref, as they finish; those unfinished at
+        the deadline are cancelled and answered as timed out."""
+        ray = self.ray
+        pending = list(refs)
+        done = 0
+        said = time.monotonic()
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
+            for ref in ready:
+                done += 1
+                try:
+                    value = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+                except Exception as e:  # the task failed, its node died, its worker crashed
+                    value = _why(e)
+                yield ref, refs[ref], value
+            if time.monotonic() - said >= 5.0:
+                said = time.monotonic()
+                self.say(f"Ray: {what}: {done} of {len(refs)} answered")
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:
+                pass
+            yield ref, refs[ref], f"no answer within --timeout {self.timeout:g} s"
+
+    def shown(self, text: str) -> str:
+        """``text`` with the stand-in root's path put back as ROOT."""
+        return text.replace(str(self.mirror), self.root_text)
+
+    def close(self) -> None:
+        shutil.rmtree(self.mirror, ignore_errors=True)
+
+
+# Ray's failures that mean the node (or its worker) went away mid-task, in plain words
+NODE_GONE = {"TaskUnschedulableError": "its node left the cluster", "NodeDiedError": "its node died",
+             "WorkerCrashedError": "the worker reading it died", "OwnerDiedError": "its owner died",
+             "ObjectLostError": "its answer was lost with its node", "RaySystemError": "Ray failed"}
+
+
+def _why(error: BaseException) -> str:
+    """One line for a task's failure: what happened, then Ray's class (and the cause's first sentence)."""
+    cause = getattr(error, "cause", None)
+    source = cause if isinstance(cause, BaseException) else error
+    name = type(source).__name__
+    if name in NODE_GONE:
+        return f"{NODE_GONE[name]} ({name})"
+    lines = [line.strip() for line in str(source).splitlines()
+             if line.strip() and not line.strip().startswith(("File ", "^", "Traceback", "ray::"))]
+    text = lines[-1].split(". ")[0] if lines else ""
+    return f"{name}: {text[:200]}" if text else name
+
+
+@contextmanager
+def _elsewhere(passes, memory) -> Iterator[None]:
+    token = trace_stats_module.PASSES_ELSEWHERE.set(passes)
+    token_memory = memory_module.READ_ELSEWHERE.set(memory)
+    try:
+        yield
+    finally:
+        trace_stats_module.PASSES_ELSEWHERE.reset(token)
+        memory_module.READ_ELSEWHERE.reset(token_memory)
+
+
+class RaysOwnMessages:
+    """Ray's driver prints its cluster's errors (a raylet's last log lines when a node dies: dozens of lines)
+    on ``sys.stdout`` from a thread of its own; while the report runs (it prints nothing itself until it
+    ends: its progress has a stream of its own) they are kept here, and each message's first line is said
+    once among the report's notes."""
+
+    _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+    def __init__(self) -> None:
+        self.firsts: list[str] = []
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines(keepends=True):
+            if self._line_start and line.strip() and not line[0].isspace():
+                first = self._COLOUR.sub("", line).strip()
+                if first not in self.firsts and len(self.firsts) < 5:
+                    self.firsts.append(first)
+            self._line_start = line.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
+
+
+def _answers(address: str, seconds: float) -> None:
+    """A ``host:port`` that takes no TCP connection has no cluster: said now (``ray.init`` would wait on
+    it for good)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise NoCluster(f"--ray {address}: no Ray cluster to join (nothing answers there: {e.strerror or e})") from None
+
+
+def _init(ray, kwargs: dict[str, Any]) -> BaseException | None:
+    try:
+        ray.init(**kwargs)
+    except Exception as e:
+        return e
+    return None
+
+
+@contextmanager
+def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFAULT_TIMEOUT, use_cache: bool = True,
+                 progress: Callable[[str], None] | None = None) -> Iterator[Session]:
+    """Join the Ray cluster at ``address`` (``auto``: the one this machine belongs to, as ``ray.init``
+    finds it), list ROOT on every alive node, and leave the cluster when done."""
+    ray = import_ray()
+    import logging
+
+    kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
+    if join_from(address):
+        kwargs["_node_ip_address"] = join_from(address)
+    _answers(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address, min(timeout, PROBE_SECONDS))
+    joined: list[BaseException | None] = []
+    joining = threading.Thread(target=lambda: joined.append(_init(ray, kwargs)), daemon=True,
+                               name="rlprof-ray-init")
+    joining.start()
+    joining.join(timeout)
+    if not joined:  # ray.init waits on a cluster that does not answer, with no end of its own
+        raise NoCluster(f"--ray {address}: the cluster did not answer within --timeout {timeout:g} s")
+    if joined[0] is not None:
+        e = joined[0]
+        raise NoCluster(f"--ray {address}: no Ray cluster to join ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    session = Session(ray, root_text, timeout=timeout, use_cache=use_cache, progress=progress)
+    streams = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = session.ray_said
+    try:
+        session.list_root()
+        yield session
+    finally:
+        session.close()
+        ray.shutdown()
+        sys.stdout, sys.stderr = streams

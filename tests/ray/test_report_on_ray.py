@@ -1,0 +1,228 @@
+"""``rlprof report ROOT --ray`` and ``summary --ray`` on a real Ray cluster (issue 70).
+
+Nodes are Ray's own (``ray.cluster_utils.Cluster``, Ray 2.60 from verl's test
+folder: ``tests/helpers/ray_cluster.py``), several on this machine, all on
+``127.0.0.2``; each node keeps its traces in a folder only it is told of
+(``FLEET_NODE`` in its environment, ROOT written as ``.../$FLEET_NODE/save_path``),
+so a trace can only be read on the node that holds it. The traces are verl's
+replica layout built from real vLLM TP=2 traces (``test_fleet_report``).
+
+In ``make test``: without Ray, exit 2 and one line naming the extra; one node
+giving the local report's JSON (report and summary), its node cache on the
+second run, and no Ray connection off the loopback. In ``make test-extended``
+(each starts a cluster of its own): three nodes holding a replica each give the
+local report's steps, replicas, slowest replica and rank times; a filesystem
+all nodes share is read once, spread over them; a corrupt trace, a node that
+cannot import rlprof and a node killed mid-report are each named by file and
+node, with a non-zero exit within the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.loopback import Connections, ss_available
+from tests.helpers.ray_cluster import RAY_PATH, RayCluster, comparable, ray_environment
+from tests.helpers.synthetic_traces import write_rank_trace
+from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch
+from tests.verl import site
+
+RLPROF = Path(sys.executable).parent / "rlprof"
+NODE_ROOT = "$FLEET_NODE/save_path"  # below a test's base folder: each node's own
+
+pytestmark = pytest.mark.skipif(not site.installed(), reason="Ray comes with verl's test folder: make env")
+
+
+def fleet(base: Path, nodes: list[str]) -> Path:
+    """verl's layout (three replicas, steps 5 and 6, replica 1's step 6 1.6x slower) under ``base/all``, and
+    replica ``i`` copied to ``base/<nodes[i % len(nodes)]>``; returns the whole root (the local run's)."""
+    whole = base / "all" / "save_path"
+    for replica in REPLICAS:
+        for step in (5, 6):
+            copy_step(FIXTURE, whole / replica / f"global_step_{step}", step)
+    stretch(whole / REPLICAS[1] / "global_step_6", 1.6)
+    for i, replica in enumerate(REPLICAS):
+        shutil.copytree(whole / replica, base / nodes[i % len(nodes)] / "save_path" / replica,
+                        copy_function=shutil.copy2)  # the same times: the same files as the local root's
+    return whole
+
+
+def run(args: list[str], cwd: Path, *, ray: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = ray_environment() if ray else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(RLPROF), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def report_json(root: str, cwd: Path, name: str, *ray: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = cwd / f"{name}.json"
+    done = run(["report", root, "--json", str(out), "-o", str(cwd / f"{name}.html"), *ray], cwd)
+    return done, json.loads(out.read_text()) if out.exists() else {}
+
+
+def loopback_only(connections: Connections) -> None:
+    assert connections.lines, "ss saw no connection of the cluster or the driver: the check checked nothing"
+    assert not connections.elsewhere, f"Ray connections off the loopback: {connections.elsewhere}"
+
+
+def test_without_ray_report_and_summary_exit_2_with_one_line_naming_the_extra(tmp_path):
+    root = fleet(tmp_path, ["node0"])
+    for command in (["report", str(root), "-o", str(tmp_path / "r.html")], ["summary", str(root)]):
+        done = run([*command, "--ray"], tmp_path, ray=False)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "rlprof-plugins[ray]" in lines[0], done.stderr
+        assert not (tmp_path / "r.html").exists()
+
+
+def test_an_address_where_nothing_answers_exits_1_at_once(tmp_path):
+    root = fleet(tmp_path, ["node0"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+    started = time.monotonic()
+    done = run(["report", str(root), "--ray", f"127.0.0.2:{port}", "-o", str(tmp_path / "r.html")], tmp_path)
+    assert done.returncode == 1 and "no Ray cluster to join" in done.stderr and "refused" in done.stderr
+    assert time.monotonic() - started < 30 and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.extended
+def test_an_address_that_takes_connections_but_is_no_cluster_ends_within_the_timeout(tmp_path):
+    """``ray.init`` waits on such an address with no end of its own: ``--timeout`` ends it."""
+    root = fleet(tmp_path, ["node0"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        s.listen(64)  # takes connections, answers nothing
+        started = time.monotonic()
+        done = run(["report", str(root), "--ray", "127.0.0.2:%d" % s.getsockname()[1], "--timeout", "8",
+                    "-o", str(tmp_path / "r.html")], tmp_path, timeout=120)
+    assert done.returncode == 1 and "did not answer within --timeout 8 s" in done.stderr
+    assert time.monotonic() - started < 40
+
+
+@pytest.mark.skipif(not ss_available(), reason="needs ss (iproute2)")
+def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback(tmp_path):
+    root = fleet(tmp_path, ["node0"])
+    local, local_json = report_json(str(root), tmp_path, "local")
+    assert local.returncode == 0, local.stderr
+    with RayCluster({"head": {}}, tmp_path) as cluster, Connections(cluster.proc.pid, os.getpid()) as seen:
+        first, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address)
+        second, again = report_json(str(root), tmp_path, "again", "--ray", cluster.address)
+        summary = run(["summary", str(root), "--json", "--ray", cluster.address], tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert comparable(on_ray) == comparable(local_json)
+    traces = local_json["analysis"]["traces_per_node"]
+    a = on_ray["analysis"]
+    assert a["engine"] == "ray" and len(a["nodes"]) == 1
+    assert sum(a["traces_per_node"].values()) == sum(traces.values()) == 12  # 3 replicas x 2 steps x 2 ranks
+    assert a["trace_bytes"] == local_json["analysis"]["trace_bytes"] and 0 < a["bytes_returned"] < a["trace_bytes"]
+    assert a["node_cache_hits"] == 0 and again["analysis"]["node_cache_hits"] == 12
+    assert comparable(again) == comparable(local_json)
+    assert summary.returncode == 0, summary.stderr
+    local_summary = run(["summary", str(root), "--json"], tmp_path, ray=False)
+    assert comparable(json.loads(summary.stdout)) == comparable(json.loads(local_summary.stdout))
+    loopback_only(seen)
+
+
+@pytest.mark.extended
+def test_three_nodes_each_holding_a_replica_give_the_local_steps_replicas_slowest_and_rank_times(tmp_path):
+    nodes = ["node0", "node1", "node2"]
+    root = fleet(tmp_path, nodes)
+    local, local_json = report_json(str(root), tmp_path, "local")
+    spec = {name: {"env": {"FLEET_NODE": name}} for name in nodes}
+    with RayCluster(spec, tmp_path) as cluster, Connections(cluster.proc.pid, os.getpid()) as seen:
+        done, on_ray = report_json(f"{tmp_path}/{NODE_ROOT}", tmp_path, "ray", "--ray", cluster.address)
+    assert done.returncode == 0, done.stderr
+    assert comparable(on_ray) == comparable(local_json)
+    steps = {s["global_step"]: s for s in on_ray["steps"]}
+    assert sorted(steps) == [5, 6] and steps[6]["slowest_replica"] == REPLICAS[1]
+    assert all(sorted(r["name"] for r in s["replicas"]) == REPLICAS for s in steps.values())
+    assert steps[6]["rank_time"] == {s["global_step"]: s for s in local_json["steps"]}[6]["rank_time"]
+    a = on_ray["analysis"]
+    assert len(a["nodes"]) == 3 and sorted(a["traces_per_node"].values()) == [4, 4, 4]
+    loopback_only(seen)
+
+
+@pytest.mark.extended
+def test_a_filesystem_every_node_shares_is_read_once_spread_over_the_nodes(tmp_path):
+    root = fleet(tmp_path, ["node0"])
+    local, local_json = report_json(str(root), tmp_path, "local")
+    with RayCluster({n: {} for n in ("head", "a", "b")}, tmp_path) as cluster:
+        done, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address)
+    assert done.returncode == 0, done.stderr
+    assert comparable(on_ray) == comparable(local_json)
+    a = on_ray["analysis"]
+    assert sum(a["traces_per_node"].values()) == 12 and len(a["nodes"]) >= 2
+
+
+@pytest.mark.extended
+def test_a_corrupt_trace_and_a_node_without_rlprof_are_named_by_file_and_node(tmp_path):
+    nodes = ["node0", "node1", "node2"]
+    fleet(tmp_path, nodes)
+    corrupt = next((tmp_path / "node1" / "save_path" / REPLICAS[1] / "global_step_5" / "ranks").glob("rank1.*"))
+    corrupt.write_bytes(corrupt.read_bytes()[: corrupt.stat().st_size // 2])  # cut short mid-stream
+    shim = tmp_path / "no-rlprof" / "rlprof_plugins"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('rlprof is not installed on this node')\n")
+    spec = {"node0": {"env": {"FLEET_NODE": "node0"}}, "node1": {"env": {"FLEET_NODE": "node1"}},
+            "node2": {"env": {"FLEET_NODE": "node2", "PYTHONPATH": f"{shim.parent}{os.pathsep}{RAY_PATH}"}}}
+    with RayCluster(spec, tmp_path) as cluster:
+        done, on_ray = report_json(f"{tmp_path}/{NODE_ROOT}", tmp_path, "ray", "--ray", cluster.address,
+                                   "--timeout", "120")
+    assert done.returncode == 1, done.stderr
+    a = on_ray["analysis"]
+    assert len(a["faults"]) == 1 and "cannot run rlprof" in a["faults"][0] and "not installed" in a["faults"][0]
+    unread = {u["path"]: u for u in a["unread"]}
+    assert str(corrupt.relative_to(tmp_path / "node1" / "save_path")) in unread  # with the node that read it
+    broken = [u for path, u in unread.items() if path.startswith(REPLICAS[2])]
+    assert len(broken) == 4  # node2's traces (2 steps x 2 ranks), none read
+    broken_node = broken[0]["node"]
+    assert broken_node in a["faults"][0] and broken_node not in a["nodes"]
+    notes = "\n".join(on_ray["notes"])
+    assert corrupt.name in notes and broken_node in notes
+    steps = {s["global_step"]: s for s in on_ray["steps"]}  # what the other nodes read is kept
+    assert {r["name"] for r in steps[5]["replicas"]} >= {REPLICAS[0], REPLICAS[1]}
+    assert "rank0" in {r for s in on_ray["steps"] for r in s.get("ranks", [])}
+
+
+@pytest.mark.extended
+def test_a_node_killed_mid_report_is_named_and_the_report_ends_within_its_timeout(tmp_path):
+    fleet(tmp_path, ["node0", "node1"])
+    big = tmp_path / "node1" / "save_path" / REPLICAS[1] / "global_step_7" / "ranks"
+    big.mkdir(parents=True)
+    for rank in range(4):  # about 1.5 s a pass: node1's 1 CPU is still reading these when it is killed
+        write_rank_trace(big / f"rank{rank}.10{rank}.pt.trace.json.gz", rank=rank, iterations=20000)
+    spec = {"node0": {"env": {"FLEET_NODE": "node0"}}, "node1": {"env": {"FLEET_NODE": "node1"}}}
+    timeout = 60
+    with RayCluster(spec, tmp_path) as cluster:
+        out = tmp_path / "ray.json"
+        driver = subprocess.Popen([str(RLPROF), "report", f"{tmp_path}/{NODE_ROOT}", "--ray", cluster.address,
+                                   "--timeout", str(timeout), "--json", str(out), "-o", str(tmp_path / "ray.html")],
+                                  cwd=tmp_path, env=ray_environment(), stderr=subprocess.PIPE, text=True)
+        said = []
+        for line in driver.stderr:
+            said.append(line)
+            if "reading each where it lies" in line:
+                break
+        started = time.monotonic()
+        cluster.remove("node1")
+        rest = driver.stderr.read()
+        rc = driver.wait(timeout=timeout + 60)
+        took = time.monotonic() - started
+    assert rc == 1, "".join(said) + rest
+    assert took < timeout + 30
+    data = json.loads(out.read_text())
+    a = data["analysis"]
+    killed = {u["node"] for u in a["unread"]}
+    assert len(killed) == 1 and any("global_step_7" in u["path"] for u in a["unread"]), a["unread"]
+    notes = "\n".join(data["notes"])
+    assert "not read on node" in notes and next(iter(killed)) in notes
+    steps = {s["global_step"]: s for s in data["steps"]}
+    assert steps[5]["replicas"] and REPLICAS[0] in {r["name"] for r in steps[5]["replicas"]}
