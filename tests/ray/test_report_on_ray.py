@@ -14,7 +14,9 @@ second run, and no Ray connection off the loopback. In ``make test-extended``
 local report's steps, replicas, slowest replica and rank times; a filesystem
 all nodes share is read once, spread over them; a corrupt trace, a node that
 cannot import rlprof and a node killed mid-report are each named by file and
-node, with a non-zero exit within the timeout.
+node, with a non-zero exit within the timeout; a node of another rlprof release
+is named and read; an address that takes connections and is no cluster ends
+within the timeout (one where nothing answers: at once, in ``make test``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ def test_without_ray_report_and_summary_exit_2_with_one_line_naming_the_extra(tm
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and "rlprof-plugins[ray]" in lines[0], done.stderr
         assert not (tmp_path / "r.html").exists()
+
+
+def test_ray_is_imported_by_the_command_with_ray_alone_never_by_the_plugins(tmp_path):
+    """With Ray importable, the engines' plugins, the CLI and even the ``--ray`` modules load without it."""
+    modules = ("rlprof_plugins.entry_points.vllm", "rlprof_plugins.entry_points.sglang", "rlprof_plugins.cli.command",
+               "rlprof_plugins.cli.report_command", "rlprof_plugins.cli.trace_commands",
+               "rlprof_plugins.report.on_ray.driver", "rlprof_plugins.report.on_ray.node")
+    code = (f"import sys, {', '.join(modules)}; assert 'ray' not in sys.modules, 'Ray imported'; "
+            "import ray; print('ok')")  # Ray was there to import all along
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ray_environment(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_an_address_where_nothing_answers_exits_1_at_once(tmp_path):
@@ -163,7 +177,7 @@ def test_a_filesystem_every_node_shares_is_read_once_spread_over_the_nodes(tmp_p
 
 
 @pytest.mark.extended
-def test_a_corrupt_trace_and_a_node_without_rlprof_are_named_by_file_and_node(tmp_path):
+def test_a_corrupt_trace_a_node_without_rlprof_and_one_of_another_release_are_named_by_file_and_node(tmp_path):
     nodes = ["node0", "node1", "node2"]
     fleet(tmp_path, nodes)
     corrupt = next((tmp_path / "node1" / "save_path" / REPLICAS[1] / "global_step_5" / "ranks").glob("rank1.*"))
@@ -171,7 +185,16 @@ def test_a_corrupt_trace_and_a_node_without_rlprof_are_named_by_file_and_node(tm
     shim = tmp_path / "no-rlprof" / "rlprof_plugins"
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('rlprof is not installed on this node')\n")
-    spec = {"node0": {"env": {"FLEET_NODE": "node0"}}, "node1": {"env": {"FLEET_NODE": "node1"}},
+    # node0 runs another release: the installed package, copied, its version changed
+    import rlprof_plugins
+
+    other = tmp_path / "other-release" / "rlprof_plugins"
+    shutil.copytree(Path(rlprof_plugins.__file__).parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    init = other / "__init__.py"
+    init.write_text(init.read_text().replace(f'__version__ = "{rlprof_plugins.__version__}"', '__version__ = "0.1.99"'))
+    assert '"0.1.99"' in init.read_text()
+    spec = {"node0": {"env": {"FLEET_NODE": "node0", "PYTHONPATH": f"{other.parent}{os.pathsep}{RAY_PATH}"}},
+            "node1": {"env": {"FLEET_NODE": "node1"}},
             "node2": {"env": {"FLEET_NODE": "node2", "PYTHONPATH": f"{shim.parent}{os.pathsep}{RAY_PATH}"}}}
     with RayCluster(spec, tmp_path) as cluster:
         done, on_ray = report_json(f"{tmp_path}/{NODE_ROOT}", tmp_path, "ray", "--ray", cluster.address,
@@ -187,9 +210,11 @@ def test_a_corrupt_trace_and_a_node_without_rlprof_are_named_by_file_and_node(tm
     assert broken_node in a["faults"][0] and broken_node not in a["nodes"]
     notes = "\n".join(on_ray["notes"])
     assert corrupt.name in notes and broken_node in notes
+    (older, version), = a["versions"].items()  # node0, named with its release; its passes still read
+    assert version == "0.1.99" and f"node {older} runs rlprof 0.1.99" in notes and older in a["nodes"]
     steps = {s["global_step"]: s for s in on_ray["steps"]}  # what the other nodes read is kept
     assert {r["name"] for r in steps[5]["replicas"]} >= {REPLICAS[0], REPLICAS[1]}
-    assert "rank0" in {r for s in on_ray["steps"] for r in s.get("ranks", [])}
+    assert all(r["iterations"] > 0 for s in steps.values() for r in s["replicas"] if r["name"] == REPLICAS[0])
 
 
 @pytest.mark.extended

@@ -224,7 +224,9 @@ def test_recorder_follows_starts_and_the_weight_version(tmp_path):
 
 
 def test_the_report_gives_every_measured_step_a_row(tmp_path):
-    for rank, ms in (("rank0", 1.0), ("rank1", 3.0)):
+    # rank1 30x rank0's sleep: a sleep only ever overruns, and under load rank0's 1 ms ran past 1.5 ms (a 3 ms
+    # rank1 then read imbalance <= 1.5): at 30 ms, rank0 would need 20 ms more an iteration
+    for rank, ms in (("rank0", 1.0), ("rank1", 30.0)):
         rec = recorder_for(str(tmp_path), rank, parse_options({}))
         for step in (1, 2, 3):
             rec.started(step)
