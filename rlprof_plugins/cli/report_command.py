@@ -83,13 +83,13 @@ def reading(args, root_text: str, progress: Callable[[str], None] | None) -> Ite
         with counted_here() as analysis:
             yield Reading(analysis)
         return
-    from ..report.on_ray.driver import NoCluster, RayMissing, open_session
+    from ..report.on_ray.driver import NoCluster, RayMissing, UnshowableRoot, open_session
 
     try:
         with open_session(root_text, args.ray, timeout=args.timeout, use_cache=not getattr(args, "no_cache", False),
                           progress=progress) as session:
             yield Reading(session.analysis, session)
-    except RayMissing as e:
+    except (RayMissing, UnshowableRoot) as e:
         raise UsageError(str(e)) from None
     except NoCluster as e:
         raise CliError(str(e)) from None

@@ -96,6 +96,12 @@ def test_ray_is_imported_by_the_command_with_ray_alone_never_by_the_plugins(tmp_
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_a_root_the_outputs_could_not_show_as_it_is_is_refused_naming_it(tmp_path):
+    done = run(["report", f"{tmp_path}/<node>", "--ray", "127.0.0.2:1", "-o", str(tmp_path / "r.html")], tmp_path)
+    assert done.returncode == 2 and "--ray: ROOT" in done.stderr and "<node>" in done.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_an_address_where_nothing_answers_exits_1_at_once(tmp_path):
     root = fleet(tmp_path, ["node0"])
     with socket.socket() as s:

@@ -50,6 +50,15 @@ class NoCluster(RuntimeError):
     """No Ray cluster could be joined at the address."""
 
 
+# ROOT is shown in place of the stand-in root's path inside the JSON, the page and the CSVs as they are
+# written (``Session.shown``): a ROOT holding what those formats escape could not stand there as it is
+NOT_IN_ROOT = '\'"\\<>&\n'
+
+
+class UnshowableRoot(ValueError):
+    """A ROOT template with a character ``NOT_IN_ROOT`` names."""
+
+
 def import_ray():
     try:
         import ray
@@ -419,6 +428,10 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     finds it), list ROOT on every alive node, and leave the cluster when done."""
     ray = import_ray()
     import logging
+
+    if any(c in root_text for c in NOT_IN_ROOT):
+        raise UnshowableRoot(f"--ray: ROOT {root_text!r} holds one of {NOT_IN_ROOT!r}, which the report could not "
+                             "show as it is: name the folder without them")
 
     kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
     if join_from(address):
