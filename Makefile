@@ -16,6 +16,8 @@ GPU_KIT_DEPS := .cache/gpu-kit-deps
 GPU_PYTHON ?= $(VPY)
 DEVICE ?= auto
 PYTEST_ARGS ?=
+# the benchmarks' result files are named by the day they ran
+TODAY := $(shell date +%F)
 # `python -m` and `-c` put the working directory (this checkout) first on sys.path, where the
 # tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
 # installed in the environment. Python 3.11+ leaves it out with this set.
@@ -24,7 +26,7 @@ export PYTHONSAFEPATH := 1
 # engine a test starts inherits it, so the tests run the shim `make env` built.
 export RLPROF_CACHE_DIR ?= $(CURDIR)/.cache/rlprof
 
-.PHONY: bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
+.PHONY: test-pythons bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
@@ -208,6 +210,20 @@ test-extended: env tiny-model
 unit: env
 	$(VPY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# The engine-agnostic core's unit tests on every Python the package claims (3.10 to 3.13, found on the PATH
+# as python3.X): nox makes one environment each (with uv), the wheel built from this tree in it (noxfile.py).
+VENV_TOOLS := .venv-tools
+$(VENV_TOOLS)/.installed:
+	$(PYTHON) -m venv $(VENV_TOOLS)
+	$(VENV_TOOLS)/bin/pip install -q nox==2026.10.20 uv==0.13.9
+	touch $@
+
+# pyenv's shims serve only its global version: each version's own bin/ goes first on the PATH
+PYENV_PYTHONS := $(shell for v in 3.10 3.11 3.12 3.13; do d=$$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.* 2>/dev/null | sort -V | tail -1); [ -n "$$d" ] && printf '%s/bin:' "$$d"; done)
+
+test-pythons: $(VENV_TOOLS)/.installed
+	PATH="$(PYENV_PYTHONS)$(CURDIR)/$(VENV_TOOLS)/bin:$$PATH" $(VENV_TOOLS)/bin/nox -f noxfile.py --error-on-missing-interpreters
+
 # The contract tests on every tested engine release (CI runs a subset; see
 # docs/compatibility.md). Downloads each release's wheel once into .cache/.
 compat: env
@@ -236,9 +252,12 @@ patch-table: env
 clean:
 	rm -rf $(VENV_VLLM) $(VENV_SGLANG) .cache demo-traces build *.egg-info
 
-# docs/performance.md: plugin vs native vLLM, ratios from one run, the largest stall, and bursty traffic
+# docs/performance.md: an RL rollout step recorded against unrecorded and the engine's own profiler (bench_rollout.py,
+# TP=1 and TP=2); plugin vs native vLLM, ratios from one run, the largest stall, and bursty traffic
 # with idle gaps (~30 min; the bursty rows of native vLLM with stacks are left out: they run 24 GB out of memory).
 bench: env tiny-model
+	$(VPY) benchmarks/bench_rollout.py --engine vllm --out benchmarks/results/$(TODAY)-rollout-vllm-tp1.json
+	$(VPY) benchmarks/bench_rollout.py --engine vllm --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-vllm-tp2.json
 	$(VPY) benchmarks/bench_vllm_profiling.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --skip "on | native"
@@ -266,6 +285,8 @@ fixtures: env tiny-model
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server, the largest stall, and bursty traffic (~25 min).
 bench-sglang: env tiny-model
+	$(VPY) benchmarks/bench_rollout.py --engine sglang --out benchmarks/results/$(TODAY)-rollout-sglang-tp1.json
+	$(VPY) benchmarks/bench_rollout.py --engine sglang --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-sglang-tp2.json
 	$(VPY) benchmarks/bench_sglang_stop.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"

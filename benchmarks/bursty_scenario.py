@@ -31,24 +31,10 @@ from pathlib import Path
 import requests
 
 from tests.helpers.bursty import CONCURRENT, TOKENS, PeakRss, engine_pid, status_mb  # the e2e tests' traffic
+from tests.helpers.traces import written_traces
 
 BURSTS, GAP_S = 5, 0.7  # of the e2e tests' bursts (tests/helpers/bursty.py), more and further apart
 ROUNDS = 3  # unrecorded and recorded, alternating on one server
-
-
-def _written(folder: Path, before: set[Path], timeout: float = 900) -> list[Path]:
-    """Trace files that appeared under ``folder`` and stopped growing (SGLang's native stop
-    answers before its files exist)."""
-    deadline, sizes = time.time() + timeout, None
-    while time.time() < deadline:
-        files = sorted(p for p in folder.rglob("*.json*") if p not in before and ".rlprof-chunks" not in str(p)
-                       and "manifest" not in p.name and "pauses" not in p.name)
-        now = [p.stat().st_size for p in files]
-        if files and now == sizes:
-            return files
-        sizes = now
-        time.sleep(1.0)
-    return []
 
 
 def timed_burst(server) -> tuple[list[threading.Thread], dict]:
@@ -120,7 +106,7 @@ def _session(server, engine: str, body: dict, folder: Path) -> dict:
     finish(*last)
     if "global_step" in body:
         server.wait_state(timeout=900)
-    files = _written(folder, before)
+    files = written_traces(folder, before, poll=1.0)
     out["written_s"] = time.perf_counter() - t
     out["trace_mb"] = sum(p.stat().st_size for p in files) / 2**20
     if "global_step" in body:

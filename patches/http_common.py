@@ -19,9 +19,21 @@ PIECE_BYTES = 4 << 20  # one read of a streamed file
 PROFILE_PATHS = ("/start_profile", "/stop_profile")
 
 
+def native_validation_error(errors: list[dict]) -> Exception:
+    """What FastAPI raises for a body its route's model refuses, with pydantic's ``errors`` located in the
+    body: raised out of a route, the engine's own handler answers it (vLLM's and SGLang's 400, each in its
+    own format), exactly as it answers the same body on the native route."""
+    from fastapi.exceptions import RequestValidationError
+
+    return RequestValidationError([{**e, "loc": ("body", *e.get("loc", ()))} for e in errors])
+
+
 def error_response(exc: Exception):
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
+    if isinstance(exc, RequestValidationError):
+        raise exc  # the engine's own handler answers it
     if isinstance(exc, KNOWN_ERRORS):
         return JSONResponse(status_code=exc.status, content=exc.to_json())
     logger.exception("rlprof: profiling route failed")

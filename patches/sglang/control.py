@@ -15,7 +15,7 @@ from typing import Any
 from rlprof_plugins import __version__ as PLUGIN_VERSION
 from rlprof_plugins.backends import which_backend
 from rlprof_plugins.backends.kind import BuildContext
-from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment
+from rlprof_plugins.config.launch_config import ProfilerConfig, from_environment, parse_profiler_config
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.store import manifest, servers
 from rlprof_plugins.trace.format.naming import sglang_rank_label, sglang_worker_name
@@ -87,7 +87,8 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
     if ctl is None:
         import torch
 
-        config = from_environment() or ProfilerConfig()
+        # a server launched without rlprof's configuration records as an empty one does (sampled stacks)
+        config = from_environment() or parse_profiler_config({})
         pos = parallel_of(manager, module)
         label = sglang_rank_label(pos)
         cuda = torch.cuda.is_available()

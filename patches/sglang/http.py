@@ -35,7 +35,8 @@ from rlprof_plugins.session.protocol import check_wait, local_piece
 from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
-                           flight_answer, flight_folder, json_body, status_step, stop_status, step_answer)
+                           flight_answer, flight_folder, json_body, native_validation_error, status_step,
+                           stop_status, step_answer)
 from .facts import VERSIONS
 from .sessions import start, status, stop_is_native, until_written, uses_rlprof
 from .start_requests import server_config
@@ -72,7 +73,7 @@ async def start_profile(raw_request: Request):
         config = server_config()
         if config is None and not uses_rlprof(body):
             return await _native_start(_native(raw_request, "/start_profile"), body)
-        result = await start(_manager(raw_request), body, config)
+        result = await start(_manager(raw_request), _native_fields(body), config)
     except Exception as e:
         return error_response(e)
     return JSONResponse({"status": "started", **result})
@@ -146,18 +147,48 @@ ROUTES = {"/start_profile": start_profile, "/stop_profile": stop_profile, "/prof
 POSTED = ("/profile_step", FLIGHT_DUMP_PATH)  # the routes rlprof adds that take a POST
 
 
-async def _native_start(endpoint, body: dict):
-    """SGLang's own /start_profile, for a body without rlprof fields on an
-    unconfigured server. Its body type: ``ProfileReqInput`` (keyword era, up
-    to 0.5.14), ``ProfileReq`` (0.5.15+)."""
+def _body_type():
+    """SGLang's start body type: ``ProfileReqInput`` (keyword era, up to 0.5.14), ``ProfileReq`` (0.5.15+)."""
     from sglang.srt.managers import io_struct
 
-    body_type = getattr(io_struct, "ProfileReqInput", None) or io_struct.ProfileReq
+    return getattr(io_struct, "ProfileReqInput", None) or io_struct.ProfileReq
+
+
+def _validated(body: dict) -> Any:
+    """``body`` read as SGLang's own route reads it: FastAPI validates it into the body type with pydantic,
+    so a number given as a string becomes a number, unknown fields are dropped, and a value the type cannot
+    hold is answered by SGLang's own handler, as on its route, before anything reaches a scheduler."""
+    from pydantic import TypeAdapter, ValidationError
+
     try:
-        obj = body_type(**body) if body else None
-    except (TypeError, ValueError) as e:
-        raise RequestError("body", f"not a valid SGLang profile request: {e}") from None
-    return await endpoint(obj)
+        return TypeAdapter(_body_type()).validate_python(body)
+    except ValidationError as e:
+        raise native_validation_error(e.errors()) from None
+
+
+def _native_fields(body: dict) -> dict:
+    """The fields of ``body`` SGLang's own route defines, converted as that route converts them (``start_step``
+    given as ``"15"`` is 15), for rlprof's route to read as SGLang would; the rest of the body as given."""
+    import dataclasses
+
+    body_type = _body_type()
+    if dataclasses.is_dataclass(body_type):
+        names = {f.name for f in dataclasses.fields(body_type)}
+    else:
+        import msgspec
+
+        names = {f.name for f in msgspec.structs.fields(body_type)}
+    given = {k: v for k, v in body.items() if k in names}
+    if not given:
+        return body
+    validated = _validated(given)
+    return {**body, **{k: getattr(validated, k) for k in given}}
+
+
+async def _native_start(endpoint, body: dict):
+    """SGLang's own /start_profile, for a body without rlprof fields on an unconfigured server, validated
+    first as SGLang's route validates it (the endpoint is called directly, past FastAPI's validation)."""
+    return await endpoint(_validated(body) if body else None)
 
 
 def _install_routes(module: Any):

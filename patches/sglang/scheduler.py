@@ -128,6 +128,22 @@ def _native_stop(manager: Any) -> dict:
 
 # ---- wrappers: profiler manager -------------------------------------------
 def _wrap_profile(wrapped, instance, args, kwargs):
+    """The scheduler's profile request: rlprof's commands, native requests a configured scheduler runs as
+    sessions, the rest SGLang's own. Whatever it calls that raises fails this request with the reason, never
+    the scheduler's event loop (SGLang's own ``_init_profile`` raising would end the scheduler)."""
+    from sglang.srt.managers.io_struct import ProfileReqOutput
+
+    try:
+        return _profile(wrapped, instance, args, kwargs)
+    except Exception as e:
+        logger.warning("rlprof: a profile request failed on the scheduler (it keeps serving): %s: %s",
+                       type(e).__name__, e)
+        return ProfileReqOutput(success=False, message=f"the profile request failed: {type(e).__name__}: {e}")
+
+
+def _profile(wrapped, instance, args, kwargs):
+    from sglang.srt.managers.io_struct import ProfileReqOutput
+
     req = args[0] if args else kwargs.get("recv_req")
     try:
         command = decode_command(getattr(req, "profile_id", None))
@@ -139,15 +155,11 @@ def _wrap_profile(wrapped, instance, args, kwargs):
             return handled
         ctl = instance.__dict__.get(CONTROLLER_ATTR)
         if ctl is not None and ctl.active and native_requests.is_start(req):
-            from sglang.srt.managers.io_struct import ProfileReqOutput
-
             return ProfileReqOutput(success=False, message="an rlprof profiling session is running; "
                                                            "POST /stop_profile first")
         return wrapped(*args, **kwargs)
     module = sys.modules[type(instance).__module__]
     replies = gather(instance, run_command(instance, module, command))
-    from sglang.srt.managers.io_struct import ProfileReqOutput
-
     return ProfileReqOutput(success=True, message=json.dumps(replies))
 
 
@@ -165,7 +177,8 @@ def _run_batch(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if recorder is not None:
         waiting = getattr(instance, "waiting_queue", None)
-        recorder.begin(len(waiting) if isinstance(waiting, list) else -1, active)
+        # a session's iterations, and those while its files are written, carry the profiler's cost
+        recorder.begin(len(waiting) if isinstance(waiting, list) else -1, ctl is not None and ctl.costs_the_engine)
     if active:
         if recorder is not None and ctl.pause_listener is None and recorder.flight is not None:
             ctl.pause_listener = recorder.flight.pause  # the session's pauses into the flight recorder's ring

@@ -19,6 +19,7 @@ import hashlib
 import os
 import secrets
 from dataclasses import replace
+from typing import Any
 
 try:  # FastAPI reads the routes' annotations; vLLM's API server always has Starlette
     from starlette.requests import Request
@@ -33,7 +34,8 @@ from rlprof_plugins.config.requests import parse_mark_step, parse_start
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
-                           flight_answer, flight_folder, json_body, status_step, stop_status, step_answer)
+                           flight_answer, flight_folder, json_body, native_validation_error, status_step,
+                           stop_status, step_answer)
 from . import sessions, weight_reader
 from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
@@ -76,6 +78,7 @@ async def start_profile(raw_request: Request):
 
     try:
         body = await json_body(raw_request)
+        _validated_as_vllm(body)
         server = request_server(getattr(raw_request.app.state, CONFIG_STATE))
         if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
             server = replace(server, weight_version=await weight_reader.read_async(
@@ -88,6 +91,24 @@ async def start_profile(raw_request: Request):
     except Exception as e:
         return error_response(e)
     return JSONResponse({"status": "started", **result})
+
+
+def _validated_as_vllm(body: Any) -> None:
+    """Refuse what vLLM's own route refuses, as it does: FastAPI validates the body with vLLM's
+    ``StartProfileRequest`` (strict: ``"5"`` is no number there; unknown fields ignored), and vLLM's own
+    handler answers what it refuses. Releases without a start body accept any."""
+    try:
+        from vllm.entrypoints.serve.profile.api_router import StartProfileRequest
+    except ImportError:
+        return
+    if body is None or body == {}:
+        return
+    from pydantic import ValidationError
+
+    try:
+        StartProfileRequest.model_validate(body)
+    except ValidationError as e:
+        raise native_validation_error(e.errors()) from None
 
 
 async def stop_profile(raw_request: Request):

@@ -118,7 +118,9 @@ def _execute_model(wrapped, instance, args, kwargs):
     info = iteration_info(scheduler_output) if active else quick_info(scheduler_output)
     if recorder:
         state[INFO_ATTR] = info
-        recorder.begin(-1, active)  # a worker does not see the scheduler's waiting requests
+        # a worker does not see the scheduler's waiting requests; a session's iterations, and those while its
+        # files are written, carry the profiler's cost
+        recorder.begin(-1, ctl is not None and ctl.costs_the_engine)
     if active:
         if recorder and ctl.pause_listener is None and recorder.flight is not None:
             ctl.pause_listener = recorder.flight.pause  # the session's pauses into the flight recorder's ring

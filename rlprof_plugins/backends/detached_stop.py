@@ -55,8 +55,8 @@ def why_not(torch: Any, activities: Sequence[str], *, build: bool = True,
     if tuple(activities) != ("CPU",):
         return f"activities {', '.join(activities)}: only CPU recordings are proven off the engine thread"
     why = torch_shim.why_not(torch, facts)
-    if build and facts is None and why is not None and why.startswith(torch_shim.NOT_BUILT):
-        torch_shim.build_in_background(torch)
+    if build and facts is None and why is not None and torch_shim.build_in_background(torch):
+        why = torch_shim.why_not(torch)  # (a build now under way)
     return why
 
 
@@ -172,6 +172,11 @@ class DetachedStop:
 
     def wait(self) -> None:
         self._done.wait()
+
+    @property
+    def done(self) -> bool:
+        """Whether torch's post-processing has finished (or failed): the next session can start at once."""
+        return self._done.is_set()
 
     def save(self, path: Path) -> None:
         """Write the trace to ``path`` (Kineto's writer, as ``export_chrome_trace``), waiting for the

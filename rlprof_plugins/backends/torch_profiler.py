@@ -203,17 +203,20 @@ class TorchProfilerBackend:
         self._owners = 0  # who owned the session right after it started (``detached_stop.owners``)
         self._detached: detached_stop.DetachedStop | None = None  # the stop, where it left the engine thread
 
-    def _experimental_config(self) -> tuple[Any, bool]:
+    def _experimental_config(self, build: bool = True) -> tuple[Any, bool]:
         """torch's experimental config for this session (None: torch's default), and whether its stop
         is detached from the engine thread (``detached_stop``). Both only where nothing reads torch's
-        event objects: no exact stacks (torch refuses them that way) and no operator table."""
+        event objects: no exact stacks (torch refuses them that way) and no operator table. ``build``: a
+        shim this process could use and that is not built yet starts building (a session's start; never a
+        property's read)."""
         s = self.settings
         if s.with_stack or s.write_table:
             return None, False
-        why = detached_stop.why_not(self._torch, s.activities)
+        why = detached_stop.why_not(self._torch, s.activities, build=build)
         if why is None:
             return detached_stop.config(self._torch), True
-        logger.debug("rlprof: torch's stop on the engine thread: %s", why)
+        if build and why != f"{detached_stop.OFF_ENV}=1":  # (asked for by the user: nothing to say)
+            torch_shim.warn_once(why)
         return trace_only_config(self._torch), False
 
     def prepare(self, directory: Path, worker_name: str) -> None:
@@ -300,12 +303,19 @@ class TorchProfilerBackend:
     @property
     def detachable(self) -> bool:
         """Whether this session's stop will leave the engine thread (``detached_stop``), known before it starts."""
-        return self._experimental_config()[1]
+        return self._experimental_config(build=False)[1]
 
     @property
     def detached(self) -> bool:
         """Whether this session's stop left the engine thread (``detached_stop``)."""
         return self._detached is not None
+
+    @property
+    def stop_finished(self) -> bool:
+        """Whether this session's stop is over, post-processing included: a stop on the engine thread is over
+        when it returns; a detached one once its thread has post-processed the recording."""
+        detached = self._detached
+        return detached is None or detached.done
 
     def set_iteration(self, index: int | None) -> None:
         """The engine thread entered iteration ``index`` (None: left it): the sampler's spans split there."""

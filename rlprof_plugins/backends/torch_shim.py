@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +133,15 @@ def build(torch: Any) -> Path:
             raise ShimError(f"not built: {type(e).__name__}: {e}") from e
         if run.returncode != 0:
             raise ShimError(f"not built: {Path(cxx).name} exited {run.returncode}: {run.stderr.strip()[-1500:]}")
+        (folder / "canary.json").unlink(missing_ok=True)  # the old proof goes first: a new library is proven anew
         os.replace(out, target)
-    (folder / "canary.json").unlink(missing_ok=True)  # a new library is proven anew
     return target
 
 
-def canary(torch: Any) -> dict[str, Any]:
+def canary(torch: Any, attempt: int = 1) -> dict[str, Any]:
     """Prove the built shim once, in a child process (this Python, this torch): start, stop off the recording
-    thread, save, free. Kept beside the library (``canary.json``): ``{"ok": bool, "detail": str}``."""
+    thread, save, free. Kept beside the library (``canary.json``): ``{"ok": bool, "detail": str}``, and
+    ``timed_out`` with ``attempts`` where the child did not finish in time (run again: ``CANARY_ATTEMPTS``)."""
     folder = cache_folder(torch_facts(torch))
     library = folder / "torch_shim.so"
     if not library.is_file():
@@ -153,8 +155,12 @@ def canary(torch: Any) -> dict[str, Any]:
         else:
             result = {"ok": False, "detail": f"the canary exited {run.returncode}: "
                                              f"{(run.stderr or run.stdout).strip()[-800:]}"}
-    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+    except subprocess.TimeoutExpired as e:
+        result = {"ok": False, "detail": f"the canary did not finish in {CANARY_TIMEOUT_S} s (attempt {attempt} of "
+                                         f"{CANARY_ATTEMPTS}): {e}", "timed_out": True}
+    except (OSError, ValueError) as e:
         result = {"ok": False, "detail": f"the canary did not finish: {type(e).__name__}: {e}"}
+    result["attempts"] = attempt
     result["library"] = str(library)
     tmp = folder / f".canary.{os.getpid()}.json"
     tmp.write_text(json.dumps(result))
@@ -239,43 +245,98 @@ class Shim:
         return {"results": self._lib.rlprof_live_results(), "detached": self._lib.rlprof_live_detached()}
 
 
-_LOADED: dict[str, Any] = {}  # "shim" and "why", once a process has asked
+@dataclass
+class ShimState:
+    """What this process knows of the shim: the loaded library, or why it runs without one (``why``), and
+    whether a build it started is still running. A refusal that a build elsewhere can lift (not built yet, a
+    canary that has not passed) is looked at again ``RECHECK_S`` after it was decided, so every process of a
+    host picks up the shim one of them built."""
+
+    shim: "Shim | None" = None
+    why: str | None = None
+    decided_at: float | None = None  # (time.monotonic) None: not decided yet
+    lifted_by_a_build: bool = False  # ``why`` is of the kind a build or a canary's retry lifts
+    building: bool = False  # a build this process started runs now
+    warned: bool = False  # the one warning line for this process was written
+
+
+RECHECK_S = 10.0
+CANARY_ATTEMPTS = 3  # a canary that timed out (a busy host) is run again, this many times in all
+_STATE = ShimState()
 _LOCK = threading.Lock()
 
 
 def why_not(torch: Any, facts: dict[str, Any] | None = None) -> str | None:
-    """Why the shim cannot serve this process (None: ``loaded()`` gives it). Decided once per process for its
-    own facts; ``facts`` (the tests': another machine, another torch version) is decided afresh."""
+    """Why the shim cannot serve this process (None: ``loaded()`` gives it). Decided for this process's own
+    facts, again after ``RECHECK_S`` where a build could lift the refusal; ``facts`` (the tests': another
+    machine, another torch version) is decided afresh."""
     if facts is not None:
         return gate(facts) or _built_and_proven(facts)
     with _LOCK:
-        if "why" not in _LOADED:
+        state = _STATE
+        stale = (state.decided_at is None or (state.lifted_by_a_build and not state.building
+                                              and time.monotonic() - state.decided_at >= RECHECK_S))
+        if stale:
             facts = torch_facts(torch)
-            why = gate(facts) or _built_and_proven(facts)
+            refused = gate(facts)
+            why = refused or _built_and_proven(facts)
+            state.shim = None
             if why is None:
                 try:
-                    _LOADED["shim"] = Shim(cache_folder(facts) / "torch_shim.so")
+                    state.shim = Shim(cache_folder(facts) / "torch_shim.so")
                 except (OSError, AttributeError, ShimError) as e:
                     why = f"the shim does not load: {type(e).__name__}: {e}"
-            _LOADED["why"] = why
-        return _LOADED["why"]
+            state.why, state.decided_at = why, time.monotonic()
+            state.lifted_by_a_build = why is not None and refused is None and _needs_work(facts)
+        if state.building:
+            return f"the shim for this torch is being built in the background; sessions after it is proven stop " \
+                   f"off the engine thread"
+        return state.why
+
+
+def needs_build(torch: Any) -> bool:
+    """Whether building the shim (or running its canary again) could let this process stop torch off the engine
+    thread: a shim this machine and torch allow, not built yet or not yet proven."""
+    facts = torch_facts(torch)
+    return gate(facts) is None and compiler() is not None and _needs_work(facts)
+
+
+def _needs_work(facts: dict[str, Any]) -> bool:
+    folder = cache_folder(facts)
+    if not (folder / "torch_shim.so").is_file():
+        return True
+    proof = _proof(folder)
+    return proof is None or (not proof.get("ok") and _retried_canary(proof))
+
+
+def _retried_canary(proof: dict[str, Any]) -> bool:
+    """Whether a failed canary is run again: one that timed out (a busy host), fewer than ``CANARY_ATTEMPTS``
+    times."""
+    return bool(proof.get("timed_out")) and int(proof.get("attempts", 1)) < CANARY_ATTEMPTS
+
+
+def _proof(folder: Path) -> dict[str, Any] | None:
+    try:
+        proof = json.loads((folder / "canary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return proof if isinstance(proof, dict) else None
 
 
 def loaded() -> Shim:
-    return _LOADED["shim"]
-
-
-NOT_BUILT = "the shim is not built"
+    shim = _STATE.shim
+    if shim is None:
+        raise ShimError("the shim is not loaded in this process")
+    return shim
 
 
 def _built_and_proven(facts: dict[str, Any]) -> str | None:
     folder = cache_folder(facts)
     if not (folder / "torch_shim.so").is_file():
         how = "no C++ compiler here" if compiler() is None else "run `rlprof build-shim`"
-        return f"{NOT_BUILT} for torch {facts['torch']} ({how})"
-    try:
-        proof = json.loads((folder / "canary.json").read_text())
-    except (OSError, ValueError):
+        return f"the shim is not built for torch {facts['torch']} ({how})"
+    proof = _proof(folder)
+    if proof is None:
         return "the shim's canary has not run (run `rlprof build-shim`)"
     if not proof.get("ok"):
         return f"the shim's canary failed: {proof.get('detail')}"
@@ -283,17 +344,17 @@ def _built_and_proven(facts: dict[str, Any]) -> str | None:
 
 
 def build_in_background(torch: Any) -> bool:
-    """Once per process, where a session could use the shim and it is not built yet: build it and run its
-    canary in a child at the lowest priority (a lock file keeps the ranks of one host from building it
-    together). This session keeps torch's own stop; the process's later sessions use the shim once it is built
-    and proven. Returns whether a build started."""
+    """Where a session could use the shim and it is not built or proven yet: build it (or run its canary
+    again) in a child at the lowest priority; a lock file keeps the processes of one host from building it
+    together, and one that loses the lock finds the winner's shim when it looks again (``why_not``). This
+    session keeps torch's own stop; this process's later sessions use the shim once it is proven. Returns
+    whether a build started."""
     with _LOCK:
-        if _LOADED.get("building") or os.environ.get("RLPROF_NO_SHIM_BUILD") == "1":
+        if _STATE.building or os.environ.get("RLPROF_NO_SHIM_BUILD") == "1":
             return False
-        _LOADED["building"] = True
-    facts = torch_facts(torch)
-    if gate(facts) or compiler() is None or (cache_folder(facts) / "torch_shim.so").is_file():
-        return False
+        if not needs_build(torch):
+            return False
+        _STATE.building = True
 
     nice = shutil.which("nice")  # the lowest priority; no preexec_fn in an engine's threaded process
     command = [*([nice, "-n", "19"] if nice else []), sys.executable, "-m", "rlprof_plugins.backends.torch_shim",
@@ -302,24 +363,38 @@ def build_in_background(torch: Any) -> bool:
     def run() -> None:
         try:
             done = subprocess.run(command, capture_output=True, timeout=BUILD_TIMEOUT_S + CANARY_TIMEOUT_S)
+            if done.returncode != 0:
+                logger.info("rlprof: the torch shim was not built in the background: %s",
+                            done.stdout.decode(errors="replace").strip()[-500:])
         except Exception as e:  # never into the engine: this session and the next keep torch's own stop
             logger.info("rlprof: building the torch shim in the background failed: %s: %s", type(e).__name__, e)
-            return
-        if done.returncode == 0:
-            reload()  # this process's next session decides afresh, and finds it built and proven
-        else:
-            logger.info("rlprof: the torch shim was not built in the background: %s",
-                        done.stdout.decode(errors="replace").strip()[-500:])
+        finally:
+            with _LOCK:
+                _STATE.building = False
+            reload()  # decided afresh by the next session: built and proven here or by another process
 
-    threading.Thread(target=run, name="rlprof-shim-build", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="rlprof-shim-build", daemon=True).start()
+    except RuntimeError:  # no thread to be had: nothing started
+        with _LOCK:
+            _STATE.building = False
+        return False
     return True
+
+
+def warn_once(why: str) -> None:
+    """The one line a process writes about running without the shim: why, and what to do."""
+    with _LOCK:
+        if _STATE.warned:
+            return
+        _STATE.warned = True
+    logger.warning("rlprof: torch's stop runs on the engine thread in this process: %s", why)
 
 
 def reload() -> None:
     """Decide afresh (after a build)."""
     with _LOCK:
-        _LOADED.pop("why", None)
-        _LOADED.pop("shim", None)
+        _STATE.shim, _STATE.why, _STATE.decided_at, _STATE.lifted_by_a_build = None, None, None, False
 
 
 def build_and_prove(torch: Any, *, if_unlocked: bool = False, again: bool = False) -> dict[str, Any]:
@@ -343,6 +418,10 @@ def build_and_prove(torch: Any, *, if_unlocked: bool = False, again: bool = Fals
             proof = json.loads((folder / "canary.json").read_text())
             return {**proof, "library": str(folder / "torch_shim.so"), "build_seconds": 0.0,
                     "detail": f"already built and proven ({proof.get('detail')})"}
+        earlier = _proof(folder)
+        if not again and (folder / "torch_shim.so").is_file() and earlier is not None and _retried_canary(earlier):
+            # the library is built; its canary timed out on a busy host: proven again, not rebuilt
+            return {**canary(torch, attempt=int(earlier.get("attempts", 1)) + 1), "build_seconds": 0.0}
         started = time.monotonic()
         try:
             library = build(torch)

@@ -146,7 +146,35 @@ def markdown() -> str:
         lines += ["", "How to configure profiling:", ""]
         for spec, text in HOW_TO_CONFIGURE[engine]:
             lines.append(f"- {title} `{spec or 'newer'}`: {text}")
+    lines += ["", "## Differences from the native profiler", "",
+              "What the engines' own profiler tests assert holds with rlprof installed (each asserted with rlprof",
+              "installed and disabled side by side: docs/testing.md). Where rlprof deliberately does otherwise:", "",
+              "| engine | native | with rlprof | why |", "| --- | --- | --- | --- |"]
+    lines += [f"| {engine} | {native} | {ours} | {why} |" for engine, native, ours, why in DIFFERENCES]
     return "\n".join(lines) + "\n"
+
+
+# (engine, what the native profiler does, what rlprof does instead, why)
+DIFFERENCES = (
+    ("both", "the stop writes the trace on the engine thread and returns once it is written",
+     "the engine thread hands the recording to a writer and serves on; the stop returns once the files are "
+     "written (`{\"wait\": false}`: at once)",
+     "a stop that writes on the engine thread stalls every request for as long as the write takes"),
+    ("both", "the profiler's directory holds the traces alone",
+     "it also holds `steps/` (step metrics), `global_step_<N>/flight/` (flight recorder dumps), "
+     "`.rlprof-root.json` (which server holds the directory) and each step's `manifest.json`",
+     "every step is measured and the slow one recorded without a call; turn them off with `step_metrics` "
+     "and `flight_recorder`"),
+    ("both", "`with_stack` records every Python call", "rlprof's sessions sample the engine thread's stack "
+     "(`python_stacks: sampled`) unless a request asks for exact stacks",
+     "exact stacks slow serving several times over; `\"python_stacks\": \"exact\"` brings them back"),
+    ("both", "a start body's unknown fields are ignored", "ignored too, and named in the answer's `warnings`; a "
+     "near miss of one of rlprof's fields (`global_stpe`) is refused naming the field it meant",
+     "a session whose global step was mistyped would land outside its step folder"),
+    ("SGLang", "a start body whose value SGLang's own profiler cannot use (one its route accepted) ends the "
+     "scheduler", "the request fails with the reason and the scheduler serves on",
+     "no exception from a profiling request may end the engine"),
+)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,12 @@ def cmd_summary(args) -> int:
         print(f"rlprof: {note}", file=sys.stderr)
     if not any(step["stages"] for step in data["steps"]):
         found = [name for step in data["steps"] for name in step["without_iterations"] + step["unreadable"]]
+        if not found and not where.session and measured_only(root):
+            # what the defaults write where no session ran: the steps are measured, not traced
+            print(f"rlprof: {root}: no session recorded a trace here; its steps were measured (step metrics, "
+                  f"flight recorder dumps): `rlprof report {root}` shows them", file=sys.stderr)
+            emit(args, data, render_table(data))
+            return EXIT_FAILED if where.faulty else EXIT_OK
         raise CliError(f"{root}: no engine iteration found" + (
             f" in {', '.join(found)} (no rlprof::iteration, execute_context_*, step[...] or ProfilerStep#N "
             "range; or unreadable)" if found else ": no rank traces"))
@@ -164,6 +170,15 @@ def cmd_summary(args) -> int:
     _warn_missing([f"{m['replica'] + ': ' if m.get('replica') else ''}{m['label']} ({m['stage']}): {m['line']}"
                    for m in data["missing"]])
     return EXIT_FAILED if (args.strict and data["missing"]) or where.faulty else EXIT_OK
+
+
+def measured_only(root: Path) -> bool:
+    """Whether ``root`` holds step metrics or flight recorder dumps (what the defaults write with no session)."""
+    from ..metrics.flight_dump import flight_folders
+    from ..metrics.log import step_folder
+
+    logs = step_folder(root)
+    return any(flight_folders(root)) or (logs.is_dir() and any(logs.glob("*.jsonl")))
 
 
 # ---- check --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from ..errors import OptionsError
 # under the target by default: measured (docs/performance.md, "torch's own stop").
 CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
+DEFAULT_MAX_RECORDING_MB = 1024
 # Where a start request without a global_step takes one (rlprof_plugins.steps.which_step).
 STEP_SOURCES = ("request", "weight_version", "profile_prefix")
 # The flight recorder's settings (``flight_recorder``: true, false or an object of these; the
@@ -81,9 +82,12 @@ class ProfileOptions:
     ``chunk_iterations``: record a window as consecutive torch sessions,
     stitched into one trace per rank after the stop, so each of torch's own
     stops (seconds with stacks on, on the engine's thread) post-processes one
-    chunk, not the whole window. ``auto``: each chunk as long as keeps its
-    stop under ``max_pause_ms`` (measured per rank as it records); N: N
-    iterations; 0: one torch session. Not with ``operator_table`` (torch's
+    chunk, not the whole window. ``auto``: where the stop leaves the engine
+    thread, one torch session until the process has grown by
+    ``max_recording_mb`` (its stop costs the engine a moment, where a
+    rotation would stop torch on the engine thread); elsewhere each chunk as
+    long as keeps its stop under ``max_pause_ms`` (measured per rank as it
+    records); N: N iterations; 0: one torch session. Not with ``operator_table`` (torch's
     table needs the whole session) or the npu backend (torch_npu's stop does
     not post-process on that thread).
 
@@ -139,6 +143,7 @@ class ProfileOptions:
     stop_wait_seconds: int = 120
     chunk_iterations: int | str = CHUNK_AUTO
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
+    max_recording_mb: int = DEFAULT_MAX_RECORDING_MB
     output_dir: str | None = None
     allowed_output_dirs: tuple[str, ...] = ()
     trainer_step_offset: int = 1
@@ -322,6 +327,7 @@ def parse_options(data: Mapping[str, Any]) -> ProfileOptions:
         stop_wait_seconds=check_count("stop_wait_seconds", data.get("stop_wait_seconds", 120)),
         chunk_iterations=check_chunking("chunk_iterations", data.get("chunk_iterations", CHUNK_AUTO)),
         max_pause_ms=check_positive("max_pause_ms", data.get("max_pause_ms", DEFAULT_MAX_PAUSE_MS)),
+        max_recording_mb=check_positive("max_recording_mb", data.get("max_recording_mb", DEFAULT_MAX_RECORDING_MB)),
         output_dir=check_directory("output_dir", data.get("output_dir")),
         allowed_output_dirs=check_directories("allowed_output_dirs", data.get("allowed_output_dirs", ())),
         trainer_step_offset=check_integer("trainer_step_offset", data.get("trainer_step_offset", 1)),

@@ -97,9 +97,10 @@ def native_to(engine: str) -> tuple[str, ...]:
 
 def needs_rlprof(engine: str, fields) -> bool:
     """Whether a call names a field ``engine`` itself does not define (rlprof's,
-    or the other engine's): only rlprof can run it."""
+    or the other engine's): only rlprof can run it. A field no one defines is
+    ignored, as the engines' routes ignore it."""
     native = native_to(engine)
-    return any(k not in native for k in fields)
+    return any(k in BY_NAME and k not in native for k in fields)
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,13 @@ from typing import Any, Callable, Mapping
 from ..backends import memory_history
 from ..errors import RequestError
 from ..store.layout import session_dir
-from .options import DEFAULT_MAX_PAUSE_MS, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
+from .options import DEFAULT_MAX_PAUSE_MS, DEFAULT_MAX_RECORDING_MB, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .recorded import parse_recorded
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
 from ..steps.which_step import choose
+
+
+TYPO_CUTOFF = 0.8  # an unknown field this close to a field's name is taken for a typo of it (difflib's ratio)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class StartRequest:
     # 0: one for the whole window); stitched per rank after the stop.
     chunk_iterations: int | str = 0
     max_pause_ms: int = DEFAULT_MAX_PAUSE_MS
+    # An "auto" session whose stop leaves the engine thread: the memory its chunk may grow the process by.
+    max_recording_mb: int = DEFAULT_MAX_RECORDING_MB
     # Where this session's folders go (an allowed ``output_dir``); None: the configured directory.
     output_dir: str | None = None
     # Per-request torch.profiler settings, as TorchSettings field names.
@@ -117,20 +122,24 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
     """One start request from any entry point's fields (a body, keyword arguments)."""
     if not isinstance(fields, Mapping):
         raise RequestError("body", f"must be a JSON object, got {type(fields).__name__}")
-    for key in fields:
-        if key not in BY_NAME:
-            close = difflib.get_close_matches(str(key), FIELD_NAMES, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise RequestError(str(key), f"unknown field{hint}; accepted: {', '.join(FIELD_NAMES)}")
+    # both engines' routes ignore the fields they do not define (a completion request sent to /start_profile
+    # starts a profile): so does rlprof, saying so in the answer; a near miss of a field's name is a typo,
+    # refused naming the field it meant (a session without its global step would land in the wrong place)
+    ignored = []
+    for key in (str(k) for k in fields if k not in BY_NAME):
+        typo = difflib.get_close_matches(key, FIELD_NAMES, n=1, cutoff=TYPO_CUTOFF)
+        if typo:
+            raise RequestError(key, f"unknown field (did you mean '{typo[0]}'?); accepted: {', '.join(FIELD_NAMES)}")
+        ignored.append(f"unknown field {key!r} ignored")
     # null means absent (both engines' request types default every field to None),
     # except step_end, whose null says "until the stop"
-    given = {k: v for k, v in fields.items() if v is not None or k == "step_end"}
+    given = {k: v for k, v in fields.items() if k in BY_NAME and (v is not None or k == "step_end")}
     for key, value in given.items():
         why = BY_NAME[key].refused
         if why and value not in (False, 0, [], ""):
             raise RequestError(key, why)
     start, end, start_at = _window(given, server.defaults)
-    warnings: list[str] = []
+    warnings: list[str] = ignored
     output_dir = _output_dir(given.get("output_dir"), server, warnings)
     recorded = parse_recorded(given, device=server.device, memory_default=server.defaults.memory)
     chosen = choose(given.get("global_step"), offset=server.defaults.trainer_step_offset,
@@ -149,6 +158,7 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         chunk_iterations=_chunk_iterations(given, server),
         max_pause_ms=check_positive("max_pause_ms", given.get("max_pause_ms", server.defaults.max_pause_ms),
                                     error=RequestError),
+        max_recording_mb=server.defaults.max_recording_mb,
         merge=check_flag("merge_profiles", given["merge_profiles"], error=RequestError)
         if "merge_profiles" in given else server.defaults.merge,
         output_dir=output_dir,

@@ -21,9 +21,14 @@ recorder"); its memory is the ring, capped at ``max_mb``.
 It writes what it kept (``flight_dump``) when, against the engine's own
 recent past:
 
-- ``slow_iteration``: an iteration ran more than ``slow_factor`` times the
-  rolling median of its stage at a similar batch (the batch's power of two),
-  and longer than ``floor_ms``;
+- ``slow_iteration``: an iteration ran more than ``slow_factor`` times what
+  its work predicts, and longer than ``floor_ms``. The work is the tokens it
+  prefilled and decoded: RL batches mix prompts of tens and thousands of
+  tokens, and a long prompt's prefill is slow because it is large, not
+  because anything went wrong. Each stage keeps a rolling fit of its recent
+  iterations' time against their tokens (``WorkFit``), and an iteration is
+  held against the most generous of that fit, its stage's mean time, and
+  that mean scaled up by the tokens;
 - ``stall``: no iteration for more than ``stall_seconds`` while the engine
   was not idle (it did not say it waits for work), measured when the next
   iteration begins; an engine still stuck after ``seconds`` is written then,
@@ -59,8 +64,8 @@ FLIGHT_DUMP_PATH = "/rlprof/flight_dump"  # the route a dump is asked for by, on
 STAGE_NAMES = ("all", PREFILL, DECODE)  # an iteration's stage code in the ring: 0 unknown, 1 prefill, 2 decode
 ENTRY_BYTES = 256  # an iteration in the ring: a tuple of eight numbers, 216 bytes measured (docs/performance.md)
 SAMPLE_SHARE = 16  # of ``max_mb``, a sixteenth is left to the stack samples and the pauses (under 1 MB at defaults)
-MIN_BASELINE = 8  # iterations of a stage and batch before its median is trusted
-BASELINE_SIZE = 32  # the rolling median's window, per stage and batch
+MIN_BASELINE = 8  # iterations of a stage before its fit is trusted
+BASELINE_SIZE = 64  # the rolling fit's window, per stage
 MIN_STEPS = 3  # finished steps before a step's median is trusted
 STEPS_KEPT = 5  # a step is held against the median of the five before it (a rollout's load drifts over a run)
 
@@ -87,28 +92,58 @@ class Anomaly(NamedTuple):
         return round(self.duration_ms / self.baseline_ms, 2)
 
 
-class _Median:
-    """The rolling median of one stage's iterations at one batch size: the last ``BASELINE_SIZE``
-    durations, the median recomputed every eighth (a sort of 32 numbers, a quarter of a microsecond an
-    iteration)."""
+class WorkFit:
+    """What one stage's iterations take for their work: the last ``BASELINE_SIZE`` iterations' tokens
+    (``x``) and nanoseconds (``y``), kept as exact integer sums so each iteration adds and drops one point
+    in constant time.
 
-    __slots__ = ("values", "n", "median")
+    ``predict(x)`` is the most generous of three readings of that past: the least-squares line of time
+    against tokens (where the tokens varied enough to draw one), the stage's mean time (an iteration
+    smaller than usual is not held to less), and that mean scaled by the tokens (an iteration larger than
+    any seen costs at least in proportion). So a long prompt's prefill is never slow for its length, and
+    an iteration that froze is slow against any of them."""
+
+    __slots__ = ("xs", "ys", "n", "sx", "sy", "sxx", "sxy", "_next")
 
     def __init__(self) -> None:
-        self.values: list[int] = []
-        self.n = 0
-        self.median = 0
+        self.xs: list[int] = []
+        self.ys: list[int] = []
+        self.n = self.sx = self.sy = self.sxx = self.sxy = 0
+        self._next = 0
 
-    def add(self, ns: int) -> None:
-        values = self.values
-        if len(values) < BASELINE_SIZE:
-            values.append(ns)
+    def add(self, x: int, y: int) -> None:
+        if len(self.xs) < BASELINE_SIZE:
+            self.xs.append(x)
+            self.ys.append(y)
         else:
-            values[self.n % BASELINE_SIZE] = ns
+            i = self._next
+            ox, oy = self.xs[i], self.ys[i]
+            self.sx -= ox
+            self.sy -= oy
+            self.sxx -= ox * ox
+            self.sxy -= ox * oy
+            self.n -= 1
+            self.xs[i], self.ys[i] = x, y
+            self._next = (i + 1) % BASELINE_SIZE
         self.n += 1
-        if self.n <= MIN_BASELINE or self.n % 8 == 0:
-            ordered = sorted(values)
-            self.median = ordered[len(ordered) // 2]
+        self.sx += x
+        self.sy += y
+        self.sxx += x * x
+        self.sxy += x * y
+
+    def predict(self, x: int) -> float:
+        """The time (ns) this stage's recent past says ``x`` tokens take."""
+        n = self.n
+        if n == 0:
+            return 0.0
+        mean_y = self.sy / n
+        best = mean_y * max(1.0, x / (self.sx / n)) if self.sx > 0 else mean_y
+        spread = n * self.sxx - self.sx * self.sx  # n^2 times the variance of the tokens
+        if spread > 0 and spread * 400 > self.sx * self.sx:  # the tokens varied by more than 5% of their mean
+            slope = (n * self.sxy - self.sx * self.sy) / spread
+            if slope > 0:
+                best = max(best, mean_y + slope * (x - self.sx / n))
+        return best
 
 
 class FlightRecorder:
@@ -147,7 +182,7 @@ class FlightRecorder:
         self._last_end = 0
         self._idle = True  # the engine said it waits for work since the last iteration
         self._waiting = -1
-        self._medians: dict[int, _Median] = {}
+        self._fits: dict[int, WorkFit] = {}  # per stage code
         self._steps: collections.deque = collections.deque(maxlen=STEPS_KEPT)  # finished steps' numbers
         self._last_dump: dict[str, int] = {}
         self._pending: list[Anomaly] = []
@@ -201,14 +236,17 @@ class FlightRecorder:
         if self._quiet:
             self._quiet -= 1
             return
-        key = code << 8 | batch.bit_length()
-        median = self._medians.get(key)
-        if median is None:
-            median = self._medians[key] = _Median()
-        if median.n >= MIN_BASELINE and ns > self.floor_ns and ns > self.factor * median.median:
-            self._trigger(Anomaly(SLOW_ITERATION, STAGE_NAMES[code], self.count, self.step, ns / 1e6,
-                                  median.median / 1e6, started, now))
-        median.add(ns)
+        work = prefill + decode if prefill >= 0 else batch  # tokens where the engine says them, else requests
+        fit = self._fits.get(code)
+        if fit is None:
+            fit = self._fits[code] = WorkFit()
+        if ns > self.floor_ns and fit.n >= MIN_BASELINE:
+            predicted = fit.predict(work)
+            if ns > self.factor * predicted:
+                self._trigger(Anomaly(SLOW_ITERATION, STAGE_NAMES[code], self.count, self.step, ns / 1e6,
+                                      predicted / 1e6, started, now))
+                return  # an anomaly is no part of what the stage's work normally takes
+        fit.add(work, ns)
 
     def idle(self) -> None:
         """The engine is about to wait for work: the gap until the next iteration is not a stall."""
@@ -259,12 +297,12 @@ class FlightRecorder:
     def _trigger(self, anomaly: Anomaly) -> None:
         """Queue a dump for the recorder's thread (rate-limited per reason; never raises)."""
         try:
-            if anomaly.reason != REQUESTED:
-                last = self._last_dump.get(anomaly.reason)
-                if last is not None and anomaly.end_ns - last < self.min_interval_ns:
-                    return
-                self._last_dump[anomaly.reason] = anomaly.end_ns
-            with self._lock:
+            with self._lock:  # the engine thread and the recorder's (an ongoing stall) both trigger
+                if anomaly.reason != REQUESTED:
+                    last = self._last_dump.get(anomaly.reason)
+                    if last is not None and anomaly.end_ns - last < self.min_interval_ns:
+                        return
+                    self._last_dump[anomaly.reason] = anomaly.end_ns
                 self._pending.append(anomaly)
             self._wake.set()
         except Exception as e:

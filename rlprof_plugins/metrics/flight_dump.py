@@ -2,11 +2,15 @@
 
 Where: ``<dir>/global_step_<N>/flight/<time>-<reason>/`` (``<dir>/flight/...``
 while no step is known), N the step the event belongs to, ``<time>`` the
-event's end in UTC (``20261127-150405``). The ranks of one server see one
-slow iteration together (their collectives keep them in step), each in its
-own process: a rank finding a folder of the same reason within
-``JOIN_SECONDS`` of its own event writes into it, so one event is one
-folder, a trace per rank. A requested dump names its folder for every rank.
+event's end in UTC (``20261127-150405``), by the clock of the rank that
+wrote it first. The ranks of one server see one slow iteration together
+(their collectives keep them in step, so they count the same iterations),
+each in its own process: a rank finding a folder of the same reason whose
+event is within ``JOIN_ITERATIONS`` of its own iteration writes into it, so
+one event is one folder, a trace per rank, whatever the ranks' clocks say
+(``JOIN_SECONDS`` decides only where no iteration is known). Two ranks that
+made their folders at the same moment join the one whose name sorts first.
+A requested dump names its folder for every rank.
 
 - ``anomaly.json``: ``reason``, ``stage``, ``iteration``, ``duration_ms``
   (what was measured), ``baseline_ms`` (what it was compared with),
@@ -24,8 +28,11 @@ folder, a trace per rank. A requested dump names its folder for every rank.
   view reads them as it reads a session's).
 
 Every file is written to a temporary name and renamed; a folder appears
-whole. The dumps below ``<dir>`` stop at ``disk_mb``: past it, or when the
-disk is full, a dump is dropped with one log line and serving goes on.
+whole. The dumps below ``<dir>`` are held to ``disk_mb``: a new dump makes
+room by removing the oldest dumps the recorder wrote on its own (a requested
+dump is never removed), so routine dumps never crowd out later ones. A dump
+that still finds no room, or a full disk, is dropped with one log line and
+counted (``on_dropped``: ``rlprof_anomalies_dropped_total``); serving goes on.
 Retention (``keep_last_steps``) removes them with their step's folder.
 """
 
@@ -45,13 +52,15 @@ from typing import Any, Iterator
 from .._log import logger
 from ..backends.stack_sampler import frame_name
 from ..stages import ITERATION_PREFIX, IterationInfo, iteration_annotation
+from ..store import servers
 from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX, step_folders, write_text_atomic
 from ..trace.analysis.python_stacks import SAMPLE_CAT
-from .flight import Anomaly, Window
+from .flight import REQUESTED, Anomaly, Window
 
 ANOMALY_FILE = "anomaly.json"
 TRACE_SUFFIX = ".flight.json"
-JOIN_SECONDS = 2  # a rank's event this close to a folder's, of the same reason, is the same event
+JOIN_ITERATIONS = 2  # a rank's event this close (in iterations) to a folder's, of the same reason, is the same event
+JOIN_SECONDS = 2  # ... and where no iteration is known, this close in time
 _FOLDER = re.compile(r"^(?P<time>\d{8}-\d{6})-(?P<reason>[a-z_]+)(?:-\d+)?$")
 _LOCK = ".anomaly.lock"
 
@@ -77,22 +86,25 @@ class DumpWriter:
     is told of each (the rank's ``rlprof_anomalies_total``)."""
 
     def __init__(self, root: str | os.PathLike, rank: str, settings: dict[str, Any], server: str | None,
-                 on_written: Any = None) -> None:
+                 on_written: Any = None, on_dropped: Any = None) -> None:
         self.root = Path(root)
         self.rank = rank
         self.settings = settings
         self.server = {"name": server, "host": socket.gethostname()}
         self.budget = int(settings["disk_mb"]) << 20
         self.on_written = on_written
+        self.on_dropped = on_dropped  # told the reason of each dump dropped for want of room
 
     def __call__(self, anomaly: Anomaly, window: Window) -> Path | None:
-        used = dumps_size(self.root)
+        used = make_room(self.root, self.budget)
         if used >= self.budget:
             logger.warning("rlprof: flight recorder dump (%s) dropped: the dumps below %s hold %.0f MB, "
-                           "the budget (flight_recorder.disk_mb) is %d MB", anomaly.reason, self.root,
-                           used / 1e6, self.budget >> 20)
+                           "the budget (flight_recorder.disk_mb) is %d MB, and only requested dumps are left",
+                           anomaly.reason, self.root, used / 1e6, self.budget >> 20)
+            if self.on_dropped is not None:
+                self.on_dropped(anomaly.reason)
             return None
-        base = flight_root(self.root, anomaly.global_step)
+        base = flight_root(servers.current(self.root), anomaly.global_step)  # (moved: the claim was lost)
         base.mkdir(parents=True, exist_ok=True)
         hint = anomaly.folder_hint if anomaly.folder_hint and _FOLDER.match(anomaly.folder_hint) else None
         name = hint or self._joined(base, anomaly) or folder_name(anomaly.end_ns, anomaly.reason)
@@ -115,6 +127,7 @@ class DumpWriter:
             finally:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
+            folder = self._join_twin(base, folder, anomaly, window, trace_name)
         logger.warning("rlprof: flight recorder: %s%s on %s at global step %s: %s against %s: %s", anomaly.reason,
                        f" ({anomaly.stage})" if anomaly.stage else "", self.rank, anomaly.global_step,
                        _ms(anomaly.duration_ms), _ms(anomaly.baseline_ms), folder)
@@ -122,15 +135,26 @@ class DumpWriter:
             self.on_written(anomaly)
         return folder
 
-    def _joined(self, base: Path, anomaly: Anomaly) -> str | None:
-        """A folder another rank made for the same event (same reason, within ``JOIN_SECONDS``)."""
-        mine = anomaly.end_ns / 1e9
+    def _joined(self, base: Path, anomaly: Anomaly, mine: str | None = None) -> str | None:
+        """A folder another rank made for the same event (``same_event``), the first by name; ``mine``: this
+        rank's own folder, left out."""
         for entry in sorted(os.listdir(base)):
-            found = _folder_seconds(entry)
-            if found and found[1] == anomaly.reason and abs(found[0] - int(mine)) <= JOIN_SECONDS \
-                    and not (base / entry / f"{self.rank}{TRACE_SUFFIX}").exists():
+            if entry != mine and not (base / entry / f"{self.rank}{TRACE_SUFFIX}").exists() \
+                    and same_event(base / entry, anomaly):
                 return entry
         return None
+
+    def _join_twin(self, base: Path, folder: Path, anomaly: Anomaly, window: Window, trace: str) -> Path:
+        """Another rank made a folder for the same event at the same moment (named by its own clock): the one
+        whose name sorts first keeps both ranks' files, and this rank's moves there."""
+        twin = self._joined(base, anomaly, mine=folder.name)
+        if twin is None or twin > folder.name:
+            return folder
+        target = base / twin
+        os.replace(folder / trace, target / trace)
+        self._add_to_anomaly(target, anomaly, window, trace)
+        shutil.rmtree(folder, ignore_errors=True)
+        return target
 
     def _add_to_anomaly(self, folder: Path, anomaly: Anomaly, window: Window, trace: str) -> None:
         with open(folder / _LOCK, "a") as lock:
@@ -148,6 +172,22 @@ class DumpWriter:
             data["ranks"][self.rank].update(trace=trace, pid=os.getpid())
             write_text_atomic(path, json.dumps(data, indent=1))
         # the lock file stays (hidden, empty): removed while another rank waits on it, a third would lock a new one
+
+
+def same_event(folder: Path, anomaly: Anomaly) -> bool:
+    """Whether a dump's folder is of ``anomaly``'s event: the same reason, and its first rank's iteration
+    within ``JOIN_ITERATIONS`` of the anomaly's (the ranks of one server count the same iterations), or,
+    where either has no iteration, its name's time within ``JOIN_SECONDS`` of the anomaly's end."""
+    found = _folder_seconds(folder.name)
+    if not found or found[1] != anomaly.reason:
+        return False
+    try:
+        theirs = json.loads((folder / ANOMALY_FILE).read_text()).get("iteration")
+    except (OSError, ValueError, AttributeError):
+        theirs = None
+    if isinstance(theirs, int) and anomaly.iteration is not None:
+        return abs(theirs - anomaly.iteration) <= JOIN_ITERATIONS
+    return abs(found[0] - int(anomaly.end_ns / 1e9)) <= JOIN_SECONDS
 
 
 def anomaly_fields(anomaly: Anomaly, window: Window) -> dict[str, Any]:
@@ -241,14 +281,42 @@ def sample_spans(samples: list, base: int, pid: int, tid: int) -> Iterator[dict]
 
 def dumps_size(root: str | os.PathLike) -> int:
     """The bytes of every dump below ``root``."""
+    return sum(_folder_size(folder) for folder in flight_folders(Path(root)))
+
+
+def _folder_size(folder: Path) -> int:
     total = 0
-    for folder in flight_folders(Path(root)):
-        for entry in os.scandir(folder):
-            try:
-                total += entry.stat().st_size
-            except OSError:
-                continue
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            total += entry.stat().st_size
+        except OSError:
+            continue
     return total
+
+
+def make_room(root: str | os.PathLike, budget: int) -> int:
+    """Remove the oldest dumps the recorder wrote on its own (by the event time in their names; requested
+    dumps stay) until those below ``root`` hold less than ``budget`` bytes. Returns the bytes left."""
+    sizes = {folder: _folder_size(folder) for folder in flight_folders(Path(root))}
+    used = sum(sizes.values())
+    automatic = []
+    for folder in sizes:
+        found = _folder_seconds(folder.name)
+        if found is not None and found[1] != REQUESTED:
+            automatic.append((found[0], str(folder), folder))
+    for _, _, folder in sorted(automatic):
+        if used < budget:
+            break
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            used -= sizes[folder]
+            logger.warning("rlprof: flight recorder: removed the oldest dump %s to keep the dumps under "
+                           "flight_recorder.disk_mb", folder)
+    return used
 
 
 def flight_folders(root: Path) -> Iterator[Path]:

@@ -55,6 +55,10 @@ class StepLog:
         """A flight recorder dump written (from its thread): counted in the state file."""
         self._queue.put(("anomaly", (reason, stage)))
 
+    def put_dropped_dump(self, reason: str) -> None:
+        """A flight recorder dump dropped for want of room (from its thread): counted in the state file."""
+        self._queue.put(("dropped", reason))
+
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued, then stop (at exit, and in tests)."""
         if self._thread.is_alive():
@@ -74,6 +78,8 @@ class StepLog:
                     self.state.add(value)
                 elif kind == "anomaly":
                     self.state.count_anomaly(*value)
+                elif kind == "dropped":
+                    self.state.count_dropped_dump(value)
                 else:
                     self.state.global_step = value
                 _write_state(self.state, self.path.with_name(self.path.name[:-len(SUFFIX)] + STATE_SUFFIX))

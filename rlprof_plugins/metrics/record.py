@@ -166,10 +166,14 @@ class RankTotals:
     stages: dict[str, StageRecord] = field(default_factory=dict)
     last_busy_ms: float = 0.0  # the newest finished step's time inside iterations (a fleet's slowest replica)
     anomalies: dict[str, int] = field(default_factory=dict)  # the flight recorder's dumps, "reason/stage": count
+    dropped_dumps: dict[str, int] = field(default_factory=dict)  # dumps dropped for want of room, by reason
 
     def count_anomaly(self, reason: str, stage: str | None) -> None:
         key = f"{reason}/{stage or 'all'}"
         self.anomalies[key] = self.anomalies.get(key, 0) + 1
+
+    def count_dropped_dump(self, reason: str) -> None:
+        self.dropped_dumps[reason] = self.dropped_dumps.get(reason, 0) + 1
 
     def add(self, record: StepRecord) -> None:
         self.steps += 1
@@ -185,6 +189,7 @@ class RankTotals:
         return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
                            "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
                            "last_busy_ms": round(self.last_busy_ms, 3), "anomalies": self.anomalies,
+                           "dropped_dumps": self.dropped_dumps,
                            "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
 
     @classmethod
@@ -201,5 +206,11 @@ class RankTotals:
                    steps=_number(data, "steps", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"), last_busy_ms=_number(data, "last_busy_ms"),
                    stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()},
-                   anomalies={str(k): int(v) for k, v in (data.get("anomalies") or {}).items()
-                              if isinstance(v, int) and not isinstance(v, bool)})
+                   anomalies=_counts(data.get("anomalies")), dropped_dumps=_counts(data.get("dropped_dumps")))
+
+
+def _counts(value: Any) -> dict[str, int]:
+    """A state file's counts by name (anything else in it read as nothing)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}

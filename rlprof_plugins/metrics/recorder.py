@@ -39,7 +39,8 @@ class StepRecorder:
         if options.flight_recorder is not None:
             try:
                 writer = DumpWriter(root, rank, dict(options.flight_recorder), options.server_name,
-                                    on_written=lambda a: self.log.put_anomaly(a.reason, a.stage))
+                                    on_written=lambda a: self.log.put_anomaly(a.reason, a.stage),
+                                    on_dropped=self.log.put_dropped_dump)
                 self.flight = FlightRecorder(dict(options.flight_recorder), writer)
             except Exception as e:  # the step metrics go on without it
                 logger.warning("rlprof: flight recorder off on %s: %s: %s", rank, type(e).__name__, e)

@@ -18,7 +18,9 @@ waits on one. The series (no label grows with the step number):
   inside iterations (across a fleet's servers, the largest is the replica
   the step waited for);
 - ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
-  (``flight``), by what triggered them.
+  (``flight``), by what triggered them;
+- ``rlprof_anomalies_dropped_total{reason,rank}``: its dumps dropped because
+  ``disk_mb`` held only requested dumps (or the disk was full).
 
 Counters restart with the engine, as Prometheus expects of counters.
 """
@@ -69,11 +71,15 @@ class StepSeries:
         anomalies = CounterMetricFamily("rlprof_anomalies", "Flight recorder dumps written, by what triggered them "
                                         "(slow_iteration, stall, slow_step, requested)",
                                         labels=["reason", "stage", "rank"])
+        dropped = CounterMetricFamily("rlprof_anomalies_dropped", "Flight recorder dumps dropped for want of room "
+                                      "(flight_recorder.disk_mb), by what triggered them", labels=["reason", "rank"])
         for state in states:
             rank = state.rank
             for key, count in sorted(state.anomalies.items()):
                 reason, _, stage = key.partition("/")
                 anomalies.add_metric([reason, stage or "all", rank], count)
+            for reason, count in sorted(state.dropped_dumps.items()):
+                dropped.add_metric([reason, rank], count)
             if state.last_step is not None:
                 step.add_metric([rank], state.last_step)
             if isinstance(state.global_step, int) and not isinstance(state.global_step, bool):
@@ -91,7 +97,7 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
-        yield from (step, current, times, tokens, steps, busy, idle, last, anomalies)
+        yield from (step, current, times, tokens, steps, busy, idle, last, anomalies, dropped)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

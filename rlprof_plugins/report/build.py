@@ -49,8 +49,10 @@ class Built:
 
     @property
     def nothing(self) -> bool:
-        """No step below the root had an engine iteration or a memory snapshot that could be read."""
-        return not any(row["iterations"] or any("error" not in m for m in row.get("memory", {}).values())
+        """No step below the root had an engine iteration, a memory snapshot that could be read, or a flight
+        recorder dump: what the default configuration writes (step metrics, dumps) is always something."""
+        return not any(row["iterations"] or row.get("anomalies")
+                       or any("error" not in m for m in row.get("memory", {}).values())
                        for row in self.report["steps"])
 
     @property
@@ -127,7 +129,7 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
             built.notes.append(f"unreadable: {name}: {row['error']}")
         elif row["state"] in ("recording", "exporting"):
             built.notes.append(f"{name} is still {row['state']}: its numbers are of what is on disk now")
-        elif not row["ranks"] and not row["unreadable"]:
+        elif not row["ranks"] and not row["unreadable"] and not row.get("anomalies"):
             built.notes.append(f"{name}: no rank trace in {row['directory']}"
                                + (" (memory snapshots only)" if row.get("memory") else ""))
         for error in row["unreadable"]:

@@ -10,18 +10,32 @@ million events a second (docs/performance.md). So a chunk is priced by both:
     pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
 
 A fixed count N ends a chunk after every N iterations. ``auto`` (the
-default) ends it once the predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank
-learns both rates from its own pauses (``StopCosts``: every stop teaches
-it, rotations and final stops, across sessions, per kind of recording),
-with ``PRIOR_SECONDS`` before it has measured anything. The engine's idle
-hooks end a chunk when the engine is about to wait (``Recording.park``), so
-an idle wait never grows one: this plan prices what is left.
+default) depends on where the stop runs:
+
+- where the stop leaves the engine thread (``backends.detached_stop``), a
+  stop costs the engine a moment whatever the chunk holds, while a rotation
+  mid-traffic would stop torch on the engine thread. So one torch session
+  records the whole window, and its only limit is memory: once the process
+  has grown by ``max_recording_mb`` since the chunk began, the chunk ends
+  off the engine thread (``Recording.park`` with the budget as its cause)
+  and the next one starts once that stop is done. The engine never waits
+  for it; the iterations in between are not recorded, and the trace marks
+  the gap.
+- elsewhere (a GPU recording, exact stacks), a chunk ends once the predicted
+  pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank learns
+  both rates from its own pauses (``StopCosts``: every stop teaches it,
+  rotations and final stops, across sessions, per kind of recording), with
+  ``PRIOR_SECONDS`` before it has measured anything.
+
+Either way the engine's idle hooks end a chunk when the engine is about to
+wait (``Recording.park``), so an idle wait never grows one.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import os
 import time
 from typing import Any, Hashable
 
@@ -38,6 +52,19 @@ MIN_IDLE_LESSON_S = 0.25  # the least idle time a stop holding no iteration must
 # the batch's shape and what else runs: a chunk being written, the API server's own stop).
 HEADROOM = 0.5
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
+# A session whose stop leaves the engine thread reads the process's resident memory once every this many
+# iterations to hold it to ``max_recording_mb``: a read of /proc costs microseconds, an iteration milliseconds.
+BUDGET_CHECK_EVERY = 16
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int | None:
+    """The process's resident memory (Linux's /proc/self/statm), None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def recording_kind(backend: Any) -> tuple:
@@ -52,6 +79,10 @@ def recording_kind(backend: Any) -> tuple:
 
 def _stacks(kind: tuple) -> bool:
     return bool(kind[0]) if kind else False
+
+
+def _detachable(kind: tuple) -> bool:
+    return bool(kind[4]) if len(kind) > 4 else False
 
 
 
@@ -102,11 +133,16 @@ class StopCosts:
 
 
 class ChunkPlan:
-    """One recording's rule: ``iterations`` a count (0: one torch session) or ``AUTO``."""
+    """One recording's rule: ``iterations`` a count (0: one torch session) or ``AUTO``; ``max_recording_mb``:
+    the memory an ``AUTO`` chunk whose stop leaves the engine thread may grow the process by (None: no limit)."""
 
-    def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple) -> None:
+    def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple,
+                 max_recording_mb: int | None = None) -> None:
         self._fixed = None if iterations == AUTO else int(iterations)
         self._target = max_pause_ms / 1000 * HEADROOM
+        # ``AUTO`` where the stop leaves the engine thread: one session, held to a memory budget only
+        self.memory_bound = self._fixed is None and _detachable(kind)
+        self._budget = None if max_recording_mb is None else max_recording_mb << 20
         self._costs, self._kind = costs, kind
         self._last: int | None = None  # the last chunk's length (auto)
         # asked at every iteration's end: worked out only when a pause teaches something
@@ -122,12 +158,26 @@ class ChunkPlan:
         return self._length
 
     def due(self, held: int, idle_seconds: float = 0.0) -> bool:
-        """Whether a chunk holding ``held`` iterations and ``idle_seconds`` between them ends now."""
-        if self._length is None:
+        """Whether a chunk holding ``held`` iterations and ``idle_seconds`` between them ends now (a rotation
+        on the engine thread; never for a memory-bound session, see ``over_budget``)."""
+        if self._length is None or self.memory_bound:
             return False
         if held >= self._length:
             return True
         return self._fixed is None and self.predicted(held, idle_seconds) >= self._target
+
+    def over_budget(self, chunk: "RunningChunk") -> bool:
+        """Whether a memory-bound chunk has grown the process by its budget (read every
+        ``BUDGET_CHECK_EVERY`` iterations; the first read is the chunk's starting point)."""
+        if not self.memory_bound or self._budget is None or chunk.held % BUDGET_CHECK_EVERY != 1:
+            return False
+        now = resident_bytes()
+        if now is None:
+            return False
+        if chunk.resident_at_start is None:
+            chunk.resident_at_start = now
+            return False
+        return now - chunk.resident_at_start >= self._budget
 
     def predicted(self, held: int, idle_seconds: float) -> float:
         """The stop this chunk would cost now (seconds)."""
@@ -159,6 +209,7 @@ class RunningChunk:
     def restart(self) -> None:
         """A profiler started: nothing held yet."""
         self.span: tuple[int, int] | None = None
+        self.resident_at_start: int | None = None  # the process's memory at its first iteration (``over_budget``)
         self._began = time.perf_counter()
         self._busy = 0.0
         self._entered: float | None = None

@@ -31,6 +31,8 @@ from ..backends.memory_history import host_allocator
 from ..backends.which_backend import for_request
 from ..errors import RequestError
 from ..stages import IterationInfo
+from ..store import servers
+from ..trace.format.pauses import BUDGET, IDLE
 from .chunk_plan import StopCosts
 from .exporter import Exporter, report
 from .recording import Recording
@@ -86,17 +88,22 @@ class ProfilerController:
         try:
             if s.state == WAITING and s.window.starts_at(s.iteration):
                 self._begin_recording(s)
-            if s.state == RECORDING and self._recording is not None:
-                if self._recording.parked:
-                    self._recording.resume(self._new_backend(s))
-                elif self._recording.chunk_due():
+            recording = self._recording
+            if s.state == RECORDING and recording is not None:
+                if recording.parked:
+                    if recording.can_resume:
+                        recording.resume(self._new_backend(s))
+                elif recording.chunk_due():
                     # a chunk ends as the next iteration begins, not as the last one ends: an engine about
                     # to wait parks it first (``idle``), which costs it a moment where a rotation waits for
                     # the whole stop
-                    self._next_chunk(s, self._recording)
+                    self._next_chunk(s, recording)
+                elif recording.budget_due():
+                    self._park(s, BUDGET)
                 if info is not None:
                     s.count_stage(info.stage)
-                self._annotations = self._recording.enter_iteration(s.iteration, info)
+                if not recording.parked:  # else unrecorded: a budget's chunk is still being post-processed
+                    self._annotations = recording.enter_iteration(s.iteration, info)
         except Exception as e:
             self._fail(s, e)
 
@@ -109,7 +116,8 @@ class ProfilerController:
             if self._recording is not None:
                 self._recording.leave_iteration()
             if s.state == RECORDING:
-                s.recorded += 1
+                if not (self._recording is not None and self._recording.parked):
+                    s.recorded += 1  # (a recording parked here let this iteration run unrecorded: ``BUDGET``)
                 if s.window.over_after(s.iteration):
                     with self._lock:
                         self._finish(s, ended_by="window")
@@ -187,7 +195,9 @@ class ProfilerController:
         if current is not None and current.active:
             return self._reply(False, conflict="a profiling session is already running")
         self.complete_stop()  # one profiler at a time: the previous one stops first
-        session = Session.from_command(command, root=self._root, forwards_done=self._forward_count(),
+        # the root as it stands now: a server that lost its claim on it writes below servers/<name>/ instead
+        session = Session.from_command(command, root=str(servers.current(self._root)),
+                                       forwards_done=self._forward_count(),
                                        worker_name=self._worker_name, node=self._node)
         if current is not None:
             self._history.append(current)
@@ -226,6 +236,12 @@ class ProfilerController:
         self._exporter.shutdown()
 
     @property
+    def costs_the_engine(self) -> bool:
+        """Whether a session records now, or its files are still being written: either way the engine's
+        iterations carry the profiler's cost (the flight recorder sets them apart). A plain read."""
+        return self.active or self._exporter.pending > 0
+
+    @property
     def stop_pending(self) -> bool:
         """A stop was answered and the profiler still runs (see ``complete_stop``)."""
         return self._stopping is not None
@@ -253,13 +269,13 @@ class ProfilerController:
         s.count_stop(recording.rotate(self._new_backend(s)))
         self._exporter.submit(recording.output.write_chunks)  # its events leave the process as soon as written
 
-    def _park(self, s: Session) -> None:
-        """End the running chunk while the engine waits (``idle``); never raises."""
+    def _park(self, s: Session, cause: str = IDLE) -> None:
+        """End the running chunk while the engine waits (``idle``) or at its memory budget; never raises."""
         recording = self._recording
         if recording is None or not recording.can_park:
             return
         try:
-            s.count_stop(recording.park())
+            s.count_stop(recording.park(cause))
         except Exception as e:
             self._fail(s, e)
             return

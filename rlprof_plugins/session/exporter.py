@@ -7,6 +7,8 @@ the engine thread; ``report`` keeps a step folder's manifest current.
 
 from __future__ import annotations
 
+import threading
+
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -22,11 +24,22 @@ class Exporter:
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.pending = 0  # jobs submitted and not yet done: the engine shares the host with their writing
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlprof-export")
-        self._pool.submit(fn, *args)
+        with self._lock:
+            self.pending += 1
+        self._pool.submit(self._run, fn, *args)
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                self.pending -= 1
 
     def shutdown(self) -> None:
         """Wait for what was submitted (a worker going away)."""

@@ -24,7 +24,7 @@ from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
 from .recording_output import RecordingOutput
 from .._log import logger
-from ..trace.format.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
+from ..trace.format.pauses import BUDGET, IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
 from ..stages import IterationInfo, iteration_annotation, profiler_step
 
 
@@ -52,6 +52,7 @@ class Recording:
         self.pause_listener: Any = None  # told each pause as it is kept (the rank's flight recorder)
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
+        self._parked_on: Backend | None = None  # a chunk ended at its memory budget, until its stop is done
         self._plan = plan  # when a chunk ends (None: never)
         self.memory = memory
         self.output = RecordingOutput(self)  # what it leaves on disk, written by the exporter thread
@@ -75,7 +76,7 @@ class Recording:
         rank's measured stop ``costs``, and the memory history of the ``allocator()``'s device where asked."""
         r = request
         backend = for_request(backends, r) if r.trace else TraceOff()
-        plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend))
+        plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend), r.max_recording_mb)
         memory = MemoryHistory(allocator(), MemorySettings(r.memory_stacks, r.memory_max_entries)) \
             if r.memory else None
         return cls.of_rank(backend, directory, step=r.global_step is not None, name=name, rank=rank, plan=plan,
@@ -155,20 +156,29 @@ class Recording:
         """Whether a chunk runs that ``park`` may end (a chunked recording, a backend that chunks)."""
         return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self.backend)
 
-    def park(self) -> float:
-        """The engine is about to wait for work (engine thread): end the running
-        chunk here and start none until the next iteration (``resume``). With
-        Python stacks on, a profiler running through the wait records the
-        engine's wait loop (~2 M events a second), and its stop costs seconds.
-        Returns the stop's seconds."""
+    def park(self, cause: str = IDLE) -> float:
+        """End the running chunk (engine thread) and start none until a later iteration (``resume``).
+        ``IDLE``: the engine is about to wait for work; a profiler running through the wait would record
+        the engine's wait loop (with Python stacks, millions of events a second) and its stop would cost
+        seconds. ``BUDGET``: a memory-bound chunk reached ``max_recording_mb``; its stop leaves the engine
+        thread, and the next chunk starts once that stop is done (``can_resume``), so the engine never
+        waits for it. Returns the stop's seconds."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self.name)
         began, ended = time.time_ns(), self._end_chunk()
         seconds = self._stop_backend()
         self.chunks.stopped.append(self.backend)
         self.parked = True
-        self._paused(IDLE, began, ended, self.backend)
+        self._parked_on = self.backend if cause == BUDGET else None
+        self._paused(cause, began, ended, self.backend)
         return seconds
+
+    @property
+    def can_resume(self) -> bool:
+        """Whether a parked recording may start its next chunk now: always after an idle park; after a
+        budget's, once that chunk's stop has finished off the engine thread (torch records one session a
+        process, so starting earlier would make the engine wait for it)."""
+        return self._parked_on is None or bool(getattr(self._parked_on, "stop_finished", True))
 
     def resume(self, backend: Backend) -> None:
         """The first iteration after ``park``: ``backend`` records from here (its start is a pause too)."""
@@ -176,6 +186,7 @@ class Recording:
         self.backend = backend
         self._start_backend()
         self.parked = False
+        self._parked_on = None
         self._keep(Pause.timed(RESUME, began, None, None))
 
     @property
@@ -188,6 +199,11 @@ class Recording:
         chunk that holds no iteration yet never does)."""
         return (self._plan is not None and not self.parked and self._chunk.held > 0 and chunkable(self.backend)
                 and self._plan.due(self._chunk.held, self._chunk.idle_seconds()))
+
+    def budget_due(self) -> bool:
+        """Whether a memory-bound chunk (``ChunkPlan.memory_bound``) has reached its budget and ends now."""
+        return (self._plan is not None and not self.parked and self._chunk.held > 0 and chunkable(self.backend)
+                and self._plan.over_budget(self._chunk))
 
     def stop(self) -> float | None:
         """Take the window's memory snapshot (its own pause), then stop the
@@ -229,7 +245,8 @@ class Recording:
         an idle stop's own post-processing (its CPU seconds on a busy 2-core host: 4-6 ms an SGLang
         iteration), the plan cut bursts the engine would have ended at its idle stop into rotations."""
         chunk, idle = ended
-        planned = None if self._plan is None else self._plan.predicted(chunk.held, idle) * 1e3
+        # a memory-bound plan prices no pause: its stops leave the engine thread
+        planned = None if self._plan is None or self._plan.memory_bound else self._plan.predicted(chunk.held, idle) * 1e3
         pause = Pause.timed(cause, began, *(chunk.span or (None, None)), planned_ms=planned, idle_ms=idle * 1e3)
         self._keep(pause)
         if self._plan is not None and not getattr(stopped, "detached", False):

@@ -19,6 +19,14 @@ Two servers must never both believe they hold it. What makes that so, whatever t
   counts as held.
 - **Every wait ends.** The lock that orders takeovers (``flock``, else an exclusive ``mkdir``) is waited for
   at most ``LOCK_WAIT_S``; a server that cannot decide writes below ``servers/<name>/``: never a second root.
+- **A name is not an identity.** A claim written on this host (same boot, same pid namespace) is this
+  server's only when its writer is this server's first process (pid and start time), or a node of the same
+  server spanning nodes (the same head address): another live server given the same name is told so and
+  writes below a folder of its own. A claim of the same name written on another host is this server's (the
+  nodes of one server spanning hosts share its name), while its lease runs.
+- **A holder that loses its claim stops writing the root.** The lease thread reads the claim at every
+  renewal: once it is another server's, gone, or cannot be renewed for half a lease, the process says so in
+  its log and ``on_lost`` moves its later writes below ``servers/<name>/`` (``servers.lost``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from . import processes
 
@@ -40,10 +48,21 @@ LOCK = ".rlprof-root.lock"
 LEASE_S = 120.0  # a claim whose holder this host cannot see ends when untouched this long
 LOCK_WAIT_S = 30.0
 PID_ENV = "RLPROF_SERVER_PID"  # the server's first process: its claim lives as long as that process does
+HEAD_ENV = "RLPROF_SERVER_HEAD"  # a server spanning nodes: the head address every node is given (``servers.announce``)
 
 
 class Undecided(Exception):
     """The claim could not be read or taken in time: the caller writes below ``servers/<name>/``."""
+
+
+class Holder(NamedTuple):
+    """Who holds a root: the server's name, and whether that is this server (its own claim)."""
+
+    server: str
+    mine: bool
+
+
+_WRITER_KEYS = ("host", "boot", "pidns", "pid", "started")  # what tells this server's claim from another's
 
 
 def holder_identity() -> dict[str, Any]:
@@ -51,6 +70,7 @@ def holder_identity() -> dict[str, Any]:
     pid = int(os.environ.get(PID_ENV) or os.getpid())
     ident = dict(processes.identity_of(pid))
     ident["pidns"] = processes.pid_namespace(pid)
+    ident["head"] = os.environ.get(HEAD_ENV) or None
     return ident
 
 
@@ -97,24 +117,37 @@ def _age(path: Path) -> float:
             probe.unlink()
 
 
-def take(root: Path, name: str) -> str:
-    """The server that holds ``root``: taken for ``name`` when no server holds it or its holder has ended.
-    Raises ``Undecided`` (the caller writes below ``servers/<name>/``) and ``OSError`` (an unwritable root)."""
+def is_mine(claim: dict, name: str) -> bool:
+    """Whether ``claim`` is this server's: its name, and, where it was written on this host, its writer (the
+    server's first process). Written on another host, the name decides (a server spanning nodes)."""
+    if claim.get("server") != name:
+        return False
+    me = holder_identity()
+    if me.get("head") and claim.get("head") == me["head"]:
+        return True  # a node of the same server spanning nodes (each node's processes its own)
+    if not all(claim.get(k) == me.get(k) and me.get(k) is not None for k in ("host", "boot", "pidns")):
+        return True
+    return all(claim.get(k) == me.get(k) for k in _WRITER_KEYS)
+
+
+def take(root: Path, name: str) -> Holder:
+    """Who holds ``root``: taken for ``name`` when no server holds it or its holder has ended. Raises
+    ``Undecided`` (the caller writes below ``servers/<name>/``) and ``OSError`` (an unwritable root)."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / CLAIM
     held = read(path)
-    if held is not None and (held["server"] == name or alive(held, path)):
-        return str(held["server"])
+    if held is not None and (is_mine(held, name) or alive(held, path)):
+        return Holder(str(held["server"]), is_mine(held, name))
     with _locked(root):
         held = read(path)
         if held is not None:
-            if held["server"] == name or alive(held, path):
-                return str(held["server"])
+            if is_mine(held, name) or alive(held, path):
+                return Holder(str(held["server"]), is_mine(held, name))
             _move_aside(path, held)
         return _create(path, name)
 
 
-def _create(path: Path, name: str) -> str:
+def _create(path: Path, name: str) -> Holder:
     """Create the claim for ``name`` exclusively; whoever created it first holds the root."""
     claim = {"server": name, **{k: v for k, v in holder_identity().items() if k != "server"},
              "id": uuid.uuid4().hex, "claimed_at": round(time.time(), 3)}
@@ -124,24 +157,26 @@ def _create(path: Path, name: str) -> str:
         try:
             os.link(temporary, path)
         except FileExistsError:
-            held = read(path)
-            if held is None:
-                raise Undecided(f"{path}: a claim came and went") from None
-            return str(held["server"])
+            return _existing(path, name)
         except OSError:  # no hard links on this mount: an exclusive create, written after
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                held = read(path)
-                if held is None:
-                    raise Undecided(f"{path}: a claim came and went") from None
-                return str(held["server"])
+                return _existing(path, name)
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(claim))
-        return name
+        return Holder(name, True)
     finally:
         with contextlib.suppress(OSError):
             temporary.unlink()
+
+
+def _existing(path: Path, name: str) -> Holder:
+    """The claim another server created first."""
+    held = read(path)
+    if held is None:
+        raise Undecided(f"{path}: a claim came and went") from None
+    return Holder(str(held["server"]), is_mine(held, name))
 
 
 def _move_aside(path: Path, dead: dict) -> None:
@@ -218,9 +253,11 @@ _RENEWING: set[str] = set()
 _RENEW_LOCK = threading.Lock()
 
 
-def keep_alive(root: Path, name: str) -> None:
+def keep_alive(root: Path, name: str, on_lost: Callable[[str], None] | None = None) -> None:
     """In a process of the server that holds ``root``: touch its claim every ``LEASE_S / 4`` seconds while it
-    is still ``name``'s, so hosts that cannot see this process know the server runs (one thread a root)."""
+    is still this server's, so hosts that cannot see this process know the server runs (one thread a root).
+    Once the claim is another server's or gone, or has not been renewed for half a lease (a filesystem that
+    refuses writes), ``on_lost(why)`` is told, once, and the thread ends."""
     key = str(root / CLAIM)
     with _RENEW_LOCK:
         if key in _RENEWING:
@@ -229,16 +266,29 @@ def keep_alive(root: Path, name: str) -> None:
 
     def renew() -> None:
         path = root / CLAIM
-        while True:
+        failing_since: float | None = None
+        why = None
+        while why is None:
             time.sleep(LEASE_S / 4)
             try:
                 held = read(path)
-                if held is None or held["server"] != name:
-                    break
-                os.utime(path)
-            except (Undecided, OSError):
-                continue
+                if held is None:
+                    why = "its claim is gone"
+                elif not is_mine(held, name):
+                    why = f"the claim is now server {held['server']!r}'s (pid {held.get('pid')} on {held.get('host')})"
+                else:
+                    os.utime(path)
+                    failing_since = None
+            except (Undecided, OSError) as e:
+                failing_since = failing_since if failing_since is not None else time.monotonic()
+                if time.monotonic() - failing_since >= LEASE_S / 2:
+                    why = f"its lease could not be renewed for {time.monotonic() - failing_since:.0f} s: {e}"
         with _RENEW_LOCK:
             _RENEWING.discard(key)
+        if on_lost is not None:
+            try:
+                on_lost(why)
+            except Exception:  # the writes that follow still check (servers.current)
+                pass
 
     threading.Thread(target=renew, name="rlprof-claim-lease", daemon=True).start()

@@ -33,6 +33,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._log import logger
 from . import claim
 from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
 
@@ -43,6 +44,7 @@ CLAIM = claim.CLAIM
 SERVERS_DIR = "servers"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _resolved: dict[tuple[str, str], Path] = {}
+_moved: dict[str, Path] = {}  # a root this process's server lost -> where its writes go instead (``lost``)
 
 
 def safe_name(name: str) -> str:
@@ -82,13 +84,19 @@ def announce(name: str | None, port: int | None = None, head: str | None = None)
     else:
         chosen = derived_name(port, head)
     os.environ[ID_ENV], os.environ[PID_ENV] = chosen, str(os.getpid())
+    if head:  # its nodes share the name: each node's claim check knows the others by this (``claim.is_mine``)
+        os.environ[claim.HEAD_ENV] = safe_name(head)
+    else:
+        os.environ.pop(claim.HEAD_ENV, None)
     return chosen
 
 
 def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
     """Where this server's step folders and step logs go below the configured ``root``: ``root``
     itself for the server that claimed it (or for a process with no identity: today's layout),
-    else ``root/servers/<name>``. Decided once per process and root."""
+    else ``root/servers/<name>`` (``root/servers/<name>.<host>-pid<pid>`` where another live server
+    was given the same name). Decided once per process and root, and again if this server loses
+    its claim (``lost``)."""
     name = name or server_name()
     base = Path(root)
     if not name:
@@ -96,22 +104,59 @@ def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
     key = (str(base), name)
     found = _resolved.get(key)
     if found is None:
-        found = base if claimant(base, name) == name else base / SERVERS_DIR / name
+        found = _decide(base, name)
         _resolved[key] = found
     return found
 
 
+def _decide(base: Path, name: str) -> Path:
+    try:
+        holder = claim.take(base, name)
+    except (claim.Undecided, OSError):
+        return base / SERVERS_DIR / name  # undecided: never a second root
+    if holder.mine:
+        claim.keep_alive(base, name, on_lost=lambda why: lost(base, name, why))
+        return base
+    if holder.server == name:  # another live server on this host was given this name
+        own = safe_name(f"{name}.{socket.gethostname().split('.')[0]}-pid{os.environ.get(PID_ENV) or os.getpid()}")
+        logger.warning("rlprof: another running server is named %r and holds %s: two servers were given one "
+                       "server_name; this one writes below %s (give each server its own server_name)",
+                       name, base, base / SERVERS_DIR / own)
+        return base / SERVERS_DIR / own
+    return base / SERVERS_DIR / name
+
+
 def claimant(root: Path, name: str) -> str | None:
     """The server that holds ``root`` (taking it for ``name`` when no server does, or when the one that
-    did has ended; ``store.claim``); None when it cannot be decided or the directory cannot be written (the
-    writes that follow say why): such a server writes below ``servers/<name>/``, never a second root."""
+    did has ended; ``store.claim``); None when it cannot be decided, the directory cannot be written (the
+    writes that follow say why), or another live server holds it under the same name: such a server writes
+    below ``servers/``, never a second root."""
     try:
         holder = claim.take(root, name)
     except (claim.Undecided, OSError):
         return None
-    if holder == name:
-        claim.keep_alive(root, name)
-    return holder
+    if holder.mine:
+        claim.keep_alive(root, name, on_lost=lambda why: lost(root, name, why))
+    elif holder.server == name:
+        return None
+    return holder.server
+
+
+def lost(root: Path, name: str, why: str) -> None:
+    """This server no longer holds ``root`` (its lease thread found out ``why``): it says so, and from now on
+    this process writes below ``root/servers/<name>/`` (``server_root`` and ``current``), never the root's own
+    step folders."""
+    moved = Path(root) / SERVERS_DIR / name
+    _resolved[(str(Path(root)), name)] = moved
+    _moved[str(Path(root))] = moved
+    logger.warning("rlprof: server %r no longer holds %s: %s; this process writes below %s from now on",
+                   name, root, why, moved)
+
+
+def current(root: str | os.PathLike) -> Path:
+    """Where a write this process meant for ``root`` goes now: ``root``, or this server's folder below it once
+    the server lost its claim on it (``lost``). Sessions and dumps ask as they begin."""
+    return _moved.get(str(Path(root)), Path(root))
 
 
 def _claim(path: Path) -> dict | None:

@@ -132,7 +132,12 @@ def within_budget(run: dict) -> float:
     same traffic recorded as one torch session (``check_bursty_session``), which shares the host's load."""
     ends = [p for p in run["pauses"] if p["args"]["cause"] in CHUNK_ENDS]
     assert ends, [p["args"] for p in run["pauses"]]
-    assert all(p["args"]["planned_ms"] <= MAX_PAUSE_MS for p in ends), [(p["args"], p["dur"] / 1e3) for p in ends]
+    priced = [p for p in ends if p["args"].get("planned_ms") is not None]
+    assert all(p["args"]["planned_ms"] <= MAX_PAUSE_MS for p in priced), [(p["args"], p["dur"] / 1e3) for p in priced]
+    # a recording whose stop leaves the engine thread ("auto" on CPU without exact stacks) is priced by no plan:
+    # its chunk ends cost the engine a moment, held to the budget on the wall clock
+    detached = [p for p in ends if p["args"].get("planned_ms") is None]
+    assert all(p["dur"] / 1e3 <= MAX_PAUSE_MS for p in detached), [(p["args"], p["dur"] / 1e3) for p in detached]
     return max(p["dur"] for p in run["pauses"]) / 1e3
 
 

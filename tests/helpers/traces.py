@@ -116,3 +116,21 @@ def pause_events(trace: dict) -> list[dict]:
     """rlprof's own profiler pauses (``rlprof::profiler pause``), in time order."""
     return sorted((e for e in trace["traceEvents"] if e.get("name") == "rlprof::profiler pause" and e.get("ph") == "X"),
                   key=lambda e: e["ts"])
+
+
+def written_traces(folder: Path, before: set[Path], timeout: float = 900, poll: float = 0.5) -> list[Path]:
+    """Trace files that appeared under ``folder`` since ``before`` and stopped growing (a native stop may
+    answer before its files exist); not rlprof's chunks, manifests, pause records, step logs or dumps."""
+    import time
+
+    deadline, sizes = time.time() + timeout, None
+    while time.time() < deadline:
+        files = sorted(p for p in Path(folder).rglob("*.json*") if p not in before
+                       and not {".rlprof-chunks", "steps", "flight"} & set(p.parts)
+                       and "manifest" not in p.name and "pauses" not in p.name)
+        now = [p.stat().st_size for p in files]
+        if files and now == sizes:
+            return files
+        sizes = now
+        time.sleep(poll)
+    return []

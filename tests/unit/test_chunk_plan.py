@@ -115,3 +115,87 @@ def test_auto_cuts_chunks_by_measured_cost_and_learns_across_sessions(tmp_path):
     _, again = auto_session(tmp_path, 2, 6, max_pause_ms=1, ctl=ctl)
     assert again[0]["args"]["iterations"] == min(expected, 6), (expected, again)
     ctl.shutdown()
+
+
+DETACHABLE = (False, False, False, ("CPU",), True)  # a recording whose stop leaves the engine thread
+
+
+def test_auto_where_the_stop_leaves_the_engine_thread_never_rotates_for_pauses():
+    """A detached stop costs the engine a moment whatever the chunk holds: no pause-priced rotation, however
+    low max_pause_ms and however costly earlier stops were."""
+    costs = StopCosts()
+    costs.learn(DETACHABLE, 5.0, 1)
+    plan = ChunkPlan(CHUNK_AUTO, 1, costs, DETACHABLE, max_recording_mb=1024)
+    assert plan.memory_bound and not any(plan.due(n) for n in (1, 100, 100_000))
+    assert ChunkPlan(CHUNK_AUTO, 1, costs, PLAIN).due(1)  # the same costs on the engine thread: rotates
+    fixed = ChunkPlan(4, 1, costs, DETACHABLE)
+    assert not fixed.memory_bound and fixed.due(4)  # a count the user set is kept
+
+
+def test_a_memory_bound_chunk_ends_once_the_process_grew_by_its_budget(monkeypatch):
+    from rlprof_plugins.session import chunk_plan
+    from rlprof_plugins.session.chunk_plan import BUDGET_CHECK_EVERY, RunningChunk
+
+    resident = [1000 << 20]
+    reads = []
+    monkeypatch.setattr(chunk_plan, "resident_bytes", lambda: reads.append(1) or resident[0])
+    plan = ChunkPlan(CHUNK_AUTO, 200, StopCosts(), DETACHABLE, max_recording_mb=64)
+    chunk = RunningChunk()
+    chunk.enter(0)
+    assert not plan.over_budget(chunk) and chunk.resident_at_start == 1000 << 20  # the first read: the start
+    resident[0] += 63 << 20
+    for k in range(1, BUDGET_CHECK_EVERY + 1):
+        chunk.enter(k)
+        assert not plan.over_budget(chunk)
+    resident[0] += 1 << 20
+    for k in range(BUDGET_CHECK_EVERY + 1, 2 * BUDGET_CHECK_EVERY):
+        chunk.enter(k)
+        assert not plan.over_budget(chunk)  # read only every BUDGET_CHECK_EVERY iterations
+    chunk.enter(2 * BUDGET_CHECK_EVERY)
+    assert plan.over_budget(chunk)
+    assert len(reads) == 3  # one read per BUDGET_CHECK_EVERY iterations, not one per iteration
+
+
+def test_a_detached_auto_session_is_one_torch_session_and_its_budget_never_makes_the_engine_wait(
+        tmp_path, monkeypatch):
+    """The real controller and torch backend with the shim: an ``auto`` session whose stop leaves the engine
+    thread records one torch session however low ``max_pause_ms`` is. With the process's memory growing past
+    ``max_recording_mb`` (read through a stand-in for /proc), its chunk ends off the engine thread, the
+    iterations until that stop is done run unrecorded, the next chunk starts after, and the trace says so."""
+    import torch
+
+    from rlprof_plugins.backends import torch_shim
+    from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+    from rlprof_plugins.session import chunk_plan
+    from rlprof_plugins.trace.format.pauses import BUDGET
+
+    if torch_shim.why_not(torch) is not None:
+        pytest.skip(f"the torch shim is not built here ({torch_shim.why_not(torch)}): make env builds it")
+    plain = lambda table, overrides=None: TorchProfilerBackend(TorchSettings())  # noqa: E731
+    ctl = make_controller(tmp_path, plain)
+    assert start(ctl, global_step=1, step_end=40, chunk_iterations="auto", max_pause_ms=1)["ok"]
+    workload(ctl, 40)
+    one = settle(ctl, 1)
+    trace = load_trace(Path(one["files"][0]))
+    assert one["state"] == "done" and one["stops"] == 1, one
+    assert [p["args"]["cause"] for p in pause_events(trace)] == ["stop"]
+    assert sorted(profiler_steps(trace)) == list(range(40))
+
+    resident = [1 << 30]
+
+    def growing() -> int:  # every read finds the process 8 MB larger
+        resident[0] += 8 << 20
+        return resident[0]
+
+    monkeypatch.setattr(chunk_plan, "resident_bytes", growing)
+    assert start(ctl, global_step=2, step_end=200, chunk_iterations="auto", max_recording_mb=8)["ok"]
+    workload(ctl, 200)
+    status = settle(ctl, 2)
+    ctl.shutdown()
+    assert status["state"] == "done" and status["files"], status
+    trace = load_trace(Path(status["files"][0]))
+    causes = [p["args"]["cause"] for p in pause_events(trace)]
+    assert status["state"] == "done" and causes.count(BUDGET) >= 2 and "rotation" not in causes, causes
+    recorded = sorted(profiler_steps(trace))
+    assert recorded[0] == 0 and len(recorded) == status["iterations_recorded"] < 200, (recorded, status)
+    assert recorded == sorted(set(recorded)) and all(0 <= i < 200 for i in recorded)

@@ -138,3 +138,102 @@ def test_an_unreadable_claim_counts_as_held(tmp_path):
     (root / claim.CLAIM).write_text('{"server": "half')  # never written so by rlprof: a foreign or torn file
     assert servers.claimant(root, "mine") is None
     assert (root / claim.CLAIM).read_text() == '{"server": "half'
+
+
+def _live_other_process_claim(root: Path, name: str) -> subprocess.Popen:
+    """A claim of ``name`` written on this host by another live process (a second server given one name)."""
+    other = subprocess.Popen(["sleep", "600"])
+    ident = processes.identity_of(other.pid)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / claim.CLAIM).write_text(json.dumps({"server": name, **ident, "pidns": processes.pid_namespace(),
+                                                "id": "theirs"}))
+    return other
+
+
+def test_two_servers_given_one_name_never_both_hold_the_root(tmp_path, caplog):
+    """take() checks who wrote the claim, not only its name: a live process of this host holds it under the
+    same name, so this server is told so and writes below a folder of its own."""
+    import logging
+
+    root = tmp_path / "one-name"
+    other = _live_other_process_claim(root, "rollout")
+    try:
+        assert claim.take(root, "rollout") == claim.Holder("rollout", False)
+        assert servers.claimant(root, "rollout") is None
+        with caplog.at_level(logging.WARNING, logger="rlprof"):
+            mine = servers.server_root(root, "rollout")
+        assert mine.parent == root / servers.SERVERS_DIR and mine.name.startswith("rollout.") and mine != root
+        assert any("two servers were given one server_name" in m for m in caplog.messages), caplog.messages
+        assert json.loads((root / claim.CLAIM).read_text())["id"] == "theirs"  # untouched
+    finally:
+        other.kill()
+        other.wait()
+    assert claim.take(root, "rollout") == claim.Holder("rollout", True)  # that server ended: a restart takes it
+
+
+def _holding(monkeypatch, root: Path, name: str) -> None:
+    monkeypatch.setattr(claim, "LEASE_S", 0.4)
+    servers._resolved.pop((str(root), name), None)
+    assert servers.server_root(root, name) == root  # held, its lease thread running
+
+
+def _moved_within(root: Path, name: str, timeout: float = 30) -> Path:
+    deadline = time.monotonic() + timeout
+    while servers.current(root) == root and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return servers.current(root)
+
+
+def test_a_holder_whose_claim_was_taken_over_never_writes_the_root_again(tmp_path, monkeypatch, caplog):
+    """A stopped process's lease runs out and the next server takes the root over: once this process runs
+    again its lease thread finds the claim another's, says so, and its next session writes below
+    servers/<name>/; the root's step folders are the new holder's alone."""
+    import logging
+
+    from rlprof_plugins.session.states import Session
+
+    root = tmp_path / "taken"
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        _holding(monkeypatch, root, "old-holder")
+        (root / claim.CLAIM).write_text(json.dumps({"server": "new-holder", "host": "another-host", "pid": 7,
+                                                    "id": "new"}))
+        moved = _moved_within(root, "old-holder")
+    assert moved == root / servers.SERVERS_DIR / "old-holder"
+    assert servers.server_root(root, "old-holder") == moved
+    assert any("no longer holds" in m and "new-holder" in m for m in caplog.messages), caplog.messages
+    session = Session.from_command({"op": "start", "global_step": 9}, root=str(servers.current(root)),
+                                   forwards_done=0, worker_name=lambda prefix: "rank0")
+    assert session.directory == moved / "global_step_9"
+
+
+def test_a_lease_the_filesystem_refuses_to_renew_is_given_up(tmp_path, monkeypatch, caplog):
+    import logging
+
+    root = tmp_path / "refused"
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        _holding(monkeypatch, root, "read-only")
+
+        def refused(*args, **kwargs):
+            raise PermissionError(13, "Read-only file system")
+
+        monkeypatch.setattr(claim.os, "utime", refused)
+        moved = _moved_within(root, "read-only")
+    assert moved == root / servers.SERVERS_DIR / "read-only"
+    assert any("could not be renewed" in m for m in caplog.messages), caplog.messages
+
+
+def test_the_nodes_of_one_server_spanning_nodes_share_its_claim(tmp_path, monkeypatch):
+    """A server spanning nodes shares one name (its head's address) on every node, each node's processes
+    their own; a claim written by another node of it (the same head) is this server's, even on one host."""
+    root = tmp_path / "two-nodes"
+    other = _live_other_process_claim(root, "head-29500")
+    try:
+        claim_data = json.loads((root / claim.CLAIM).read_text())
+        (root / claim.CLAIM).write_text(json.dumps({**claim_data, "head": "10.0.0.1-29500"}))
+        monkeypatch.setenv(claim.HEAD_ENV, "10.0.0.1-29500")
+        assert claim.take(root, "head-29500") == claim.Holder("head-29500", True)
+        monkeypatch.setenv(claim.HEAD_ENV, "10.0.0.2-29500")  # another server's head: a second server of one name
+        assert claim.take(root, "head-29500") == claim.Holder("head-29500", False)
+    finally:
+        other.kill()
+        other.wait()

@@ -9,6 +9,7 @@ and doctor's words are tested everywhere (``facts`` of other machines and torch 
 the shim is built and proven here (``make env`` builds it: ``rlprof build-shim``)."""
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_without_a_built_shim_the_first_session_builds_it_and_the_next_uses_it(t
     keeps torch's own stop and builds it in the background (a child process, the lowest priority); once built and
     proven, the same process's next sessions stop off the engine thread."""
     monkeypatch.setenv(torch_shim.CACHE_ENV, str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(torch_shim, "_LOADED", {})
+    monkeypatch.setattr(torch_shim, "_STATE", torch_shim.ShimState())
     first = TorchProfilerBackend(TorchSettings(use_gzip=False))
     first.start()
     operators(10)
@@ -111,7 +112,7 @@ def test_without_a_built_shim_the_first_session_builds_it_and_the_next_uses_it(t
     assert not first.detached  # torch's own stop, while the shim builds
     built = torch_shim.cache_folder(torch_shim.torch_facts(torch)) / "canary.json"
     deadline = time.monotonic() + 600
-    while "why" in torch_shim._LOADED and time.monotonic() < deadline:  # decided afresh once the build is proven
+    while torch_shim.why_not(torch) is not None and time.monotonic() < deadline:  # decided afresh once proven
         time.sleep(0.2)
     assert built.is_file() and '"ok": true' in built.read_text(), built
     second = TorchProfilerBackend(TorchSettings(use_gzip=False))
@@ -123,12 +124,78 @@ def test_without_a_built_shim_the_first_session_builds_it_and_the_next_uses_it(t
     recorded(second, tmp_path, "second")
 
 
+def test_a_process_that_lost_the_build_picks_up_the_shim_another_built(tmp_path, monkeypatch, shim):
+    """The ranks of one host ask for the shim together; one builds it, the others (the build lock lost, or
+    asking while it ran) decided "not built". Each looks again after RECHECK_S and loads the built shim: its
+    next session stops off the engine thread. Its one warning line says why it ran without the shim."""
+    import logging
+    import shutil
+
+    built = torch_shim.cache_folder(torch_shim.torch_facts(torch))
+    monkeypatch.setenv(torch_shim.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("RLPROF_NO_SHIM_BUILD", "1")  # this process builds nothing itself: another rank does
+    monkeypatch.setattr(torch_shim, "_STATE", torch_shim.ShimState())
+    monkeypatch.setattr(torch_shim, "RECHECK_S", 0.3)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("rlprof").addHandler(handler)
+    try:
+        first = TorchProfilerBackend(TorchSettings(use_gzip=False))
+        first.start()
+        operators(5)
+        first.stop()
+    finally:
+        logging.getLogger("rlprof").removeHandler(handler)
+    assert not first.detached
+    lines = [r.getMessage() for r in records if "torch's stop runs on the engine thread" in r.getMessage()]
+    assert len(lines) == 1 and "the shim is not built" in lines[0], lines
+    assert not first.detachable  # a property: decided without starting a build (RLPROF_NO_SHIM_BUILD aside)
+    mine = torch_shim.cache_folder(torch_shim.torch_facts(torch))
+    shutil.copytree(built, mine, ignore=shutil.ignore_patterns(".build.lock"))  # what the other rank built
+    time.sleep(0.35)
+    second = TorchProfilerBackend(TorchSettings(use_gzip=False))
+    second.start()
+    operators(5)
+    second.stop()
+    assert second.detached
+    recorded(second, tmp_path, "second")
+
+
+def test_a_canary_that_timed_out_is_run_again_and_a_build_drops_the_old_proof_first(tmp_path, monkeypatch, shim):
+    built = torch_shim.cache_folder(torch_shim.torch_facts(torch))
+    monkeypatch.setenv(torch_shim.CACHE_ENV, str(tmp_path / "cache"))
+    import shutil
+
+    mine = torch_shim.cache_folder(torch_shim.torch_facts(torch))
+    shutil.copytree(built, mine, ignore=shutil.ignore_patterns(".build.lock"))
+    timed_out = {"ok": False, "detail": "the canary did not finish in 300 s", "timed_out": True, "attempts": 1}
+    (mine / "canary.json").write_text(json.dumps(timed_out))
+    assert torch_shim.needs_build(torch)  # a busy host's timeout is tried again
+    proof = torch_shim.build_and_prove(torch, if_unlocked=True)
+    assert proof["ok"] and proof["attempts"] == 2 and proof["build_seconds"] == 0.0, proof
+    assert not torch_shim.needs_build(torch)
+    (mine / "canary.json").write_text(json.dumps({**timed_out, "attempts": torch_shim.CANARY_ATTEMPTS}))
+    assert not torch_shim.needs_build(torch)  # bounded: the last attempt's verdict stands
+    seen = []
+    real_replace = torch_shim.os.replace
+
+    def replace(src, dst):
+        seen.append((Path(dst).name, (mine / "canary.json").exists()))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(torch_shim.os, "replace", replace)
+    torch_shim.build(torch)
+    assert ("torch_shim.so", False) in seen  # the old proof was gone before the new library took its place
+
+
 def test_where_it_cannot_run_torchs_own_stop_runs(monkeypatch):
     assert "only CPU" in detached_stop.why_not(torch, ("CPU", "CUDA"))
     monkeypatch.setenv(detached_stop.OFF_ENV, "1")
     assert detached_stop.why_not(torch, ("CPU",)) == f"{detached_stop.OFF_ENV}=1"
     monkeypatch.delenv(detached_stop.OFF_ENV)
-    monkeypatch.setattr(torch_shim, "_LOADED", {"why": "torch 2.99 is not among the proven releases"})
+    monkeypatch.setattr(torch_shim, "_STATE", torch_shim.ShimState(why="torch 2.99 is not among the proven releases",
+                                                                   decided_at=time.monotonic()))
     backend = TorchProfilerBackend(TorchSettings())
     backend.start()
     operators(10)

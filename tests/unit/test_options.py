@@ -9,7 +9,7 @@ NATIVE = ["profiler", "torch_profiler_dir", "torch_profiler_with_stack", "delay_
 def test_defaults_record_until_stop():
     assert parse_options({}) == ProfileOptions(step_start=0, step_end=None)
     assert OUR_KEYS == ("step_start", "step_end", "by_stage", "operator_table", "keep_last_steps", "merge",
-                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "output_dir", "allowed_output_dirs", "trainer_step_offset", "step_source", "memory", "memory_stacks",
+                        "routes_require_api_key", "stop_wait_seconds", "chunk_iterations", "max_pause_ms", "max_recording_mb", "output_dir", "allowed_output_dirs", "trainer_step_offset", "step_source", "memory", "memory_stacks",
                         "memory_max_entries", "step_metrics", "flight_recorder", "server_name", "backend", "python_stacks", "sample_hz",
                         "npu_profiler_level", "npu_aic_metrics",
                         "npu_export_type", "npu_data_simplification", "npu_with_modules", "npu_with_stack",

@@ -109,7 +109,16 @@ def test_bad_fields_are_named_on_both_engines(tmp_path, engine, fields, field):
 def test_unknown_field_suggests_the_close_one(tmp_path):
     with pytest.raises(RequestError) as e:
         parse_start({"global_stpe": 3}, server(tmp_path))
-    assert "did you mean 'global_step'" in e.value.message
+    assert "did you mean 'global_step'" in e.value.message and e.value.field == "global_stpe"
+
+
+def test_a_field_no_one_defines_is_ignored_as_the_engines_routes_ignore_it(tmp_path):
+    """A completion request sent to /start_profile: vLLM's and SGLang's routes drop the fields they do not
+    define and start a profile; so does rlprof, and its answer names what it ignored."""
+    request = parse_start({"model": "m", "prompt": "p", "max_tokens": 16, "stream": False}, server(tmp_path))
+    assert request.global_step is None
+    assert request.warnings == ("unknown field 'model' ignored", "unknown field 'prompt' ignored",
+                                "unknown field 'max_tokens' ignored", "unknown field 'stream' ignored")
 
 
 def test_body_must_be_an_object(tmp_path):

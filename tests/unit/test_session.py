@@ -420,7 +420,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     assert events(1) == events(3)  # the same events, with and without trace_only
     assert any(e.get("cat") == "python_function" for e in load_trace(only_trace(tmp_path / "global_step_2"))["traceEvents"])
     monkeypatch.setattr(torch_profiler, "_TRACE_ONLY", [None])  # an older torch: recorded as before
-    monkeypatch.setattr(torch_shim, "_LOADED", {"why": "an older torch"})
+    monkeypatch.setattr(torch_shim, "_STATE", torch_shim.ShimState(why="an older torch", decided_at=time.monotonic()))
     ctl = make_controller(tmp_path, factory(TorchSettings()))
     start(ctl, global_step=4, step_end=3)
     run_iterations(ctl, 3)

@@ -45,6 +45,9 @@ class Tree:
     def add(self, node: str, listed: dict[str, Any]) -> None:
         """One node's listing (``node.listing``, unpacked)."""
         for rel, size, mtime_ns, kind in listed["files"]:
+            if not stays_inside(rel):
+                self.conflicts.append(f"{rel!r}: listed by {node} as a path that leads out of ROOT; not read")
+                continue
             held = self.files.get(rel)
             if held is None or (held.size, held.mtime_ns) != (size, mtime_ns):
                 if held is not None:
@@ -77,6 +80,12 @@ class Tree:
                         f.write(stand_in_header(rel, self.distributed[rel]))
                     f.truncate(max(held.size, f.tell()))
             os.utime(path, ns=(held.mtime_ns, held.mtime_ns))
+
+
+def stays_inside(rel: Any) -> bool:
+    """Whether a path a node listed stays inside ROOT: relative, and no ``..`` anywhere in it."""
+    return (isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and "\0" not in rel
+            and ".." not in Path(rel).parts)
 
 
 def stand_in_header(rel: str, distributed: dict) -> bytes:

@@ -1,47 +1,101 @@
-"""What travels between a node and the machine running the report: one compressed blob per answer.
+"""What travels between a node and the machine running the report: JSON, compressed, one blob per answer.
 
-A node's listing and each trace's summary (``TraceStats``) are pickled and
-compressed on the node, so what travelled is counted to the byte
-(``analysis.bytes_returned``) and the same blob is what the node's cache of
-passes keeps. Unpacking builds plain data and ``TraceStats`` only: a blob
-that names any other class or function (a tampered cache file, a node
-running something else) is refused, not executed.
+A node's listing and each trace's summary (``TraceStats``) are written as JSON on the node and compressed,
+so what travelled is counted to the byte (``analysis.bytes_returned``) and the same blob is what the node's
+cache of passes keeps. JSON is read the same way by every Python and every release: no interpreter version,
+class path or tampered cache entry can change what a blob turns into, and reading one runs no code.
+
+JSON lacks a few of the values the report's passes return, so each is written as a one-key object naming it:
+
+- ``{"__tuple__": [...]}`` a tuple (an iteration's key and record stay tuples);
+- ``{"__bytes__": "<base64>"}`` bytes (the small files a listing carries whole);
+- ``{"__items__": [[key, value], ...]}`` a dict whose keys are not all strings;
+- ``{"__trace_stats__": {field: value}}`` a ``TraceStats``, its fields checked against the class (an unknown
+  field is refused), its path as a string turned back into a ``Path``.
+
+Paths anywhere else travel as strings.
 """
 
 from __future__ import annotations
 
-import pickle
+import base64
+import dataclasses
+import json
 import zlib
+from collections import defaultdict
+from pathlib import PurePath
 from typing import Any
 
-_ALLOWED = {
-    ("rlprof_plugins.trace.analysis.trace_stats", "TraceStats"),
-    ("collections", "defaultdict"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("builtins", "float"),
-    ("builtins", "int"),
-    ("builtins", "str"),
-    ("builtins", "list"),
-    ("builtins", "dict"),
-    ("builtins", "set"),
-    ("builtins", "frozenset"),
-}
+from ...trace.analysis.trace_stats import TraceStats
+
+_TUPLE, _BYTES, _ITEMS, _STATS = "__tuple__", "__bytes__", "__items__", "__trace_stats__"
+_STATS_FIELDS = {f.name for f in dataclasses.fields(TraceStats)}
+_FLOAT_TOTALS = ("device_ops", "cpu_self")  # a TraceStats' running sums: defaultdict(float) as the pass makes them
 
 
-class _PlainOrStats(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"a report blob holds plain data and trace summaries only; "
-                                     f"this one asks for {module}.{name}")
+class WireError(ValueError):
+    """A blob that is not a report answer in this format."""
 
 
 def pack(value: Any) -> bytes:
-    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), 6)
+    return zlib.compress(json.dumps(_plain(value), separators=(",", ":")).encode(), 6)
 
 
 def unpack(blob: bytes) -> Any:
-    import io
+    try:
+        data = json.loads(zlib.decompress(blob))
+    except (zlib.error, ValueError) as e:
+        raise WireError(f"not a report answer: {e}") from None
+    return _typed(data)
 
-    return _PlainOrStats(io.BytesIO(zlib.decompress(blob))).load()
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, TraceStats):
+        return {_STATS: {f: _plain(getattr(value, f)) for f in _STATS_FIELDS}}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _plain(v) for k, v in value.items()}
+        return {_ITEMS: [[_plain(k), _plain(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {_TUPLE: [_plain(v) for v in value]}
+    if isinstance(value, (list, set, frozenset)):
+        return [_plain(v) for v in (sorted(value) if isinstance(value, (set, frozenset)) else value)]
+    if isinstance(value, bytes):
+        return {_BYTES: base64.b64encode(value).decode("ascii")}
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"a report answer holds plain data and trace summaries only, not {type(value).__name__}")
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        (key, inner), = value.items()
+        if key == _TUPLE:
+            return tuple(_typed(v) for v in inner)
+        if key == _BYTES:
+            return base64.b64decode(inner)
+        if key == _ITEMS:
+            return {_typed(k): _typed(v) for k, v in inner}
+        if key == _STATS:
+            return _stats(inner)
+    return {k: _typed(v) for k, v in value.items()}
+
+
+def _stats(fields: Any) -> TraceStats:
+    if not isinstance(fields, dict) or set(fields) - _STATS_FIELDS:
+        unknown = sorted(set(fields) - _STATS_FIELDS) if isinstance(fields, dict) else [type(fields).__name__]
+        raise WireError(f"a trace summary with fields this release does not know: {', '.join(unknown)}")
+    typed = {k: _typed(v) for k, v in fields.items()}
+    from pathlib import Path
+
+    typed["path"] = Path(typed.get("path") or "")
+    for name in _FLOAT_TOTALS:
+        if name in typed:
+            typed[name] = defaultdict(float, typed[name])
+    return TraceStats(**typed)

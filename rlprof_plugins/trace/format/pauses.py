@@ -37,6 +37,9 @@ STOP = "stop"  # the session's last profiler stopped
 MEMORY = "memory snapshot"  # the allocator's history turned into the window's snapshot (``memory``)
 IDLE = "idle"  # the engine was about to wait for work: its chunk ended there, none runs until the next iteration
 RESUME = "resume"  # the first iteration after an idle end: a fresh profiler starts
+# a chunk reached its memory budget (``max_recording_mb``): it ended off the engine thread, and the iterations until
+# its stop is done run unrecorded
+BUDGET = "memory budget"
 PAUSES_KEY = "rlprof_pauses"  # in a merged trace's metadata: the pauses per rank
 
 _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
