@@ -101,8 +101,8 @@ def _validated_as_vllm(body: Any) -> None:
         from vllm.entrypoints.serve.profile.api_router import StartProfileRequest
     except ImportError:
         return
-    if body is None or body == {}:
-        return
+    if not isinstance(body, dict) or not body:
+        return  # no body, or not an object: rlprof's own 400 naming ``body`` (vLLM answers 400 too)
     from pydantic import ValidationError
 
     try:

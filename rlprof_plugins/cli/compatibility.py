@@ -156,24 +156,18 @@ def markdown() -> str:
 
 # (engine, what the native profiler does, what rlprof does instead, why)
 DIFFERENCES = (
-    ("both", "the stop writes the trace on the engine thread and returns once it is written",
-     "the engine thread hands the recording to a writer and serves on; the stop returns once the files are "
-     "written (`{\"wait\": false}`: at once)",
-     "a stop that writes on the engine thread stalls every request for as long as the write takes"),
-    ("both", "the profiler's directory holds the traces alone",
-     "it also holds `steps/` (step metrics), `global_step_<N>/flight/` (flight recorder dumps), "
-     "`.rlprof-root.json` (which server holds the directory) and each step's `manifest.json`",
-     "every step is measured and the slow one recorded without a call; turn them off with `step_metrics` "
-     "and `flight_recorder`"),
-    ("both", "`with_stack` records every Python call", "rlprof's sessions sample the engine thread's stack "
-     "(`python_stacks: sampled`) unless a request asks for exact stacks",
-     "exact stacks slow serving several times over; `\"python_stacks\": \"exact\"` brings them back"),
-    ("both", "a start body's unknown fields are ignored", "ignored too, and named in the answer's `warnings`; a "
-     "near miss of one of rlprof's fields (`global_stpe`) is refused naming the field it meant",
-     "a session whose global step was mistyped would land outside its step folder"),
-    ("SGLang", "a start body whose value SGLang's own profiler cannot use (one its route accepted) ends the "
-     "scheduler", "the request fails with the reason and the scheduler serves on",
-     "no exception from a profiling request may end the engine"),
+    ("both", "the stop writes the trace on the engine thread, then answers",
+     "a writer thread writes it while the engine serves; the stop answers once it is written "
+     "(`{\"wait\": false}`: at once)", "a write on the engine thread stalls every request"),
+    ("both", "the directory holds the traces alone",
+     "also `steps/`, `global_step_<N>/flight/`, `.rlprof-root.json` and each step's `manifest.json`",
+     "every step measured, the slow one recorded; off: `step_metrics`, `flight_recorder`"),
+    ("both", "`with_stack` records every Python call", "the engine thread's stack is sampled unless a request "
+     "asks for exact stacks", "exact stacks slow serving several times over; `\"python_stacks\": \"exact\"`"),
+    ("both", "a start body's unknown fields are ignored", "ignored and named in `warnings`; a near miss of "
+     "rlprof's own (`global_stpe`) is refused naming it", "a mistyped global step would land outside its folder"),
+    ("SGLang", "a body value its profiler cannot use ends the scheduler",
+     "the request fails with the reason; the scheduler serves on", "no profiling request may end the engine"),
 )
 
 

@@ -174,11 +174,10 @@ def cmd_summary(args) -> int:
 
 def measured_only(root: Path) -> bool:
     """Whether ``root`` holds step metrics or flight recorder dumps (what the defaults write with no session)."""
-    from ..metrics.flight_dump import flight_folders
-    from ..metrics.log import step_folder
+    from ..store.layout import FLIGHT_DIR, STEPS_DIR, step_folders
 
-    logs = step_folder(root)
-    return any(flight_folders(root)) or (logs.is_dir() and any(logs.glob("*.jsonl")))
+    folders = [root, *(folder for _, folder in step_folders(root))]
+    return any((folder / FLIGHT_DIR).is_dir() for folder in folders) or any((root / STEPS_DIR).glob("*.jsonl"))
 
 
 # ---- check --------------------------------------------------------------------------

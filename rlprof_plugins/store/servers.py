@@ -147,10 +147,10 @@ def lost(root: Path, name: str, why: str) -> None:
     this process writes below ``root/servers/<name>/`` (``server_root`` and ``current``), never the root's own
     step folders."""
     moved = Path(root) / SERVERS_DIR / name
-    _resolved[(str(Path(root)), name)] = moved
-    _moved[str(Path(root))] = moved
     logger.warning("rlprof: server %r no longer holds %s: %s; this process writes below %s from now on",
                    name, root, why, moved)
+    _resolved[(str(Path(root)), name)] = moved
+    _moved[str(Path(root))] = moved
 
 
 def current(root: str | os.PathLike) -> Path:

@@ -175,19 +175,21 @@ def test_sglang_plugins_allowlist_leaves_rlprof_out(monkeypatch):
     assert "rlprof" in load_plugins_by_group("sglang.srt.plugins")
 
 
-def test_a_profile_request_that_raises_on_the_scheduler_fails_the_request_not_the_scheduler(caplog):
+def test_a_profile_request_that_raises_on_the_scheduler_fails_the_request_not_the_scheduler(caplog, monkeypatch):
     """SGLang's own ``_init_profile`` raising (a value its route let through that its profiler cannot use)
     would end the scheduler's event loop; through rlprof's wrapper the request fails with the reason."""
     from sglang.srt.managers.io_struct import ProfileReq, ProfileReqOutput
 
     from rlprof_plugins.patches.sglang.scheduler import _wrap_profile
 
+    monkeypatch.delenv("RLPROF_PROFILER_CONFIG", raising=False)  # an unconfigured scheduler: SGLang's own path
+
     def native(recv_req):
         raise TypeError("'>' not supported between instances of 'int' and 'str'")
 
-    scheduler = types.SimpleNamespace()  # unconfigured: no rlprof controller on it
+    scheduler = types.SimpleNamespace()  # no rlprof controller on it
     with caplog.at_level(logging.WARNING, logger="rlprof"):
-        out = _wrap_profile(native, scheduler, (ProfileReq(start_step="15", num_steps=5),), {})
+        out = _wrap_profile(native, scheduler, (ProfileReq(start_step=15, num_steps=5),), {})
     assert isinstance(out, ProfileReqOutput) and out.success is False
     assert "TypeError" in out.message and "'>' not supported" in out.message
     assert any("keeps serving" in m for m in caplog.messages), caplog.messages

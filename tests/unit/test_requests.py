@@ -183,7 +183,7 @@ def test_command_round_trip(tmp_path):
     assert len(cmd.pop("session_id")) == 12
     assert cmd == {"op": "start", "global_step": 5, "step_start": 0, "step_end": 3, "profile_prefix": "p",
                    "by_stage": True, "operator_table": True, "keep_last_steps": 3, "merge": True,
-                   "chunk_iterations": 0, "max_pause_ms": 200, "output_dir": None, "torch_overrides": None,
+                   "chunk_iterations": 0, "max_pause_ms": 200, "max_recording_mb": 1024, "output_dir": None, "torch_overrides": None,
                    "trace": True, "backend": None, "memory": False, "memory_stacks": "python",
                    "memory_max_entries": 100000, "start_at": None, "step_source": "request"}
 
