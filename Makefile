@@ -143,9 +143,12 @@ $(VENV_SGLANG)/.rlprof-installed: $(DIST)/.built $(VENV_SGLANG)/.sglang-installe
 # HolisticTraceAnalysis, the per-rank analysis library users open step folders
 # with, in an environment of its own (it pins jupyterlab, pandas, plotly); the
 # end-to-end tests check that it loads exactly a step's ranks.
+# HolisticTraceAnalysis, the tests' analysis oracle, as it is published now: `traceinsight` (the same `hta`
+# package from the same repository, MIT). The earlier name, holistictraceanalysis 0.5.0, gave the same answers
+# on every fixture the tests hold against it.
 $(VENV_HTA)/.installed:
 	$(PYTHON) -m venv $(VENV_HTA)
-	$(VENV_HTA)/bin/pip install -q holistictraceanalysis==0.5.0
+	$(VENV_HTA)/bin/pip install -q traceinsight==0.6.1
 	touch $@
 
 # verl 0.9.1's released source and what its rollout server modules import, in a

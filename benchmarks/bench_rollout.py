@@ -20,8 +20,14 @@ server's unrecorded steps; the stop's answer; the trainer's total (start request
 pauses on the engine thread (read from the rank's trace); the engine process's peak resident memory while
 the step was recorded.
 
-Usage: ``python benchmarks/bench_rollout.py --engine vllm|sglang [--tp 1] [--rounds 3] [--cases ...] [--out F]``
-(``make bench`` and ``make bench-sglang`` run it). The step: ``tests/helpers/rollout.py``.
+With ``--interleave``, rlprof's cases take turns on their server within each round, after one unrecorded step
+they share: their ratios to each other (the first case listed is the reference) are then free of the machine's
+drift from round to round, which on a shared 2-core machine is larger than the difference between two stacks
+modes. Each recorded step also reports the sampler's own time on the engine thread, which the trace's
+``rlprof_sampler`` metadata carries (``busy_us``), as a share of generation.
+
+Usage: ``python benchmarks/bench_rollout.py --engine vllm|sglang [--tp 1] [--rounds 3] [--cases ...] [--interleave]
+[--out F]`` (``make bench`` and ``make bench-sglang`` run it). The step: ``tests/helpers/rollout.py``.
 """
 
 from __future__ import annotations
@@ -70,13 +76,16 @@ def recorded_step(server, engine: str, pid: int, body: dict, folder: Path, plan:
         out["trainer_total_s"] = time.perf_counter() - t0
     out["peak_mb"] = peak.peak_mb
     out["trace_mb"] = sum(p.stat().st_size for p in files) / 2**20
-    pauses = []
+    pauses, traces = [], []
     if "global_step" in body:
         from tests.helpers.traces import load_trace, pause_events
 
-        for f in files:
-            if f.parent.name == "ranks":
-                pauses += pause_events(load_trace(f))
+        traces = [load_trace(f) for f in files if f.parent.name == "ranks"]
+        for trace in traces:
+            pauses += pause_events(trace)
+    samplers = [trace.get("rlprof_sampler") or {} for trace in traces]
+    out["sampler_busy_s"] = max((m.get("busy_us", 0) for m in samplers), default=0) / 1e6 or None
+    out["sampler_samples"] = max((m.get("samples", 0) for m in samplers), default=0) or None
     out["pauses"] = len(pauses)
     out["pause_causes"] = sorted({p["args"]["cause"] for p in pauses})
     out["engine_pause_s"] = sum(p["dur"] for p in pauses) / 1e6
@@ -102,6 +111,26 @@ def run_case(server, engine: str, pid: int, label: str, body: dict | None, folde
     return runs
 
 
+def run_interleaved(server, engine: str, pid: int, bodies: dict[str, dict], folder: Path, rounds: int) -> dict:
+    """``rounds`` of an unrecorded step followed by one recorded step of each case on this one server, the cases'
+    order rotated each round: cases compared with each other see the same server at the same moments, so the
+    machine's drift from round to round cancels in their ratios (``summarise``'s ``vs_first_x``)."""
+    plan = rollout_plan()
+    labels = list(bodies)
+    out: dict = {label: {"unrecorded": [], "recorded": []} for label in labels}
+    for k in range(rounds):
+        plain = {"generation_s": rollout(server, engine, plan)}
+        order = labels[k % len(labels):] + labels[:k % len(labels)]
+        for label in order:
+            body = dict(bodies[label], global_step=1000 + k * len(labels) + labels.index(label))
+            out[label]["unrecorded"].append(plain)
+            out[label]["recorded"].append(recorded_step(server, engine, pid, body, folder, plan))
+        print(f"  round {k + 1}/{rounds}: unrecorded {plain['generation_s']:.2f} s, "
+              + ", ".join(f"{label} {out[label]['recorded'][-1]['generation_s']:.2f} s" for label in labels),
+              flush=True)
+    return out
+
+
 SLOW_CASES = ("native, engine default",)  # the engine's own exact stacks: each stop takes minutes on CPU
 
 
@@ -109,7 +138,8 @@ def rounds_of(label: str, rounds: int, slow_rounds: int) -> int:
     return slow_rounds if label in SLOW_CASES else rounds
 
 
-def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: int, saved) -> dict:
+def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: int, saved,
+               interleave: bool = False) -> dict:
     from tests.helpers.bursty import engine_pid
     from tests.helpers.vllm_server import start_server
 
@@ -123,8 +153,11 @@ def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: i
         "rlprof exact stacks": ({}, {}, {"global_step": 0, "python_stacks": "exact"}),
     }
     rlprof_server = None
+    together = [label for label in cases if label.startswith("rlprof")] if interleave else []
     try:
         for label in cases:
+            if label in together[1:]:
+                continue  # measured with the first of them
             config, env, body = servers[label]
             folder = tmp / label.replace(" ", "_").replace(",", "")
             if label.startswith("rlprof") and rlprof_server is not None:
@@ -137,8 +170,12 @@ def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: i
                     rlprof_server = server
             folder = server.trace_dir if label.startswith("rlprof") else folder
             try:
-                out[label] = run_case(server, "vllm", engine_pid(server, names), label, body, Path(folder),
-                                      rounds_of(label, rounds, slow_rounds), first_step=100 * (len(out) + 1))
+                if label in together:
+                    out.update(run_interleaved(server, "vllm", engine_pid(server, names),
+                                               {c: servers[c][2] for c in together}, Path(folder), rounds))
+                else:
+                    out[label] = run_case(server, "vllm", engine_pid(server, names), label, body, Path(folder),
+                                          rounds_of(label, rounds, slow_rounds), first_step=100 * (len(out) + 1))
                 saved(out)
             finally:
                 if server is not rlprof_server:
@@ -149,7 +186,8 @@ def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: i
     return out
 
 
-def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: int, saved) -> dict:
+def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: int, saved,
+                 interleave: bool = False) -> dict:
     """SGLang's own profiler on a server with rlprof disabled (its directory from ``SGLANG_TORCH_PROFILER_DIR``,
     as SGLang's own tests launch it); rlprof's cases on a server launched with ``--profiler-config`` naming the
     directory (the documented recipe), sharing it as a trainer's steps do."""
@@ -165,8 +203,11 @@ def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds:
     }
     out: dict = {}
     servers: dict = {}
+    together = [label for label in cases if label.startswith("rlprof")] if interleave else []
     try:
         for label in cases:
+            if label in together[1:]:
+                continue  # measured with the first of them
             kind = "rlprof" if label.startswith("rlprof") else "native"
             if kind not in servers:
                 for other in list(servers.values()):  # one server at a time on this machine
@@ -183,9 +224,13 @@ def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds:
                 rollout(server, "sglang", rollout_plan(1))  # warm-up
                 servers[kind] = server
             server = servers[kind]
-            out[label] = run_case(server, "sglang", engine_pid(server, ("sglang::schedul",)), label, bodies[label],
-                                  server.folder, rounds_of(label, rounds, slow_rounds),
-                                  first_step=100 * (len(out) + 1))
+            pid = engine_pid(server, ("sglang::schedul",))
+            if label in together:
+                out.update(run_interleaved(server, "sglang", pid, {c: bodies[c] for c in together}, server.folder,
+                                           rounds))
+            else:
+                out[label] = run_case(server, "sglang", pid, label, bodies[label], server.folder,
+                                      rounds_of(label, rounds, slow_rounds), first_step=100 * (len(out) + 1))
             saved(out)
     finally:
         for server in servers.values():
@@ -199,13 +244,24 @@ def median(runs: list[dict], key: str) -> float | None:
 
 
 def summarise(results: dict) -> dict:
-    """Per case: medians, and generation against the same server's unrecorded steps (paired by round)."""
+    """Per case: medians, and generation against the same server's unrecorded steps (paired by round). Cases
+    measured interleaved (each round's unrecorded step shared) also against the first of them, round by round
+    (``vs_first_x``), and the sampler's own time as a share of the recorded generation (``sampler_share``)."""
     out = {}
+    interleaved = [label for label, runs in results.items() if runs["unrecorded"]
+                   and any(runs["unrecorded"][0] is other["unrecorded"][0] for other_label, other in results.items()
+                           if other_label != label and other["unrecorded"])]
     for label, runs in results.items():
         plain, rec = runs["unrecorded"], runs["recorded"]
         ratios = [r["generation_s"] / p["generation_s"] for p, r in zip(plain, rec)]
+        first = results[interleaved[0]]["recorded"] if label in interleaved else None
+        shares = [r["sampler_busy_s"] / r["generation_s"] for r in rec if r.get("sampler_busy_s")]
         out[label] = {"unrecorded_s": median(plain, "generation_s"), "recorded_s": median(rec, "generation_s"),
                       "generation_x": statistics.median(ratios) if ratios else None,
+                      "generation_x_per_round": [round(x, 3) for x in ratios],
+                      "vs_first_x": (statistics.median(r["generation_s"] / f["generation_s"] for f, r in zip(first, rec))
+                                     if first else None),
+                      "sampler_share": statistics.median(shares) if shares else None,
                       **{k: median(rec, k) for k in ("stop_answer_s", "trainer_total_s", "engine_pause_s",
                                                       "longest_pause_ms", "pauses", "peak_mb", "trace_mb")},
                       "trainer_x": (median(rec, "trainer_total_s") / median(plain, "generation_s")
@@ -220,12 +276,15 @@ def render(engine: str, tp: int, summary: dict) -> str:
 
     lines = [f"{engine}, TP={tp}: one rollout step ({PROMPTS} prompts x {SAMPLES} samples, all at once), medians",
              "",
-             "| recorder | generation vs unrecorded | stop answered | trainer's total vs unrecorded generation "
+             "| recorder | generation vs unrecorded | vs the first interleaved case | the sampler's own time "
+             "| stop answered | trainer's total vs unrecorded generation "
              "| rlprof's engine pauses: n, total, longest | engine peak MB | trace MB |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for label, s in summary.items():
+        share = None if s["sampler_share"] is None else 100 * s["sampler_share"]
         lines.append(f"| {label} | {f(s['generation_x'], '.2f', 'x')} ({f(s['recorded_s'], '.2f', ' s')} vs "
-                     f"{f(s['unrecorded_s'], '.2f', ' s')}) | {f(s['stop_answer_s'], '.2f', ' s')} | "
+                     f"{f(s['unrecorded_s'], '.2f', ' s')}) | {f(s['vs_first_x'], '.3f', 'x')} | "
+                     f"{f(share, '.1f', '%')} | {f(s['stop_answer_s'], '.2f', ' s')} | "
                      f"{f(s['trainer_x'], '.1f', 'x')} | {f(s['pauses'], '.0f')}, {f(s['engine_pause_s'], '.3f', ' s')}, "
                      f"{f(s['longest_pause_ms'], '.0f', ' ms')} | {f(s['peak_mb'], '.0f')} | {f(s['trace_mb'], '.1f')} |")
     return "\n".join(lines)
@@ -239,6 +298,9 @@ def main() -> int:
     parser.add_argument("--cases", default=";".join(CASES), help=f"separated by ';', of: {'; '.join(CASES)}")
     parser.add_argument("--slow-rounds", type=int, default=1,
                         help=f"rounds of the cases whose stops take minutes ({'; '.join(SLOW_CASES)})")
+    parser.add_argument("--interleave", action="store_true",
+                        help="rlprof's cases round-robin on their one server, each round's unrecorded step shared: "
+                             "their ratios to each other free of the machine's drift between rounds")
     parser.add_argument("--out", type=Path, help="write the runs and the summary as JSON here (after each case)")
     args = parser.parse_args()
     cases = [c.strip() for c in args.cases.split(";") if c.strip()]
@@ -248,6 +310,7 @@ def main() -> int:
     def saved(results: dict) -> None:
         if args.out:
             args.out.write_text(json.dumps({"engine": args.engine, "tp": args.tp, "rounds": args.rounds,
+                                            "interleave": args.interleave,
                                             "slow_rounds": args.slow_rounds,
                                             "plan": [asdict(r) | {"prompt_words": len(r.prompt.split())}
                                                      for r in rollout_plan()],
@@ -255,7 +318,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as d:
         measure = vllm_cases if args.engine == "vllm" else sglang_cases
-        results = measure(Path(d), args.tp, args.rounds, cases, args.slow_rounds, saved)
+        results = measure(Path(d), args.tp, args.rounds, cases, args.slow_rounds, saved, args.interleave)
     saved(results)
     print(render(args.engine, args.tp, summarise(results)))
     return 0

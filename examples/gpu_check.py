@@ -15,7 +15,7 @@ rlprof's session path: CUDA graphs captured and replayed inside the window,
 chunked recording, stage traces, the memory snapshot, ``rlprof check``, the
 summary and the report, and the proof checks of ``cli/selftest_proof.py``)
 and writes ``gpu-check-result.json`` with the machine's facts, every check
-and its numbers, plus the row docs/gpu.md's table takes. Exit 0 when every
+and its numbers, plus the row the kit's results table takes (benchmarks/results/gpu-kit.md). Exit 0 when every
 check that applies passed. Only the standard library: it runs before rlprof
 is installed.
 """
@@ -116,17 +116,17 @@ def run_check(kit: Path, device: str, out: Path) -> int:
     version = glob.glob(str(site / "rlprof_plugins-*.dist-info"))
     result = {"machine": machine(), "rlprof_plugins": Path(version[0]).name.split("-")[1] if version else None,
               "ok": bool(selftest.get("ok")) and done.returncode == 0, "selftest": selftest}
-    result["docs_row"] = docs_row(result)
+    result["results_row"] = results_row(result)
     (out / RESULT).write_text(json.dumps(result, indent=1) + "\n")
     for part in selftest.get("parts", []):
         print(f"  {part['state']:<8} {part['name']}: {part['detail']}")
     print(f"\n{out / RESULT}: {'every check that applies passed' if result['ok'] else 'FAILED'}")
-    print("docs/gpu.md row:\n" + result["docs_row"])
+    print("benchmarks/results/gpu-kit.md row:\n" + result["results_row"])
     return 0 if result["ok"] else 1
 
 
-def docs_row(result: dict) -> str:
-    """One row of docs/gpu.md's table: the machine, each check's state, and the costs that matter most."""
+def results_row(result: dict) -> str:
+    """One row of the kit's results table (benchmarks/results/gpu-kit.md): the machine, each check's state, and the costs that matter most."""
     m, selftest = result["machine"], result["selftest"]
     states = "; ".join(f"{p['name']}: {p['state']}" for p in selftest.get("parts", []))
     costs = "; ".join(f"{k}: {v}" for k, v in selftest.get("costs", {}).items()

@@ -65,7 +65,14 @@ def step_answer(global_step: int, replies: list) -> dict:
             "step_metrics": any(r.get("step_metrics") for r in ranks)}
 
 
+def start_status(result: dict) -> str:
+    """A start's ``status``: ``ignored`` where a session already ran and the call gave the engine's fields only."""
+    return "ignored" if result.get("ignored") else "started"
+
+
 def stop_status(result: dict) -> str:
+    if result.get("ignored"):
+        return "ignored"  # nothing was running, and the call gave the engine's fields only
     return "already_finished" if result.get("already_finished") else "stopped"
 
 

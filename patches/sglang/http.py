@@ -36,7 +36,7 @@ from ..base import Patch
 from ..features import HTTP_ROUTES
 from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
                            flight_answer, flight_folder, json_body, native_validation_error, status_step,
-                           stop_status, step_answer)
+                           start_status, stop_status, step_answer)
 from .facts import VERSIONS
 from .sessions import start, status, stop_is_native, until_written, uses_rlprof
 from .start_requests import server_config
@@ -76,7 +76,7 @@ async def start_profile(raw_request: Request):
         result = await start(_manager(raw_request), _native_fields(body), config)
     except Exception as e:
         return error_response(e)
-    return JSONResponse({"status": "started", **result})
+    return JSONResponse({"status": start_status(result), **result})
 
 
 async def stop_profile(raw_request: Request):

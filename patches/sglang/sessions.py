@@ -18,8 +18,9 @@ from rlprof_plugins._log import session_event
 from rlprof_plugins.config.launch_config import ProfilerConfig
 from rlprof_plugins.config.options import ProfileOptions
 from rlprof_plugins.config.request_fields import SGLANG, needs_rlprof
-from rlprof_plugins.session.protocol import (combine, roster_command, stop_wait_seconds, wait_until_written,
-                                             with_step_manifest)
+from rlprof_plugins.errors import ConflictError
+from rlprof_plugins.session.protocol import (combine, ignored_as_native, roster_command, stop_wait_seconds,
+                                             wait_until_written, with_step_manifest)
 from rlprof_plugins.store import reaping
 
 from . import weight_reader
@@ -55,7 +56,12 @@ async def start(tokenizer_manager: Any, body: dict, config: Optional[ProfilerCon
     """An rlprof session from a start body (the route's or an in-process call's), on every scheduler."""
     request = build_request(body, config, weight_reader.reader(tokenizer_manager))
     await asyncio.to_thread(reaping.reap_all, Path(request.output_dir))
-    result = combine(await send(tokenizer_manager, request.to_command()))
+    try:
+        result = combine(await send(tokenizer_manager, request.to_command()))
+    except ConflictError as e:  # a second start: SGLang's own profiler answers it without starting anything
+        if not request.engine_fields_only:
+            raise
+        return ignored_as_native(e, "start")
     roster = roster_command(result)
     if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
         await send(tokenizer_manager, roster)
@@ -75,7 +81,12 @@ async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dic
     ``wait`` false: at once."""
     config = server_config()
     timeout = stop_wait_seconds(config.options if config else ProfileOptions(), wait)
-    result = with_step_manifest(combine(replies))
+    try:
+        result = with_step_manifest(combine(replies))
+    except ConflictError as e:  # nothing running: SGLang's own profiler answers such a stop; ``wait`` is rlprof's
+        if wait is not None:
+            raise
+        return ignored_as_native(e, "stop")
     if timeout:
         result = await wait_until_written(result, lambda step: status(tokenizer_manager, step), timeout)
     session_event("stopped", result)

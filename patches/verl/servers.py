@@ -106,7 +106,7 @@ def _server_patch(engine: str, cls: str) -> Patch:
         feature=TRAINER_STEPS,
         why=(f"verl's trainer starts profiling with no step, and tells the engine none at a weight sync; "
              f"{cls} knows the weights version it holds (set_global_steps)"),
-        upstream="verl passing its global step to the engine's start (verl #5025, reverted in #5121)",
+        upstream="verl passing its global step to the engine's start (verl #5025, reverted in verl #5121)",
         wrap={f"{cls}.start_profile": _start, f"{cls}.set_global_steps": _set_global_steps},
         plain_async=True,
     )

@@ -35,7 +35,7 @@ from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
                            flight_answer, flight_folder, json_body, native_validation_error, status_step,
-                           stop_status, step_answer)
+                           start_status, stop_status, step_answer)
 from . import sessions, weight_reader
 from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
@@ -90,7 +90,7 @@ async def start_profile(raw_request: Request):
         result = await sessions.start(client, request)
     except Exception as e:
         return error_response(e)
-    return JSONResponse({"status": "started", **result})
+    return JSONResponse({"status": start_status(result), **result})
 
 
 def _validated_as_vllm(body: Any) -> None:

@@ -20,9 +20,10 @@ from typing import Any
 
 from rlprof_plugins._log import session_event
 from rlprof_plugins.config.requests import StartRequest, parse_start
+from rlprof_plugins.errors import ConflictError
 from rlprof_plugins.session.api_server_recorder import FrontendRecorder
-from rlprof_plugins.session.protocol import (combine, file_piece, local_piece, roster_command, stop_wait_seconds,
-                                             wait_until_written, with_step_manifest)
+from rlprof_plugins.session.protocol import (combine, file_piece, ignored_as_native, local_piece, roster_command,
+                                             stop_wait_seconds, wait_until_written, with_step_manifest)
 from rlprof_plugins.store import reaping
 from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.trace.format.naming import vllm_frontend_name, vllm_worker_name
@@ -91,7 +92,7 @@ async def start(llm: Any, request: StartRequest) -> dict:
     cfg = config_of(llm)
     await asyncio.to_thread(reaping.reap_all, Path(request.output_dir or root_of(cfg)))
     replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
-    result = combine(replies)
+    result = combine(replies)  # a second start is a 409, as vLLM's own route answers it
     roster = roster_command(result)
     if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
         await llm.engine_core.call_utility_async(UTILITY, roster)
@@ -135,7 +136,12 @@ async def stop(llm: Any, wait: Any = None) -> dict:
     recorder = llm.__dict__.get(RECORDER_ATTR)
     if recorder is not None:
         recorder.stop_soon()  # its export runs beside the workers'
-    result = _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"})))
+    try:
+        result = _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"})))
+    except ConflictError as e:  # nothing running: vLLM's own profiler ignores the stop; ``wait`` is rlprof's
+        if wait is not None:
+            raise
+        return ignored_as_native(e, "stop")
     if timeout:
         result = await wait_until_written(with_step_manifest(result), lambda step: status(llm, step), timeout)
     session_event("stopped", result)

@@ -56,8 +56,12 @@ from typing import Any
 
 from ..trace.analysis.python_stacks import SAMPLE_CAT
 
-DEFAULT_HZ = 200  # measured: docs/performance.md, "Python stacks"
+DEFAULT_HZ = 200  # chosen by measurement: docs/performance.md, "Python stacks"
 MAX_HZ = 10_000
+# At the default rate, the largest share of the engine thread's time the sampler takes: where one sample costs
+# more than this share of the interval (a deep stack, a loaded host), it samples less often instead. A rate the
+# user asked for is kept as asked.
+COST_BUDGET = 0.01
 _PREFIXES = sorted({p for p in sys.path if p and os.path.isabs(p)}, key=len, reverse=True)
 
 
@@ -77,14 +81,19 @@ class StackSampler:
     spans as complete events on that thread's track. ``set_iteration`` (the engine thread, as
     each iteration begins and ends) splits spans and tags them."""
 
-    def __init__(self, hz: int = DEFAULT_HZ) -> None:
+    def __init__(self, hz: int = DEFAULT_HZ, budget: float | None = None) -> None:
         self.interval = 1.0 / hz
+        self.budget = budget  # the share of the engine's time the sampler may take (None: no bound, the rate as asked)
+        self._cost_ns = 0.0  # one sample's cost, a running average: what the budget is held against
         self.how: str | None = None  # "signal" or "thread", once started
         self.why_thread: str | None = None  # why the signal timer could not be used
         self.target: int | None = None  # the engine thread's ``threading.get_ident()``
         self.native_tid: int | None = None  # its id as Kineto writes it
         self.iteration: int | None = None
         self.samples = 0
+        # the time the engine thread spent sampling (the signal timer: inside the handler) or was kept from the
+        # GIL by the sampler thread: what the sampler itself costs the engine, written into the trace
+        self.busy_ns = 0
         self._first_ns = self._last_ns = 0  # the first and the latest sample's times
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,7 +106,12 @@ class StackSampler:
         self._weight = array("q")
         self._names: list[str] = []
         self._ids: dict[Any, int] = {}  # code object -> name id
-        self._open: list[list] = []  # [frame id, code, start ns, samples, iteration, ns], outermost first
+        # the frames seen in the latest sample, outermost first: [frame id, code, start ns, samples taken
+        # before it opened, iteration, the time those samples stood for]; a span's own samples and time are the
+        # running totals below at its close minus those at its open (it was seen in every sample in between)
+        self._open: list[list] = []
+        self._depth_of: dict[int, int] = {}  # frame id -> its depth in ``_open``
+        self._weight_total = 0  # the time every sample so far stood for (ns)
 
     # ---- start and stop (the engine thread) --------------------------------------------
     def start(self, how: str | None = None) -> None:
@@ -152,7 +166,17 @@ class StackSampler:
         self.target = threading.get_ident()
 
     def _next_wait(self) -> float:
-        return self.interval * self._jitter(0.5, 1.5)
+        """The wait before the next sample: the interval, or longer where the budget says so (a sample of cost c
+        every c / budget seconds takes that share of the thread's time), times a random factor."""
+        interval = self.interval
+        if self.budget:
+            interval = max(interval, self._cost_ns / 1e9 / self.budget)
+        return interval * self._jitter(0.5, 1.5)
+
+    def _spent(self, ns: int) -> None:
+        """One sample took ``ns`` of the engine's time."""
+        self.busy_ns += ns
+        self._cost_ns += (ns - self._cost_ns) / 8
 
     # ---- the two ways ------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -162,11 +186,13 @@ class StackSampler:
         try:
             if self._stopped.is_set():
                 return
+            began = time.perf_counter_ns()
             try:
                 if frame is not None:
                     self._sample(frame, time.time_ns())
             except Exception:
                 pass
+            self._spent(time.perf_counter_ns() - began)
             signal.setitimer(signal.ITIMER_REAL, self._next_wait())
         except Exception:
             self._stopped.set()
@@ -182,44 +208,59 @@ class StackSampler:
                 delay = 0
             if self._stopped.wait(delay):
                 return
+            began = time.perf_counter_ns()
             try:
                 frame = frames().get(self.target)
                 if frame is not None:
                     self._sample(frame, time.time_ns())
             except Exception:  # a sampler never takes the engine down; a bad sample is skipped
                 continue
+            finally:
+                self._spent(time.perf_counter_ns() - began)
 
     # ---- spans -------------------------------------------------------------------------
     def _sample(self, frame: Any, now: int) -> None:
-        stack = []
-        while frame is not None:
-            stack.append(frame)
-            frame = frame.f_back
-        stack.reverse()
-        opened, iteration = self._open, self.iteration
-        same = 0
-        if opened and opened[0][4] == iteration:
-            limit = min(len(opened), len(stack))
-            while same < limit and opened[same][0] == id(stack[same]) and opened[same][1] is stack[same].f_code:
-                same += 1  # a frame's address is reused by the next call: the code tells them apart
+        """Add one sample of the stack whose innermost frame is ``frame``. Only what changed since the previous
+        sample costs anything: the stack is walked from the innermost frame up to the first frame that is
+        still open (the same frame object, its code and its caller those of the open span above it), and only
+        the spans below that are closed and the new frames opened. A new iteration closes every span."""
+        opened, depth_of, iteration = self._open, self._depth_of, self.iteration
+        new = []  # the frames this sample sees that are not open, innermost first
+        same = 0  # how many open spans, from the outermost, this sample still sees
+        walking = frame
+        keep = bool(opened) and opened[0][4] == iteration
+        while walking is not None:
+            depth = depth_of.get(id(walking)) if keep else None
+            if depth is not None and opened[depth][1] is walking.f_code:
+                # a frame's address is reused by a later call: its code and its caller's identity tell them apart
+                caller = walking.f_back
+                if (caller is None and depth == 0) or (caller is not None and depth_of.get(id(caller)) == depth - 1
+                                                       and opened[depth - 1][1] is caller.f_code):
+                    same = depth + 1
+                    break
+            new.append(walking)
+            walking = walking.f_back
         self._close_from(same, now)
         # what this sample stands for: the time since the previous one (the first: one wait as asked)
         weight = now - self._last_ns if self.samples else int(self.interval * 1e9)
-        for span in opened:
-            span[3] += 1
-            span[5] += weight
-        for frame in stack[same:]:
-            opened.append([id(frame), frame.f_code, now, 1, iteration, weight])
+        before, weight_before = self.samples, self._weight_total
+        for walking in reversed(new):
+            depth_of[id(walking)] = len(opened)
+            opened.append([id(walking), walking.f_code, now, before, iteration, weight_before])
         if not self.samples:
             self._first_ns = now
         self._last_ns = now
         self.samples += 1
+        self._weight_total += weight
 
     def _close_from(self, depth: int, now: int) -> None:
-        """End the open spans from ``depth`` in (innermost first) at ``now``."""
-        opened = self._open
+        """End the open spans from ``depth`` in (innermost first) at ``now``: each holds the samples taken since
+        it opened (every one of them saw it)."""
+        opened, depth_of = self._open, self._depth_of
         while len(opened) > depth:
-            _, code, start, count, iteration, weight = opened.pop()
+            frame_id, code, start, before, iteration, weight_before = opened.pop()
+            if depth_of.get(frame_id) == len(opened):
+                del depth_of[frame_id]
             name = self._ids.get(code)
             if name is None:
                 name = self._ids[code] = len(self._names)
@@ -229,12 +270,24 @@ class StackSampler:
             self._depth.append(len(opened))
             self._name.append(name)
             self._iteration.append(-1 if iteration is None else iteration)
-            self._count.append(count)
-            self._weight.append(weight)
+            self._count.append(self.samples - before)
+            self._weight.append(self._weight_total - weight_before)
 
     @property
     def spans(self) -> int:
         return len(self._start)
+
+    def description(self) -> dict[str, Any]:
+        """What a trace says of its sampler (its ``rlprof_sampler`` metadata): how it sampled, at what rate at
+        most and within what share of the engine's time (``budget``), so a reader knows what a sample stands for,
+        and once stopped how many samples it took and the engine time they cost (``busy_us``), so a reader knows
+        what the sampler itself added to the recording."""
+        out: dict[str, Any] = {"how": self.how, "hz": round(1 / self.interval)}
+        if self.budget:
+            out["budget"] = self.budget
+        if self._stopped.is_set():
+            out.update(samples=self.samples, busy_us=round(self.busy_ns / 1000.0, 1))
+        return out
 
     def events(self, base_ns: int, pid: int | None = None) -> list[dict[str, Any]]:
         """The spans as complete events (category ``python_sample``) on the sampled thread's track,

@@ -19,6 +19,7 @@ from .._log import logger, warn_once
 from ..store.layout import Placement, atomic_target, publish, write_text_atomic
 from ..trace.format.naming import trace_file
 from ..trace.format.pauses import Pause, with_pauses
+from ..trace.format.sampler_account import SAMPLER_KEY
 from . import detached_stop, torch_shim, stack_sampler
 from ..trace.rewrite.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
@@ -60,6 +61,9 @@ class TorchSettings:
     # Sampled Python stacks (``python_stacks: "sampled"``): the engine thread's stack read this many
     # times a second by ``stack_sampler``, torch's own ``with_stack`` off. None: no sampler.
     sample_hz: int | None = None
+    # The share of the engine thread's time the sampler may take (``stack_sampler.COST_BUDGET`` at the default
+    # rate); None: the rate as the user asked for it.
+    sample_budget: float | None = None
 
     @property
     def python_stacks(self) -> str:
@@ -70,7 +74,7 @@ class TorchSettings:
 # The torch backend's own keys (flat in the JSON, beside vLLM's native ones; ``registry``).
 # ``python_stacks`` null follows the engine's ``torch_profiler_with_stack``.
 STACK_MODES = ("sampled", "exact", "off")
-KEYS = {"python_stacks": None, "sample_hz": stack_sampler.DEFAULT_HZ}
+KEYS = {"python_stacks": None, "sample_hz": None}  # sample_hz None: the default rate, within the cost budget
 
 # What a configuration that says nothing about stacks records (neither ``python_stacks`` nor
 # ``torch_profiler_with_stack`` written): sampled stacks, the same flame view as torch's exact
@@ -91,6 +95,8 @@ def check_key(key: str, value: Any, error: Any) -> Any:
             raise error(key, f"must be one of {', '.join(STACK_MODES)} (or null: as torch_profiler_with_stack), "
                              f"got {value!r}")
         return value
+    if value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= stack_sampler.MAX_HZ:
         raise error(key, f"must be an integer from 1 to {stack_sampler.MAX_HZ} (samples a second), got {value!r}")
     return value
@@ -121,10 +127,11 @@ def with_python_stacks(settings: TorchSettings, keys: Mapping[str, Any],
         if with_stack is False and mode != "sampled":
             mode = "off"
     if mode == "sampled":
-        hz = overrides.get("sample_hz") or keys.get("sample_hz") or stack_sampler.DEFAULT_HZ  # the request's first
-        return replace(settings, with_stack=False, sample_hz=int(hz))
+        hz = overrides.get("sample_hz") or keys.get("sample_hz")  # the request's first; none given: the default
+        return replace(settings, with_stack=False, sample_hz=int(hz or stack_sampler.DEFAULT_HZ),
+                       sample_budget=None if hz else stack_sampler.COST_BUDGET)
     if mode in ("exact", "off"):
-        return replace(settings, with_stack=mode == "exact", sample_hz=None)
+        return replace(settings, with_stack=mode == "exact", sample_hz=None, sample_budget=None)
     return settings
 
 
@@ -198,7 +205,8 @@ class TorchProfilerBackend:
         }
         self._activities = [kinds[a] for a in settings.activities]
         self._prof = None
-        self._sampler = stack_sampler.StackSampler(settings.sample_hz) if settings.sample_hz else None
+        self._sampler = (stack_sampler.StackSampler(settings.sample_hz, settings.sample_budget) if settings.sample_hz
+                         else None)
         self._detachable = False  # whether this session's stop may leave the engine thread (``start``)
         self._owners = 0  # who owned the session right after it started (``detached_stop.owners``)
         self._detached: detached_stop.DetachedStop | None = None  # the stop, where it left the engine thread
@@ -251,12 +259,23 @@ class TorchProfilerBackend:
             self._sampler.start()
             # which sampler ran, at what rate: a reader knows what a sample stands for (the signal timer
             # samples wherever the engine is; a sampler thread where it releases the GIL)
-            self._prof.add_metadata_json("rlprof_sampler", json.dumps(
-                {"how": self._sampler.how, "hz": round(1 / self._sampler.interval)}))
+            self._prof.add_metadata_json(SAMPLER_KEY, json.dumps(self._sampler.description()))
             if self._sampler.why_thread:
                 warn_once("stack sampler thread", "rlprof: sampled Python stacks by a sampler thread, not the "
                           "signal timer: %s; samples gather where the engine releases the GIL",
                           self._sampler.why_thread)
+
+    def _stop_sampler(self) -> None:
+        """Stop the stack sampler before torch's stop (its thread takes the GIL, which torch's stop holds), and
+        write what it sampled and what that cost the engine into the trace while torch still records."""
+        if self._sampler is None:
+            return
+        self._sampler.stop()
+        try:
+            if self._torch._C._autograd._profiler_enabled():
+                self._prof.add_metadata_json(SAMPLER_KEY, json.dumps(self._sampler.description()))
+        except Exception as e:  # the start's description stays in the trace; the recording is not at stake
+            logger.debug("rlprof: the sampler's cost not written into the trace: %s", e)
 
     def _ended_elsewhere(self) -> None:
         """torch 2.13's own stop ends the process when the session it stops has already ended (another library
@@ -268,8 +287,7 @@ class TorchProfilerBackend:
 
     def stop(self) -> None:
         assert self._prof is not None, "stop() before start()"
-        if self._sampler is not None:  # first: its thread takes the GIL, torch's stop holds it
-            self._sampler.stop()
+        self._stop_sampler()
         self._ended_elsewhere()
         if self._detachable:
             detached = detached_stop.stop(self._torch, self._prof, torch_shim.loaded(), self._owners)
@@ -290,8 +308,7 @@ class TorchProfilerBackend:
         own below the engine, beside the engine's other processes, took up to twice as long (measured on
         vLLM's streams: 348 ms for 74 iterations)."""
         assert self._prof is not None, "stop() before start()"
-        if self._sampler is not None:
-            self._sampler.stop()
+        self._stop_sampler()
         self._ended_elsewhere()
         self._prof.stop()
 

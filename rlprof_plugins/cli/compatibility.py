@@ -147,6 +147,8 @@ def markdown() -> str:
         for spec, text in HOW_TO_CONFIGURE[engine]:
             lines.append(f"- {title} `{spec or 'newer'}`: {text}")
     lines += ["", "## Differences from the native profiler", "",
+              "For users of the engines' own profilers, what changes and how to get each native behaviour back:",
+              "[from-native.md](from-native.md).", "",
               "What the engines' own profiler tests assert holds with rlprof installed (each asserted with rlprof",
               "installed and disabled side by side: docs/testing.md). Where rlprof deliberately does otherwise:", "",
               "| engine | native | with rlprof | why |", "| --- | --- | --- | --- |"]
@@ -166,6 +168,9 @@ DIFFERENCES = (
      "asks for exact stacks", "exact stacks slow serving several times over; `\"python_stacks\": \"exact\"`"),
     ("both", "a start body's unknown fields are ignored", "ignored and named in `warnings`; a near miss of "
      "rlprof's own (`global_stpe`) is refused naming it", "a mistyped global step would land outside its folder"),
+    ("both", "a stop with nothing running (on SGLang, a second start too) is answered 200",
+     "the same with the engine's own fields (`\"status\": \"ignored\"`, a warning); with rlprof's "
+     "(`global_step`, `wait`) a 409", "a trainer naming a step must learn it did not start"),
     ("SGLang", "a body value its profiler cannot use ends the scheduler",
      "the request fails with the reason; the scheduler serves on", "no profiling request may end the engine"),
 )

@@ -48,8 +48,9 @@ FIELDS = (
           "`sampled` where its configuration writes no stack key); with `with_stack` or `profiler_kwargs.with_stack` saying "
           "otherwise: 400 naming `python_stacks`"),
     Field("sample_hz", (RLPROF,), "int 1-10000",
-          "samples a second of this session's sampled Python stacks (default: the server's `sample_hz`, 200); "
-          "used where the session samples"),
+          "samples a second of this session's sampled Python stacks, kept as asked (default: the server's "
+          "`sample_hz`; unset there: 200 at most, within 1% of the engine thread's time); used where the session "
+          "samples"),
     Field("profile_prefix", (VLLM, SGLANG), "string",
           "trace-name prefix (`<prefix>_<rank>...`); vLLM's character rule on vLLM, a plain file-name part on SGLang"),
     Field("delay_iterations", (VLLM,), "int >= 0",

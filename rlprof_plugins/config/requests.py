@@ -29,7 +29,7 @@ from ..errors import RequestError
 from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, DEFAULT_MAX_RECORDING_MB, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .recorded import parse_recorded
-from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, START_KEYS
+from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, SGLANG, START_KEYS, VLLM, needs_rlprof
 from ..steps.which_step import choose
 
 
@@ -71,11 +71,15 @@ class StartRequest:
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     # For the caller's answer only (e.g. an output_dir ignored on vLLM); not sent to workers.
     warnings: tuple[str, ...] = ()
+    # The caller gave only fields the engine's own profiler defines (or none): where the session state refuses
+    # the start and the engine's own route answers it as done (SGLang), so does rlprof
+    # (``session.protocol.ignored_as_native``). Not sent to the workers.
+    engine_fields_only: bool = field(default=False, compare=False)
 
     def to_command(self) -> dict[str, Any]:
         """The wire form: a plain dict that crosses collective_rpc and SGLang's IPC unchanged."""
         command = {"op": "start", **asdict(self)}
-        del command["warnings"]
+        del command["warnings"], command["engine_fields_only"]
         return command
 
     @classmethod
@@ -84,7 +88,7 @@ class StartRequest:
         (it was checked by ``parse_start`` where it arrived; absent keys take
         their defaults), with ``start_at`` made a window from now given the
         worker's forward passes so far (``shifted``)."""
-        known = {f.name for f in dataclass_fields(cls)} - {"warnings"}
+        known = {f.name for f in dataclass_fields(cls)} - {"warnings", "engine_fields_only"}
         given = {k: v for k, v in command.items() if k in known and v is not None}
         given.setdefault("global_step", None)
         given.setdefault("step_start", 0)
@@ -116,6 +120,9 @@ class Server:
     check_prefix: Callable[[Any], None] | None = None
     # Reads the engine's weight version now (step_source weight_version); None: it keeps none.
     weight_version: Callable[[], Any] | None = None
+
+
+ORIGIN_OF = {"vllm": VLLM, "sglang": SGLANG}  # a server's engine -> the origin its own request fields carry
 
 
 def parse_start(fields: Any, server: Server) -> StartRequest:
@@ -171,6 +178,7 @@ def parse_start(fields: Any, server: Server) -> StartRequest:
         start_at=start_at,
         step_source=chosen.source if global_step is not None else None,
         warnings=tuple(warnings),
+        engine_fields_only=not needs_rlprof(ORIGIN_OF.get(server.engine, server.engine), given),
         **({"session_id": _profile_id(given["profile_id"])} if "profile_id" in given else {}),
     )
     root = output_dir or server.output_root

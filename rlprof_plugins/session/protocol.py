@@ -45,6 +45,17 @@ def combine(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return _summary(sessions, replies)
 
 
+def ignored_as_native(conflict: ConflictError, call: str) -> dict[str, Any]:
+    """The answer to a ``call`` ("start" or "stop") that gave only the engine's own fields and that the session
+    state refuses, where the engine's own route answers such a call as done (a stop with nothing running on
+    vLLM and SGLang, a second start on SGLang): callers written for the engine rely on that, so rlprof answers
+    with the session as it is, ``ignored`` true and a warning saying why nothing changed. A call that uses
+    rlprof's fields (a global step, ``wait``) gets the 409 that says so (``ConflictError``), as does a second
+    start on vLLM, whose own route answers it with 409."""
+    return {**conflict.state, "ignored": True,
+            "warnings": [f"{conflict.message}: this {call} was ignored, as the engine's own profiler ignores it"]}
+
+
 def _summary(sessions: list[dict[str, Any]], replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not sessions:
         return {"state": "idle", "ranks": []}

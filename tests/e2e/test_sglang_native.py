@@ -50,9 +50,11 @@ def test_rlprof_fields_work_without_configuration(sglang_plain, tmp_path):
     assert status["state"] == "done", status
     traces = manifest_traces(out / "global_step_2")
     assert list(traces) == ["TP-0"] and iteration_indices(load_trace(traces["TP-0"])) == [0, 1, 2]
-    # from now on this server's stops go through rlprof: a stop with nothing running is a clear 409
+    # from now on this server's stops go through rlprof: a stop with nothing running is answered as SGLang
+    # answers it (200, ignored: said in the answer), and with rlprof's ``wait`` a clear 409
     assert sglang_plain.post("/stop_profile").status_code == 200  # acknowledges the window's end
-    assert sglang_plain.post("/stop_profile").status_code == 409
+    assert sglang_plain.post("/stop_profile").json()["status"] == "ignored"
+    assert sglang_plain.post("/stop_profile", {"wait": True}).status_code == 409
 
 
 def test_cuda_profiler_marks_global_step_38_with_its_iterations(sglang_plain, tmp_path):

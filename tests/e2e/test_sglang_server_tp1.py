@@ -46,8 +46,12 @@ def test_config_window_records_exactly_step_start_to_step_end(sglang_tp1):
     # The window exported by itself; a stop afterwards is harmless, once.
     stop = sglang_tp1.post("/stop_profile")
     assert stop.status_code == 200 and stop.json()["status"] == "already_finished"
+    # another stop with nothing running: SGLang's own route answers 200, so rlprof does, saying it was ignored;
+    # a stop that asks for rlprof's ``wait`` is told with a 409
     again = sglang_tp1.post("/stop_profile")
-    assert again.status_code == 409 and "no profiling session" in again.json()["error"]["message"]
+    assert again.status_code == 200 and again.json()["status"] == "ignored", again.text
+    rlprof_stop = sglang_tp1.post("/stop_profile", {"wait": True})
+    assert rlprof_stop.status_code == 409 and "no profiling session" in rlprof_stop.json()["error"]["message"]
 
 
 def test_window_on_a_warm_server_counts_from_the_request(sglang_tp1):
@@ -211,9 +215,14 @@ def test_bad_bodies_get_400_naming_the_field_and_write_nothing(sglang_tp1, body,
 
 
 def test_double_start_is_409_and_the_first_session_goes_on(sglang_tp1):
+    """A second start naming rlprof's fields is told with a 409; one with SGLang's own fields alone is answered as
+    SGLang's own route answers it (200), ignored and saying so. Either way the first session goes on."""
     assert sglang_tp1.post("/start_profile", {"global_step": 40, "step_end": None}).status_code == 200
     second = sglang_tp1.post("/start_profile", {"global_step": 41})
     assert second.status_code == 409 and second.json()["error"]["session"]["global_step"] == 40
+    native = sglang_tp1.post("/start_profile", {"num_steps": 3, "with_stack": False})
+    assert native.status_code == 200 and native.json()["status"] == "ignored", native.text
+    assert native.json()["global_step"] == 40 and "already running" in native.json()["warnings"][0]
     sglang_tp1.complete()
     assert sglang_tp1.post("/stop_profile").status_code == 200
     assert sglang_tp1.wait_state()["state"] == "done"

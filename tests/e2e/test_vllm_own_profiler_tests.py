@@ -85,3 +85,36 @@ def test_a_value_of_the_wrong_type_is_vllms_own_answer_on_both(served, body):
     error = r.json()["error"]
     assert error["type"] == "Bad Request" and error["param"] == f"body.{next(iter(body))}", (served.kind, error)
     served.complete(max_tokens=4)  # serving on
+
+
+def test_a_second_start_is_409_and_a_stop_with_nothing_running_is_answered(served):
+    """vLLM's own ``WorkerProfiler`` (its ``tests/v1/worker/test_gpu_profiler.py``) ignores a stop while no profile is
+    active, and its API server refuses a second start with 409 (``ProfilerAlreadyActiveError``) while the first
+    session goes on. With rlprof: the same answers, the first session writes its traces, and the ignored stop
+    says so in its answer."""
+    before = traces_in(served.trace_dir)
+    assert served.post("/start_profile").status_code == 200
+    second = served.post("/start_profile", {"profile_prefix": "second-start"})
+    assert second.status_code == 409, (served.kind, second.text)
+    served.complete(max_tokens=8)
+    assert served.post("/stop_profile").status_code == 200
+    written = until_traces(served.trace_dir, before)
+    assert written and not any("second-start" in str(p) for p in written), written
+    nothing = served.post("/stop_profile")
+    assert nothing.status_code == 200, (served.kind, nothing.text)
+    if served.kind == "rlprof":
+        assert second.json()["error"]["type"] == "conflict"
+        assert nothing.json()["status"] == "ignored" and "no profiling session" in nothing.json()["warnings"][0]
+
+
+def test_a_stop_inside_the_delay_records_nothing(served):
+    """vLLM's own test: a stop before ``delay_iterations`` have passed ends a profile that never started. The
+    traces written before the next profile's are that profile's alone (each server writes its sessions in
+    order)."""
+    before = traces_in(served.trace_dir)
+    assert served.post("/start_profile", {"delay_iterations": 100000}).status_code == 200
+    served.complete(max_tokens=4)
+    assert served.post("/stop_profile").status_code == 200
+    written = profile_once(served, {"profile_prefix": "after-the-delay"})
+    assert written and all("after-the-delay" in str(p) for p in written), (served.kind, written)
+    assert all(p in before or "after-the-delay" in str(p) for p in traces_in(served.trace_dir))

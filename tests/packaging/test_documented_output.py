@@ -5,9 +5,11 @@ A block in docs/*.md introduced by ``<!-- real output: CMD -->`` is a
 output (its stdout: warnings of the engine it imports go to stderr). Each is run here with the installed ``rlprof`` (the wheel), in a
 folder holding a copy of tests/fixtures (so ``tests/fixtures/...`` reads the
 repo's real traces and nothing is written into the checkout), with
-``COLUMNS=100`` (argparse wraps help to it) and the checkout's path written
-as ``/work/main``. Blocks without the marker (timings, other machines,
-older engines) are examples, not checked.
+``COLUMNS=100`` (argparse wraps help to it). The paths of this machine are
+written as a user's would read (``NEUTRAL``): the environment as ``/opt/venv``,
+the shim cache as ``~/.cache/rlprof``, the checkout and the run's folder as
+``/srv/project``. Blocks without the marker (timings, other machines, older
+engines) are examples, not checked.
 """
 
 import os
@@ -22,6 +24,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!-- real output: (?P<cmd>.+?) -->\n```text\n(?P<block>.*?)\n```", re.S)
+
+
+def neutral_paths(run_folder: Path) -> list[tuple[str, str]]:
+    """``(this machine's path, what the docs show)``, the longest first so that a path inside another is
+    written as its own."""
+    pairs = [(sys.prefix, "/opt/venv"), (str(REPO), "/srv/project"), (str(run_folder), "/srv/project")]
+    if os.environ.get("RLPROF_CACHE_DIR"):
+        pairs.append((os.environ["RLPROF_CACHE_DIR"], "~/.cache/rlprof"))
+    return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
 
 
 def documented() -> list[tuple[str, str, str]]:
@@ -49,6 +60,8 @@ def test_documented_output_is_real(doc, cmd, block, tmp_path):
     env = {**os.environ, "COLUMNS": "100"}
     run = subprocess.run([str(Path(sys.executable).parent / "rlprof"), *argv[1:]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
-    printed = run.stdout.replace(str(REPO), "/work/main").replace(str(tmp_path), "/work/main")
+    printed = run.stdout
+    for here, neutral in neutral_paths(tmp_path):
+        printed = printed.replace(here, neutral)
     assert [line.rstrip() for line in printed.splitlines()] == [line.rstrip() for line in expected], (
         f"{doc}: `{cmd}` prints otherwise now; paste its output:\n{printed}")

@@ -99,7 +99,7 @@ def test_the_check_installs_with_no_index_and_passes_on_cpu(kit, tmp_path):
     for name in ("kernels in every iteration", "memory snapshot in torch's viewer", "device time in the report",
                  "CUDA graph decode"):
         assert parts[name]["state"] == "skipped", parts[name]  # a CPU has none: named, not passed
-    assert result["docs_row"].startswith(f"| {result['machine']['date']} | CPU |")
+    assert result["results_row"].startswith(f"| {result['machine']['date']} | CPU |")
     # the environment itself is unchanged: the kit went into the results folder only
     after = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('rlprof_plugins'))"],
                            capture_output=True, text=True, env=env, cwd=tmp_path)

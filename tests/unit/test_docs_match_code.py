@@ -230,3 +230,106 @@ def test_every_section_a_doc_points_to_exists():
             if not any(h.replace("`", "").startswith(title.replace("`", "")) for h in headings):
                 missing.append(f"{doc.name}: {m['doc']}, \"{m['title']}\"")
     assert missing == []
+
+
+DEFAULT_STATED = re.compile(r"^- `(?P<key>[a-z_]+)`: type: [^\n]*?; default: `(?P<value>[^`]+)`", re.M)
+
+
+def _parsed_default(key: str):
+    from rlprof_plugins.config.options import parse_options
+
+    options = parse_options({})
+    value = options.backend_keys[key] if key in options.backend_keys else getattr(options, key)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def test_every_default_the_key_reference_states_is_the_parsers():
+    """``- `key`: type: ...; default: `V``` in docs/configuration.md: V is what an empty configuration gives
+    (a default stated in prose drifts from the code otherwise). A default with a condition after it
+    (``python_stacks``: sampled where nothing else is written) is compared as the text says it."""
+    import json
+
+    wrong = []
+    conditional = {"python_stacks": "sampled"}  # "where the configuration writes neither key": what a user gets
+    stated = list(DEFAULT_STATED.finditer(section(CONFIGURATION.read_text(), "## Keys (in `--profiler-config`)")))
+    assert len(stated) >= 20, len(stated)
+    for m in stated:
+        key, text = m.group("key"), m.group("value")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text  # a bare word: a string (`request`)
+        expected = conditional.get(key, _parsed_default(key))
+        if value != expected:
+            wrong.append(f"{key}: the docs say {text}, the parser gives {expected!r}")
+    assert wrong == []
+
+
+def test_the_http_reference_has_every_route_each_engine_serves():
+    """docs/configuration.md's "HTTP" section heads one entry per route, and those are exactly the routes
+    rlprof serves on vLLM and on SGLang; no page counts the routes in words (a count drifts as routes are
+    added: "all three routes" stood beside six)."""
+    from rlprof_plugins.patches.sglang import http as sglang_http
+    from rlprof_plugins.patches.vllm import api_router
+
+    documented = set(re.findall(r"^### `(?:GET|POST) (/[\w/]+)", section(CONFIGURATION.read_text(), "## HTTP"), re.M))
+    assert documented == {path for _, path, _ in api_router.ROUTES}
+    assert documented == set(sglang_http.ROUTES)
+    counted = [f"{doc.name}: {m.group(0)}" for doc in DOCS
+               for m in re.finditer(r"\b(?:two|three|four|five|six|seven|eight|\d+) (?:profiling )?routes\b",
+                                    doc.read_text())]
+    assert counted == []
+
+
+USER_PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b(?:January|February|March|April|May|June|July|August|September|October|"
+                  r"November|December) 20\d\d\b")
+ISSUE = re.compile(r"(?<![\w/#&])(?:[Ii]ssues? \d+|#\d{2,}(?![\w-]))")
+CHECKOUT = re.compile(r"/work/|/home/\w+/|/root/(?!\.cache)")
+RESULTS_FILE = re.compile(r"benchmarks/results/[^\s`)]+")
+
+
+def test_no_user_page_carries_a_date_an_issue_number_or_a_checkout_path():
+    """The user pages describe the product as it is: run logs and dates live in benchmarks/results/, our
+    issue numbers in the tracker, and a sample output shows a neutral path, not a developer's checkout.
+    Other projects' issues and pull requests are named with their repository (``vLLM RFC``, ``verl
+    #4264``)."""
+    found = []
+    for page in USER_PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            undated = RESULTS_FILE.sub("", line)  # a run's file is named by its day: a pointer to it is no date
+            for pattern, what in ((DATE, "a date"), (CHECKOUT, "a checkout path")):
+                if pattern.search(undated):
+                    found.append(f"{page.name}:{n}: {what}: {line.strip()[:120]}")
+            for m in ISSUE.finditer(line):
+                before = line[:m.start()]
+                if m.group(0).startswith("#") and re.search(r"(vLLM|SGLang|verl|torch|PyTorch|Ray|HTA|[\w-]+/[\w-]+)"
+                                                            r"[\w ]{0,12}$", before):
+                    continue  # another project's issue, named with its project
+                found.append(f"{page.name}:{n}: an issue number: {line.strip()[:120]}")
+    assert found == []
+
+
+CHECKED_BY = re.compile(r"^(\d+)\. `(tests/[\w/]+\.py)::(\w+)`$", re.M)
+
+
+def test_every_row_of_the_page_for_native_users_names_a_test_that_exists():
+    """docs/from-native.md: each row of its tables ends with the number of the test that checks it, listed under
+    "The checks", and that test is defined in that file (a renamed or deleted test leaves a row unchecked)."""
+    import ast
+
+    page = (REPO / "docs" / "from-native.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| native")
+            and not line.startswith("| ---")]
+    assert len(rows) >= 15, len(rows)
+    checks = {int(n): (path, test) for n, path, test in CHECKED_BY.findall(section(page, "## The checks"))}
+    wrong = []
+    for row in rows:
+        m = re.search(r"\| \[(\d+)\] \|$", row)
+        if m is None or int(m.group(1)) not in checks:
+            wrong.append(f"no check named: {row[:80]}")
+    for path, test in checks.values():
+        tree = ast.parse((REPO / path).read_text())
+        if test not in {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}:
+            wrong.append(f"{path} defines no {test}")
+    assert wrong == []

@@ -1,4 +1,4 @@
-"""The docs a new engineer reads first name only code that exists.
+"""The docs name only code that exists.
 
 docs/architecture.md and CONTRIBUTING.md name modules by path (``session/recording.py``,
 ``rlprof_plugins/_child.py:run_in_child``) and by dotted name (``exporter.report``,
@@ -7,6 +7,12 @@ modules or classes must resolve in the tree: the file exists, and the names afte
 there (a function, a class, a constant, an import, a method or an attribute a method sets). Names
 that start with something not the package's own (``torch.profiler``, ``ProfileReq.profile_id``)
 are other projects' and are left alone, as are file names of outputs (``manifest.json``).
+
+The user pages (README.md and the rest of docs/) also name other projects' files (verl's
+``vllm_async_server.py``, SGLang's ``tools/``) and the keys of JSON outputs (``analysis.nodes``),
+so there only the names that are surely ours are held to the same rule: a path under one of the
+tree's own folders (``patches/sglang/control.py:node_of``) or a dotted name from the package's top
+(``rlprof_plugins.store.servers``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import pytest
 from tests.helpers.installed import REPO
 
 DOCS = (REPO / "docs" / "architecture.md", REPO / "CONTRIBUTING.md")
+USER_PAGES = tuple(sorted(set((REPO / "docs").glob("*.md")) - set(DOCS))) + (REPO / "README.md",)
 SOURCE_ROOTS = ("rlprof_plugins", "patches", "tests", "benchmarks", "examples")
 # names that end like these are files the tools write or read, not code
 DATA_ENDINGS = (".json", ".jsonl", ".gz", ".html", ".md", ".csv", ".txt", ".pickle", ".png", ".cfg", ".toml", ".pth",
@@ -166,6 +173,17 @@ def problem_with(token: str) -> str | None:
     return None  # another project's name
 
 
+def surely_ours(token: str) -> bool:
+    """A name only this tree can mean: a path that starts with one of its source folders or a folder of the
+    package (``session/``, ``patches/vllm/``), or a dotted name from the package's top."""
+    m = PATH_NAME.match(token)
+    if m:
+        first = Path(m.group("path").lstrip("./")).parts[0]
+        return first in SOURCE_ROOTS or (REPO / "rlprof_plugins" / first).is_dir() or \
+            (REPO / "patches" / first).is_dir()
+    return DOTTED.match(token) is not None and token.split(".")[0] in ("rlprof_plugins", "patches")
+
+
 def backticked(text: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", text)
 
@@ -174,6 +192,24 @@ def backticked(text: str) -> list[str]:
 def test_every_module_and_name_the_doc_gives_exists(doc):
     wrong = sorted({p for token in backticked(doc.read_text()) if (p := problem_with(token))})
     assert not wrong, f"{doc.relative_to(REPO)} names code that does not exist:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda d: d.name)
+def test_every_module_and_name_a_user_page_gives_of_ours_exists(page):
+    wrong = sorted({p for token in backticked(page.read_text()) if surely_ours(token) and (p := problem_with(token))})
+    assert not wrong, f"{page.relative_to(REPO)} names code that does not exist:\n" + "\n".join(wrong)
+
+
+def test_a_user_page_is_held_to_the_names_that_are_ours():
+    """A module named for a function it does not hold is caught on a user page; another project's file and
+    a JSON key are not taken for ours."""
+    assert surely_ours("patches/sglang/scheduler.py:node_of")
+    assert problem_with("patches/sglang/scheduler.py:node_of")
+    assert problem_with("patches/sglang/control.py:node_of") is None
+    assert surely_ours("rlprof_plugins.store.servers.current") and problem_with("rlprof_plugins.store.servers.current") is None
+    for theirs in ("tools/profile_rollout.py", "vllm_async_server.py", "analysis.nodes", "Engine.start_profile",
+                   "torch_npu/npu/memory.py"):
+        assert not surely_ours(theirs), theirs
 
 
 def test_the_check_finds_names_that_are_gone():

@@ -6,12 +6,14 @@ tests/e2e/test_sglang_server_tp1.py (``python_stacks`` in a start request)."""
 import csv
 import json
 import logging
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from rlprof_plugins.backends.kind import BuildContext
+from rlprof_plugins.backends import stack_sampler
 from rlprof_plugins.backends.stack_sampler import StackSampler, frame_name, signal_unavailable
 from rlprof_plugins.backends.torch_profiler import (KIND, TorchProfilerBackend, TorchSettings, check_against_native,
                                                     with_python_stacks)
@@ -23,6 +25,7 @@ from rlprof_plugins.report.flame import icicle
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT, PythonFrames
 from rlprof_plugins.trace.analysis.trace_stats import trace_stats
+from rlprof_plugins.trace.format.sampler_account import combined
 from tests.helpers import spin_shares
 from tests.helpers.traces import load_trace, rank_folder
 
@@ -42,12 +45,35 @@ def _record(root: Path, keys: dict, iterations: int, step: int = 1, **request) -
     """A session of ``iterations`` spin iterations on this thread; its rank trace."""
     ctl = _controller(root, keys)
     reply = ctl.handle({"op": "start", "global_step": step, "step_start": 0, "step_end": iterations,
-                        "chunk_iterations": 0, **request})
+                        **{"chunk_iterations": 0, **request}})
     assert reply["ok"], reply
     spin_shares.run_iterations(ctl, iterations)
     ctl.shutdown()
     (trace,) = rank_folder(root / f"global_step_{step}").glob("*.pt.trace.json.gz")
     return trace
+
+
+def test_a_chunked_sessions_trace_accounts_for_the_sampler_of_every_chunk(tmp_path):
+    """Chunks are torch sessions of their own, each with its sampler, and the stitched trace keeps the first
+    chunk's header: the sampler's account in it (``rlprof_sampler``: samples and the engine time they cost)
+    adds up every chunk's, so it holds every sample the trace shows, not the first chunk's alone."""
+    trace = _record(tmp_path, {"python_stacks": "sampled", "sample_hz": spin_shares.KNOWN_TRUTH_HZ}, 6,
+                    chunk_iterations=2)
+    data = load_trace(trace)
+    assert len(data["rlprof_chunks"]) == 3, data.get("rlprof_chunks")
+    sampler = data["rlprof_sampler"]
+    assert sampler["samples"] == spin_shares.samples_in(data["traceEvents"]) > 0, sampler
+    assert sampler["busy_us"] > 0 and sampler["how"] == "signal", sampler
+
+
+def test_the_accounts_of_a_sessions_chunks_add_up():
+    """A chunk without an account (recorded without the sampler) is skipped; the first account's description is
+    kept; the counts are summed."""
+    first = {"how": "signal", "hz": 200, "samples": 3, "busy_us": 1.25}
+    assert combined([None, first, {"how": "signal", "hz": 200, "samples": 4, "busy_us": 2.5}]) == {
+        "how": "signal", "hz": 200, "samples": 7, "busy_us": 3.8}
+    assert combined([{"how": "thread", "hz": 50}]) == {"how": "thread", "hz": 50}  # a start's, before any stop
+    assert combined([None, "not an account"]) is None
 
 
 def _assert_shares(trace: Path) -> dict:
@@ -72,7 +98,14 @@ def test_sampled_shares_match_the_known_workload_and_the_events_nest_on_the_engi
     data = load_trace(trace)
     events = data["traceEvents"]
     assert spin_shares.samples_in(events) >= spin_shares.MIN_SAMPLES, spin_shares.samples_in(events)
-    assert data["rlprof_sampler"] == {"how": "signal", "hz": spin_shares.KNOWN_TRUTH_HZ}
+    sampler = data["rlprof_sampler"]
+    assert {k: sampler[k] for k in ("how", "hz")} == {"how": "signal", "hz": spin_shares.KNOWN_TRUTH_HZ}
+    # what the sampler cost the engine thread, written at the stop: every sample the trace holds, and time
+    # spent on them that is some but not all of the recording (the spins ran between the samples)
+    assert sampler["samples"] == spin_shares.samples_in(events), sampler
+    iterations_us = sum(e["dur"] for e in events if e.get("cat") == "user_annotation"
+                        and str(e.get("name", "")).startswith("rlprof::iteration"))
+    assert 0 < sampler["busy_us"] < iterations_us, (sampler, iterations_us)
     got = _assert_shares(trace)
     assert not [e for e in events if e.get("cat") == "python_function"]  # torch's own stacks were off
     assert json.loads(json.dumps(data.get("rlprof_python_stacks"))) == "sampled"
@@ -143,6 +176,72 @@ def test_an_engine_thread_that_is_not_the_main_thread_is_sampled_by_a_thread_wit
     samples = [e for e in events if e.get("cat") == SAMPLE_CAT]
     iteration_tids = {e["tid"] for e in events if str(e.get("name", "")).startswith("rlprof::iteration")}
     assert samples and {e["tid"] for e in samples} == iteration_tids
+
+
+def test_each_span_holds_the_samples_that_saw_its_frame_and_a_new_iteration_splits_them():
+    """Samples taken by hand of real stacks (outer -> middle -> one of two leaves, then outer alone): each frame
+    is one span from the first sample that saw it to the first that did not, holding exactly the samples that
+    saw it and the time they stood for; a frame seen again after a new iteration began is a new span."""
+    sampler = StackSampler(hz=100)
+    clock = iter(range(1_000_000, 100_000_000, 1_000_000))  # a sample every millisecond
+
+    def sample() -> None:
+        sampler._sample(sys._getframe(1), next(clock))
+
+    def leaf_a():
+        sample()
+
+    def leaf_b():
+        sample()
+
+    def middle():
+        leaf_a()  # sample 1
+        leaf_a()  # sample 2: another call of leaf_a, the same depth
+        leaf_b()  # sample 3
+
+    def outer():
+        sampler.set_iteration(0)
+        middle()
+        sample()  # sample 4: outer alone
+        sampler.set_iteration(1)
+        sample()  # sample 5: outer again, in the next iteration: a new span
+
+    outer()
+    sampler._close_from(0, next(clock))
+    spans = {}
+    for start, end, depth, name, iteration, count, weight in zip(
+            sampler._start, sampler._end, sampler._depth, sampler._name, sampler._iteration, sampler._count,
+            sampler._weight):
+        function = sampler._names[name].rsplit(": ", 1)[1]
+        if function in ("outer", "middle", "leaf_a", "leaf_b"):
+            spans.setdefault(function, []).append((depth, iteration, count, weight // 1_000_000))
+    base = min(d for d, *_ in spans["outer"])
+    rel = {f: sorted((d - base, i, c, w) for d, i, c, w in v) for f, v in spans.items()}
+    # sample 1's weight is one interval asked for (10 ms at 100 Hz); each later one the 1 ms since the one before
+    assert rel["outer"] == [(0, 0, 4, 13), (0, 1, 1, 1)], rel
+    assert rel["middle"] == [(1, 0, 3, 12)], rel
+    assert rel["leaf_b"] == [(2, 0, 1, 1)], rel
+    # two calls of leaf_a: two spans, or one when the second call reused the first's frame object (the same
+    # address and code at the same depth under the same caller cannot be told apart); either way two samples
+    assert sum(c for _, _, c, _ in rel["leaf_a"]) == 2 and rel["leaf_a"][0][:2] == (2, 0), rel
+    assert sampler.samples == 5
+
+
+def test_at_the_default_rate_an_expensive_sample_makes_the_sampler_wait_longer():
+    """Within its budget the sampler takes at most that share of the engine thread: a sample that costs 2 ms at a
+    1% budget spaces the next one about 200 ms on (times the random factor in [0.5, 1.5)); a rate the user asked
+    for is kept whatever a sample costs; and the trace's account names the budget."""
+    budgeted, asked = StackSampler(200, budget=0.01), StackSampler(200)
+    for sampler in (budgeted, asked):
+        for _ in range(40):
+            sampler._spent(2_000_000)
+    assert all(0.1 <= budgeted._next_wait() < 0.3 for _ in range(100))
+    assert all(0.0025 <= asked._next_wait() < 0.0075 for _ in range(100))
+    assert budgeted.busy_ns == 80_000_000 and budgeted.description()["budget"] == 0.01
+    assert "budget" not in asked.description()
+    cheap = StackSampler(200, budget=0.01)
+    cheap._spent(10_000)  # 10 us a sample: the rate asked for is within the budget
+    assert all(0.0025 <= cheap._next_wait() < 0.0075 for _ in range(100))
 
 
 def test_a_stopped_sampler_leaves_the_signal_as_it_found_it():
@@ -227,7 +326,11 @@ def test_which_stacks_a_session_records(keys, overrides, expected):
     options = parse_options(keys)
     settings = with_python_stacks(TorchSettings(with_stack=True), options.backend_keys, overrides)
     assert settings.python_stacks == expected
-    assert (settings.sample_hz == options.backend_keys["sample_hz"]) == (expected == "sampled")
+    # unset, the rate is the default's, held within the cost budget; off and exact sample nothing
+    sampled = (stack_sampler.DEFAULT_HZ, stack_sampler.COST_BUDGET)
+    assert (settings.sample_hz, settings.sample_budget) == (sampled if expected == "sampled" else (None, None))
+    asked = with_python_stacks(TorchSettings(), parse_options({**keys, "sample_hz": 50}).backend_keys, overrides)
+    assert (asked.sample_hz, asked.sample_budget) == ((50, None) if expected == "sampled" else (None, None))
 
 
 @pytest.mark.parametrize("config, expected", [
@@ -265,7 +368,7 @@ def test_a_silent_configuration_with_a_request_asking_for_stacks():
 
 
 def test_the_keys_are_checked_and_a_contradiction_names_python_stacks():
-    assert ProfileOptions().backend_keys["python_stacks"] is None and ProfileOptions().backend_keys["sample_hz"] == 200
+    assert ProfileOptions().backend_keys["python_stacks"] is None and ProfileOptions().backend_keys["sample_hz"] is None
     for bad in ({"python_stacks": "fast"}, {"sample_hz": 0}, {"sample_hz": True}, {"sample_hz": 20_000}):
         with pytest.raises(OptionsError) as e:
             parse_options(bad)

@@ -240,3 +240,17 @@ def test_a_trainer_step_fills_an_unnamed_global_step(tmp_path, engine):
         assert not trainer_step.active()
         assert parse_start({}, srv).global_step is None
     assert parse_start({}, srv).global_step is None  # outside the call: as before
+
+
+@pytest.mark.parametrize("engine, fields, only", [
+    ("vllm", {}, True),
+    ("vllm", {"profile_prefix": "run", "delay_iterations": 2, "max_iterations": 3}, True),
+    ("vllm", {"global_step": 3}, False),  # rlprof's
+    ("vllm", {"num_steps": 3}, False),  # SGLang's, not vLLM's
+    ("sglang", {"start_step": 4, "num_steps": 3, "with_stack": False, "output_dir": None}, True),
+    ("sglang", {"step_end": 5}, False),
+    ("vllm", {"model": "m", "prompt": "p"}, True),  # fields no one defines are ignored, as the routes ignore them
+])
+def test_a_request_knows_whether_it_gave_only_the_engines_own_fields(tmp_path, engine, fields, only):
+    """What decides whether a second start is the engine's answer (200, ignored) or rlprof's 409."""
+    assert parse_start(fields, server(tmp_path, engine)).engine_fields_only is only

@@ -125,33 +125,6 @@ def test_revert_restores_verl_and_an_untested_old_release_stays_off(module, capl
     assert cls.start_profile.__wrapped__ is original
 
 
-def test_documented_overrides_compose():
-    """docs/trainer.md's verl lines, composed with verl's own Hydra config: the rollout profiler is on
-    in discrete mode and RLPROF_PROFILER_CONFIG lands in Ray's runtime_env as the JSON text."""
-    import re
-    import shlex
-    from pathlib import Path
-
-    import verl
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-    from verl.utils.config import omega_conf_to_dataclass
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "trainer.md").read_text()
-    block = re.search(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", doc, re.S).group(0)
-    overrides = [word for line in block.splitlines()[2:-1] for word in shlex.split(line.rstrip("\\ "))]
-    assert len(overrides) == 6, overrides
-    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=overrides)
-    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler)
-    torch_tool = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler.tool_config.torch)
-    assert (rollout.tool, rollout.enable, rollout.save_path, torch_tool.discrete) == ("torch", True, "/traces", True)
-    assert list(cfg.global_profiler.steps) == [5, 37]
-    env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
-    assert json.loads(env["RLPROF_PROFILER_CONFIG"]) == {"by_stage": True, "merge": True}
-
-
 def test_doctor_reports_the_integration(module, monkeypatch):
     from rlprof_plugins.cli.doctor_trainers import diagnose_trainer, render_trainer
 
@@ -166,10 +139,12 @@ def test_doctor_reports_the_integration(module, monkeypatch):
     assert render_trainer(report).startswith(f"verl {report.version}\n  supported; a tested release")
 
 
-def test_the_readme_quick_start_composes():
-    """The README's verl quick start, composed with verl's own Hydra config: steps 36 and 37 profiled in
-    discrete mode, and the RLPROF_PROFILER_CONFIG it sets is a valid rlprof configuration beside the
-    profiler config verl builds (a window, by stage, sampled stacks)."""
+@pytest.mark.parametrize("page", ["README.md", "docs/verl.md"])
+def test_the_documented_verl_overrides_compose(page):
+    """The verl overrides of the README's quick start and of docs/verl.md, composed with verl's own Hydra
+    config: steps 36 and 37 profiled in discrete mode on every rollout replica (``all_ranks``: verl's
+    default traces replica 0 only), and the RLPROF_PROFILER_CONFIG they set is a valid rlprof configuration
+    beside the profiler config verl builds (a window, by stage, sampled stacks)."""
     import re
     import shlex
     from pathlib import Path
@@ -177,10 +152,11 @@ def test_the_readme_quick_start_composes():
     import verl
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
 
     from rlprof_plugins.config.options import parse_options, split_options
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / page).read_text()
     block = re.search(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", readme, re.S).group(0)
     lines = [line for line in block.splitlines()[1:-1] if not line.startswith("rlprof ")]
     overrides = [word for line in lines[1:] for word in shlex.split(line.rstrip("\\ "))]
@@ -188,7 +164,10 @@ def test_the_readme_quick_start_composes():
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=overrides)
     assert list(cfg.global_profiler.steps) == [36, 37]
-    assert cfg.actor_rollout_ref.rollout.profiler.enable and cfg.global_profiler.save_path == "/traces"
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler)
+    torch_tool = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.profiler.tool_config.torch)
+    assert (rollout.tool, rollout.enable, rollout.all_ranks, rollout.save_path, torch_tool.discrete) == (
+        "torch", True, True, "/traces", True)
     env = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env)["env_vars"]
     given = json.loads(env["RLPROF_PROFILER_CONFIG"])
     native, ours = split_options({"torch_profiler_with_stack": False, **given}, ["torch_profiler_with_stack"])

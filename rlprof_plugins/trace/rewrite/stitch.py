@@ -16,7 +16,9 @@ a single session would have written:
 - **iterations**: the controller numbers ``rlprof::iteration`` ranges across
   chunks, so they run on unchanged;
 - **pauses**: the stops between chunks and the last one, timed by the
-  controller, become ``rlprof::profiler pause`` events (``pauses``).
+  controller, become ``rlprof::profiler pause`` events (``pauses``);
+- **the header**: the first chunk's, with the stack sampler's account of
+  every chunk added together (``format.sampler_account``).
 
 Memory stays flat (a batch of events at a time). The engine never runs
 this: the exporter runs it in a child process (``stitch_in_subprocess``),
@@ -35,6 +37,7 @@ from ..._child import run_in_child
 from ..format.clock import base_time_ns
 from ..format.pauses import Pause, pauses_from_json
 from ..format.reader import TraceReader
+from ..format.sampler_account import SAMPLER_KEY, combined
 from .rename import ID_ARGS, ID_STRIDE, shift_and_renumber
 from ..format.writer import TraceWriter
 
@@ -81,6 +84,9 @@ def stitch(chunks: list[Path], output: Path, *, compresslevel: int = 3, pauses: 
         if first is not None:
             header["baseTimeNanoseconds"] = first
         header[CHUNK_KEY] = [{"source": p.name, "baseTimeNanoseconds": b} for p, b in zip(chunks, bases)]
+        sampler = combined([r.header.get(SAMPLER_KEY) for r in readers])
+        if sampler is not None:
+            header[SAMPLER_KEY] = sampler
         seen_metadata: set = set()
         trailer: dict[str, Any] = {}
         with TraceWriter(output, header, compresslevel=compresslevel) as writer:
