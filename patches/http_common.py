@@ -66,7 +66,8 @@ def step_answer(global_step: int, replies: list) -> dict:
 
 
 def start_status(result: dict) -> str:
-    """A start's ``status``: ``ignored`` where a session already ran and the call gave the engine's fields only."""
+    """A start's ``status``: ``ignored`` where a session was already running and the call gave the engine's own fields
+    only (SGLang answers such a start as done)."""
     return "ignored" if result.get("ignored") else "started"
 
 
