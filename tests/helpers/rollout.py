@@ -17,8 +17,10 @@ from dataclasses import dataclass
 import requests
 
 PROMPTS, SAMPLES = 8, 2  # a rollout batch: prompts, and responses sampled per prompt
-# one prompt of each length, a few to a few hundred tokens
-PROMPT_WORDS = (4, 10, 20, 35, 55, 80, 110, 150)
+# one prompt of each length, a few to about 280 tokens: the tiny model's tokenizer makes up to about 3.5
+# tokens of a word, and the longest prompt with the longest response must fit its 512-token context whatever
+# the seed pairs them with (150 words could tokenize past 512 alone)
+PROMPT_WORDS = (4, 8, 14, 22, 32, 45, 60, 80)
 # responses: most short, a long tail (the step runs nearly empty until the longest ends)
 RESPONSE_TOKENS = (12, 16, 16, 20, 24, 24, 28, 32, 32, 36, 40, 48, 64, 96, 128, 192)
 # room for the step's longest prompt and response, and the whole batch running at once
