@@ -261,6 +261,7 @@ clean:
 bench: env tiny-model
 	$(VPY) benchmarks/bench_rollout.py --engine vllm --out benchmarks/results/$(TODAY)-rollout-vllm-tp1.json
 	$(VPY) benchmarks/bench_rollout.py --engine vllm --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-vllm-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine vllm --cases "rlprof stacks off;rlprof default" --interleave --rounds 10 --out benchmarks/results/$(TODAY)-rollout-vllm-sampler.json
 	$(VPY) benchmarks/bench_vllm_profiling.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm --scenario bursty --skip "on | native"
@@ -290,6 +291,7 @@ fixtures: env tiny-model
 bench-sglang: env tiny-model
 	$(VPY) benchmarks/bench_rollout.py --engine sglang --out benchmarks/results/$(TODAY)-rollout-sglang-tp1.json
 	$(VPY) benchmarks/bench_rollout.py --engine sglang --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-sglang-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine sglang --cases "rlprof stacks off;rlprof default" --interleave --rounds 8 --out benchmarks/results/$(TODAY)-rollout-sglang-sampler.json
 	$(VPY) benchmarks/bench_sglang_stop.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang --scenario bursty --skip "on | native,on | rlprof one session"

@@ -49,6 +49,7 @@ sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the install
 from tests.helpers.rollout import (PROMPTS, SAMPLES, SGLANG_FLAGS, VLLM_FLAGS, Request,  # noqa: E402
                                    rollout, rollout_plan)
 from tests.helpers.traces import written_traces  # noqa: E402
+from rlprof_plugins.trace.format.sampler_account import SAMPLER_KEY  # noqa: E402
 
 CASES = ("native, stacks off", "native, engine default", "rlprof default", "rlprof stacks off",
          "rlprof exact stacks")
@@ -83,7 +84,7 @@ def recorded_step(server, engine: str, pid: int, body: dict, folder: Path, plan:
         traces = [load_trace(f) for f in files if f.parent.name == "ranks"]
         for trace in traces:
             pauses += pause_events(trace)
-    samplers = [trace.get("rlprof_sampler") or {} for trace in traces]
+    samplers = [trace.get(SAMPLER_KEY) or {} for trace in traces]
     out["sampler_busy_s"] = max((m.get("busy_us", 0) for m in samplers), default=0) / 1e6 or None
     out["sampler_samples"] = max((m.get("samples", 0) for m in samplers), default=0) or None
     out["pauses"] = len(pauses)
@@ -117,7 +118,7 @@ def run_interleaved(server, engine: str, pid: int, bodies: dict[str, dict], fold
     machine's drift from round to round cancels in their ratios (``summarise``'s ``vs_first_x``)."""
     plan = rollout_plan()
     labels = list(bodies)
-    out: dict = {label: {"unrecorded": [], "recorded": []} for label in labels}
+    out: dict = {label: {"unrecorded": [], "recorded": [], "reference": labels[0]} for label in labels}
     for k in range(rounds):
         plain = {"generation_s": rollout(server, engine, plan)}
         order = labels[k % len(labels):] + labels[:k % len(labels)]
@@ -248,13 +249,10 @@ def summarise(results: dict) -> dict:
     measured interleaved (each round's unrecorded step shared) also against the first of them, round by round
     (``vs_first_x``), and the sampler's own time as a share of the recorded generation (``sampler_share``)."""
     out = {}
-    interleaved = [label for label, runs in results.items() if runs["unrecorded"]
-                   and any(runs["unrecorded"][0] is other["unrecorded"][0] for other_label, other in results.items()
-                           if other_label != label and other["unrecorded"])]
     for label, runs in results.items():
         plain, rec = runs["unrecorded"], runs["recorded"]
         ratios = [r["generation_s"] / p["generation_s"] for p, r in zip(plain, rec)]
-        first = results[interleaved[0]]["recorded"] if label in interleaved else None
+        first = results[runs["reference"]]["recorded"] if "reference" in runs else None
         shares = [r["sampler_busy_s"] / r["generation_s"] for r in rec if r.get("sampler_busy_s")]
         out[label] = {"unrecorded_s": median(plain, "generation_s"), "recorded_s": median(rec, "generation_s"),
                       "generation_x": statistics.median(ratios) if ratios else None,
