@@ -30,24 +30,23 @@ def replay(trace_dir: Path, tp: int, *, native: bool) -> dict:
                          timeout=500)
 
 
-# TP=1 (one worker in the EngineCore process) in `make test` (CI); TP=2, one trace per rank, in `make
-# test-extended` with the other variants CI leaves out for time (a rank's trace each, at TP=2, in CI:
-# tests/e2e/test_vllm_server_tp2.py).
-@pytest.mark.parametrize("tp", [1, pytest.param(2, marks=pytest.mark.extended)])
-def test_files_are_on_disk_when_stop_returns(tmp_path, tp):
-    from concurrent.futures import ThreadPoolExecutor
+# rlprof's run at TP=1 (one worker in the EngineCore process) in `make test` (CI); the native twin (the same
+# assertions with rlprof disabled: what vLLM itself guarantees, which changes only with the engine release) and
+# TP=2, one trace per rank, in `make test-extended` with the other variants CI leaves out for time (a rank's trace
+# each, at TP=2, in CI: tests/e2e/test_vllm_server_tp2.py).
+CASES = [(1, "rlprof"), pytest.param(1, "native", marks=pytest.mark.extended),
+         pytest.param(2, "rlprof", marks=pytest.mark.extended), pytest.param(2, "native", marks=pytest.mark.extended)]
 
-    with ThreadPoolExecutor(max_workers=2) as pool:  # the two engines side by side: half the wall time
-        futures = {name: pool.submit(replay, tmp_path / name, tp, native=name == "native")
-                   for name in ("native", "rlprof")}
-    runs = {name: f.result() for name, f in futures.items()}
-    for name, run in runs.items():
-        assert run["at_return"] == run["later"], f"{name}: written after stop_profile returned: {run}"
-        workers = [f for f in run["at_return"] if "async_llm" not in f]
-        assert len(workers) == tp, (name, run)  # one trace per rank, where verl looks (the configured folder)
-        assert sum("async_llm" in f for f in run["at_return"]) == 1, (name, run)  # the API-server trace
-    # rlprof's traces are its own (iteration ranges), at the top of the folder as vLLM names them
-    for name in runs["rlprof"]["at_return"]:
-        assert "/" not in name
-        if "async_llm" not in name:
-            assert len(iteration_indices(load_trace(tmp_path / "rlprof" / name))) > 0
+
+@pytest.mark.parametrize("tp,side", CASES, ids=["1-rlprof", "1-native", "2-rlprof", "2-native"])
+def test_files_are_on_disk_when_stop_returns(tmp_path, tp, side):
+    run = replay(tmp_path / side, tp, native=side == "native")
+    assert run["at_return"] == run["later"], f"{side}: written after stop_profile returned: {run}"
+    workers = [f for f in run["at_return"] if "async_llm" not in f]
+    assert len(workers) == tp, run  # one trace per rank, where verl looks (the configured folder)
+    assert sum("async_llm" in f for f in run["at_return"]) == 1, run  # the API-server trace
+    if side == "rlprof":  # rlprof's traces are its own (iteration ranges), at the top of the folder as vLLM names them
+        for name in run["at_return"]:
+            assert "/" not in name
+            if "async_llm" not in name:
+                assert len(iteration_indices(load_trace(tmp_path / side / name))) > 0

@@ -244,6 +244,9 @@ def test_a_long_chunked_session_is_faithful(sglang_tp1):
     check_long_session_is_faithful(sglang_tp1, {"with_stack": True}, lambda folder: only(manifest_traces(folder)))
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the idle hook parking each chunk between bursts
+# (tests/unit/test_idle_chunks.py) and the pauses of every live session on both TP=1 servers
+@pytest.mark.extended
 def test_bursts_with_idle_gaps_record_no_idle_scheduler(sglang_tp1):
     """Stacks on (SGLang's default), rlprof's default chunks over bursts 0.5 s apart, stopped
     mid-burst: the scheduler stays under 4 GB, every chunk within max_pause_ms as planned, no pause as long

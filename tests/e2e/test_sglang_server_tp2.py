@@ -187,8 +187,8 @@ def test_the_global_step_is_the_weight_version_the_trainer_set(sglang_tp2):
     assert new and not any(name.startswith("global_step_") for name in new), new  # the default folder: the root
 
 
-# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the same bursts on SGLang at TP=1
-# (test_sglang_server_tp1.py) and on vLLM (test_vllm_server_tp1.py), the idle hook per rank in tests/unit
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, the idle hook per rank parking each chunk
+# between bursts (tests/unit/test_idle_chunks.py)
 @pytest.mark.extended
 def test_bursts_with_idle_gaps_end_each_ranks_chunks_when_it_waits(sglang_tp2):
     """Stacks on, rlprof's default over bursts with idle gaps: each scheduler ends its chunk when it

@@ -139,8 +139,8 @@ def check(rows: dict, root, ranks: int) -> None:
         assert {2, 3, 4, 5, 6} <= set(steps), (path.name, steps)
 
 
-# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, vLLM's step logs live on the two servers of
-# tests/e2e/test_fleet_live.py (steps 1..4 measured, step 3 traced, the report), and this story on SGLang below
+# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, this story on SGLang below, and vLLM's step logs
+# on the TP=1 server of tests/e2e/test_vllm_server_tp1.py (steps measured, a slow step found in them)
 @pytest.mark.vllm
 @pytest.mark.extended
 def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):

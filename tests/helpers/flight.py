@@ -3,11 +3,11 @@ module's servers run it with the defaults from their start, through every other 
 
 - **No false alarm**: after the whole module's traffic (sessions, bursts, streams, conflicts), no dump.
 - **A stopped engine is caught**: the engine process is stopped from outside (``SIGSTOP``, as a preempted
-  or swapping host would) for 3 s in the middle of steady traffic (a stop that held no request up, the
-  traffic having answered before it, is tried again, up to three times); a dump (``slow_iteration`` if the stop
-  fell inside an iteration, ``stall`` if between two) lands under the step's ``flight/`` within 5 s of the
-  stop's end, its ``duration_ms`` the stop within 10%, its trace read by ``rlprof report``.
-- **A slow step is caught**: steps of the same traffic, then one with four times as many requests: a
+  or swapping host would) for 3 s while four streamed requests are all decoding (a stop that landed after one
+  had ended is tried again, up to three times); a dump (``slow_iteration`` if the stop fell inside an
+  iteration, ``stall`` if between two) lands under the step's ``flight/`` within 5 s of the stop's end, its
+  ``duration_ms`` the stop within 10%, its trace read by ``rlprof report``.
+- **A slow step is caught**: steps of the same traffic, then one with eight times as many requests: a
   ``slow_step`` dump whose ``duration_ms`` is that step's busy time in the step log.
 - **Asked for**: ``rlprof dump --url`` writes the ring now, reason ``requested``.
 - **Seen**: ``rlprof report --json`` lists them under ``steps[].anomalies``; ``/metrics`` counts them.
@@ -22,7 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+import requests
+
 from rlprof_plugins.cli.command import main as rlprof
+from rlprof_plugins.config.options import FLIGHT_DEFAULTS
 from rlprof_plugins.metrics.flight_dump import flight_folders, read_anomalies
 from tests.helpers.bursty import engine_pid
 
@@ -56,40 +59,101 @@ def step_record(root: Path, step: int, timeout: float = 20.0) -> dict:
         time.sleep(0.2)
 
 
+class Decoding:
+    """``requests`` streamed completions of ``tokens`` tokens each, sent at once; entered once every one has its
+    first ``tokens_first`` tokens back (the engine is decoding them all), left once every one has ended."""
+
+    def __init__(self, server, requests: int = 4, tokens: int = 240, tokens_first: int = 8,
+                 timeout: float = 120.0) -> None:
+        self.server, self.tokens, self.tokens_first, self.timeout = server, tokens, tokens_first, timeout
+        self.received = [0] * requests
+        self.ended = [False] * requests
+        self.failures: list[str] = []
+        self._threads = [threading.Thread(target=self._stream, args=(i,), daemon=True) for i in range(requests)]
+
+    def __enter__(self) -> "Decoding":
+        for t in self._threads:
+            t.start()
+        deadline = time.time() + self.timeout
+        while min(self.received) < self.tokens_first and not self.failures and time.time() < deadline:
+            time.sleep(0.005)
+        assert not self.failures and min(self.received) >= self.tokens_first, (self.received, self.failures)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for t in self._threads:
+            t.join(self.timeout)
+        assert not self.failures, self.failures
+
+    def running(self) -> int:
+        """How many are decoding now: tokens back, not ended."""
+        return sum(1 for n, ended in zip(self.received, self.ended) if n and not ended)
+
+    def _stream(self, i: int) -> None:
+        if "sglang" in type(self.server).__name__.lower():
+            path, body = "/generate", {"text": "the rollout engine", "stream": True, "sampling_params": {
+                "max_new_tokens": self.tokens, "ignore_eos": True, "temperature": 0}}
+        else:
+            from tests.helpers.vllm_server import TINY_MODEL
+
+            path, body = "/v1/completions", {"model": str(TINY_MODEL), "prompt": "the rollout engine", "stream": True,
+                                              "max_tokens": self.tokens, "ignore_eos": True, "temperature": 0}
+        try:
+            with requests.post(self.server.url + path, json=body, stream=True, timeout=300,
+                               headers=self.server._headers()) as r:
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+                for line in r.iter_lines():
+                    if line.startswith(b"data: ") and line != b"data: [DONE]":
+                        self.received[i] += 1
+        except Exception as e:
+            self.failures.append(f"{type(e).__name__}: {e}")
+        finally:
+            self.ended[i] = True
+
+
+def explain(server, root: Path, log_from: int) -> dict:
+    """What a failed check shows: every dump under the root, and the server log's flight recorder and
+    warning lines since the check began."""
+    lines = [line for line in server.log()[log_from:].splitlines()
+             if "flight recorder" in line or "WARNING" in line or "rlprof" in line]
+    return {"dumps": [str(f.relative_to(root)) for f in flight_folders(root)], "log": lines[-40:]}
+
+
 def check_live(server, names: tuple[str, ...], tmp_path: Path, metrics: bool = True) -> None:
     """``metrics``: the server serves ``/metrics`` (SGLang only with ``--enable-metrics``)."""
     root = Path(server.trace_dir)
-    assert list(flight_folders(root)) == [], "a dump during the module's ordinary traffic (a false alarm)"
+    log_from = len(server.log())
+    # a dump is written ``after_seconds`` past its event: one the module's last traffic triggered lands meanwhile
+    time.sleep(FLIGHT_DEFAULTS["after_seconds"] + 1.5)
+    assert list(flight_folders(root)) == [], ("a dump during the module's ordinary traffic (a false alarm)",
+                                              explain(server, root, 0))
 
-    # a stopped engine: a trial counts once the stop held a request up (it answered after SIGCONT); one whose
-    # requests all answered before it (the engine had no work left to hold) is tried again, on a step of its own
+    # a stopped engine: the stop lands while four streamed requests are all decoding (each has tokens back and none
+    # has finished), so it holds every one of them up; a trial where one had finished before the stop landed (a
+    # loaded host is slow to send the signal) says nothing and is tried again, on a step of its own
     pid = engine_pid(server, names)
     for trial in range(3):
         stop_step = 40 + trial
         mark(server, stop_step)
         for _ in range(3):
             server.complete(max_tokens=16)
-        answered: list[float] = []
-        traffic = [threading.Thread(target=lambda: (server.complete(max_tokens=200), answered.append(time.time())))
-                   for _ in range(4)]
-        for t in traffic:
-            t.start()
-        time.sleep(0.5)  # the engine is decoding
-        os.kill(pid, signal.SIGSTOP)
-        began = time.perf_counter()
-        time.sleep(STOP_S)
-        os.kill(pid, signal.SIGCONT)
-        stopped_ms = (time.perf_counter() - began) * 1e3
-        resumed = time.time()
-        found, seen = wait_anomalies(root / f"global_step_{stop_step}", 1)
-        for t in traffic:
-            t.join()
-        held = [a for a in answered if a > resumed]
-        print(f"stop {trial}: {len(held)} of 4 requests held up; dumps {[a['reason'] for a in found]}")
-        if held or found:
+        with Decoding(server, requests=4) as decoding:
+            os.kill(pid, signal.SIGSTOP)
+            began = time.perf_counter()
+            running = decoding.running()
+            time.sleep(STOP_S)
+            os.kill(pid, signal.SIGCONT)
+            stopped_ms = (time.perf_counter() - began) * 1e3
+            resumed = time.time()
+            found, seen = wait_anomalies(root / f"global_step_{stop_step}", 1)
+        print(f"stop {trial}: {running} of 4 requests decoding when stopped; dumps {[a['reason'] for a in found]}")
+        if running == 4 or found:
             break
-    assert len(found) == 1, (found, "a stop that held requests up for 3 s gave no dump" if held
-                             else "no trial's stop held a request up")
+    assert running == 4 or found, ("no trial's stop landed while all four requests were decoding",
+                                   explain(server, root, log_from))
+    assert len(found) == 1, (found, "a stop that held four decoding requests for 3 s gave no dump",
+                             explain(server, root, log_from))
     caught = found[0]
     assert caught["reason"] in ("slow_iteration", "stall") and caught["global_step"] == stop_step, caught
     assert abs(caught["duration_ms"] - stopped_ms) <= 0.1 * stopped_ms, (caught["duration_ms"], stopped_ms)
@@ -101,8 +165,9 @@ def check_live(server, names: tuple[str, ...], tmp_path: Path, metrics: bool = T
     found, _ = wait_anomalies(root / f"global_step_{stop_step}", 2)
     assert sorted(a["reason"] for a in found) == sorted([caught["reason"], "requested"]), found
 
-    # a slow step: steps 51-54 of two requests each, then step 55 of eight
-    for step, requests in ((51, 2), (52, 2), (53, 2), (54, 2), (55, 8)):
+    # a slow step: steps 51-54 of two requests each, then step 55 of sixteen (eight times the busy time, far above the
+    # default factor of 3 however loaded the host)
+    for step, requests in ((51, 2), (52, 2), (53, 2), (54, 2), (55, 16)):
         mark(server, step)
         for _ in range(requests):
             server.complete(max_tokens=16)
