@@ -4,7 +4,9 @@
    ``execute_model`` with no session, step metrics off (the worker's recorder
    cached as off) against on (a real ``StepRecorder`` writing to a temporary
    folder), on a scheduler output of 8 decoding requests; and the recorder's
-   own ``begin``/``end`` alone. ns per call, best of 5 x 200,000.
+   own ``begin``/``end`` alone, with the rollout tail (``metrics/tail.py``)
+   and with a stand-in that keeps nothing in its place (what the tail adds).
+   ns per call, best of 5 x 200,000.
 2. **Throughput** (``idle_hook_ab.py``): one in-process vLLM engine serving
    rounds of 8 x 64-token generations, alternating the worker hook applied
    (the plugin loaded with ``torch_profiler_dir``: step metrics on, no
@@ -24,6 +26,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # after site-packages: rlprof_plugins is the installed wheel
+
+
+class NoTail:
+    """In the rollout tail's place: keeps nothing."""
+
+    def add(self, start_ns: int, end_ns: int, batch: int, tokens: int) -> None:
+        pass
+
+    def record(self, last_end_ns=None):
+        return None
 
 
 def per_iteration(folder: Path) -> dict:
@@ -51,8 +63,13 @@ def per_iteration(folder: Path) -> dict:
 
     out = {"bare_ns": best(lambda: bare.execute_model(output)), "metrics_off_ns": best(lambda: off.execute_model(output)),
            "metrics_on_ns": best(lambda: on.execute_model(output)), "recorder_only_ns": best(recorder_only)}
+    tail = recorder.metrics._tail
+    recorder.metrics._tail = NoTail()
+    out["recorder_only_without_tail_ns"] = best(recorder_only)
+    recorder.metrics._tail = tail
     recorder.close()
     out["added_ns"] = out["metrics_on_ns"] - out["metrics_off_ns"]
+    out["tail_added_ns"] = out["recorder_only_ns"] - out["recorder_only_without_tail_ns"]
     return {k: round(v, 1) for k, v in out.items()}
 
 

@@ -9,7 +9,8 @@ actors) holds its patch modules (``PATCH_MODULES`` in its ``__init__``) and the
 helpers they share, ``facts.py`` among them. Beside the folders, what serves
 all of them: ``base`` (the ``Patch`` declaration and its guarded apply),
 ``shapes`` (the shape rule for untested releases), ``features`` (the feature
-names), ``http_common`` (the profiling routes' replies) and
+names), ``profile_routes`` (rlprof's routes, declared once; each engine's HTTP
+patch binds them to its server), ``http_common`` (the routes' replies) and
 ``bypassing_frontends`` (the servers that bypass the patched API servers).
 
 Floors inside, top to bottom (a module imports its own floor and the floors below; a patch module never

@@ -10,13 +10,11 @@ from typing import Any
 
 from rlprof_plugins._log import logger
 from rlprof_plugins.errors import ConflictError, NotFoundError, RequestError, UnavailableError
-from rlprof_plugins.metrics.flight import FLIGHT_DUMP_PATH  # noqa: F401 (the routes' path, for both engines)
+from rlprof_plugins.metrics.flight import FLIGHT_DUMP_PATH  # noqa: F401 (the flight dump route's path)
 
 
 KNOWN_ERRORS = (RequestError, ConflictError, UnavailableError, NotFoundError)
 PIECE_BYTES = 4 << 20  # one read of a streamed file
-# The engines' own profiling routes, which rlprof's replace.
-PROFILE_PATHS = ("/start_profile", "/stop_profile")
 
 
 def native_validation_error(errors: list[dict]) -> Exception:

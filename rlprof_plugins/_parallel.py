@@ -2,8 +2,9 @@
 
 The tools' work is per-event Python, so threads do not help; ranks are
 independent, so one process per rank does, up to the cores this process
-may use. Starting a process costs about 0.1 s (a fresh interpreter:
-``spawn``, since the caller may be threaded), so small inputs stay in one.
+may use. Starting a process means a fresh interpreter (``spawn``, since the
+caller may be threaded), which costs more than a small input's whole pass, so
+small inputs stay in one.
 """
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.trace.rewrite.align": ("tests/unit/test_multinode.py",),
     "rlprof_plugins.trace.format.clock": ("tests/unit/test_multinode.py", "tests/unit/test_trace_merge.py"),
     "rlprof_plugins._parallel": ("tests/unit/test_trace_merge.py",),
+    "rlprof_plugins.trace.format.rank_files": ("tests/unit/test_trace_merge.py", "tests/unit/test_multinode.py"),
+    "rlprof_plugins.store.step_files": ("tests/unit/test_trace_merge.py", "tests/unit/test_report_on_ray_parts.py"),
     "rlprof_plugins.trace.rewrite.rename": ("tests/unit/test_trace_merge.py", "tests/unit/test_chunks.py"),
     "rlprof_plugins.trace.analysis.time_split": ("tests/unit/test_report_steps.py",),
     "rlprof_plugins.trace.analysis.device_time": ("tests/unit/test_gpu_traces_published.py", "tests/unit/test_report_steps.py"),

@@ -19,28 +19,18 @@ directories, ...); the few rlprof cannot honour are refused with 400 naming
 them, never ignored.
 """
 
-# No "from __future__ import annotations": FastAPI must see the real Request type.
-
 from typing import Any
 
-try:  # FastAPI reads the routes' annotations; SGLang's HTTP server always has Starlette
-    from starlette.requests import Request
-except ImportError:  # no HTTP stack in this interpreter: no route is ever installed
-    Request = object
-
-from rlprof_plugins.config.requests import parse_mark_step
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.session.protocol import check_wait, local_piece
+from rlprof_plugins.session.protocol import local_piece
 
 from ..base import Patch
 from ..features import HTTP_ROUTES
-from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
-                           flight_answer, flight_folder, json_body, native_validation_error, status_step,
-                           start_status, stop_status, step_answer)
+from ..http_common import PIECE_BYTES, native_validation_error
+from ..profile_routes import PROFILE_PATHS, endpoints, requested_wait
 from .facts import VERSIONS
-from .sessions import start, status, stop_is_native, until_written, uses_rlprof
+from . import sessions, wire
 from .start_requests import server_config
-from .wire import send
 
 
 # What ``_install_routes`` keeps on the app for the routes: SGLang's http_server module (its
@@ -57,94 +47,43 @@ def _native(raw_request, path: str):
     return getattr(raw_request.app.state, NATIVE_STATE)[path]
 
 
-async def _body(raw_request) -> dict:
-    body = await json_body(raw_request)
-    if not isinstance(body, dict):
-        raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
-    return body
+class SglangCalls:
+    """How rlprof's routes (``profile_routes``) reach SGLang: its tokenizer manager, and its own endpoints
+    where a call is SGLang's alone (a start without rlprof's fields on an unconfigured server)."""
 
-
-# ---- the routes: one named function each ------------------------------------
-async def start_profile(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        body = await _body(raw_request)
+    async def start(self, raw_request, body: Any):
+        if not isinstance(body, dict):
+            raise RequestError("body", f"must be a JSON object, got {type(body).__name__}")
         config = server_config()
-        if config is None and not uses_rlprof(body):
+        if config is None and not sessions.uses_rlprof(body):
             return await _native_start(_native(raw_request, "/start_profile"), body)
-        result = await start(_manager(raw_request), _native_fields(body), config)
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse({"status": start_status(result), **result})
+        return await sessions.start(_manager(raw_request), _native_fields(body), config)
 
+    async def stop(self, raw_request):
+        from fastapi.responses import JSONResponse
 
-async def stop_profile(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        if stop_is_native():
+        if sessions.stop_is_native():
             return await _native(raw_request, "/stop_profile")()
-        body = await json_body(raw_request)  # SGLang's stop takes no body; rlprof reads "wait" only
-        wait = check_wait(body.get("wait")) if isinstance(body, dict) else None  # before anything stops
+        wait = await requested_wait(raw_request)
         manager = _manager(raw_request)
-        replies = await send(manager, {"op": "stop", "defer": True})
+        replies = await wire.send(manager, {"op": "stop", "defer": True})
         if replies and all("native" in r for r in replies):
             return JSONResponse({"status": "stopped", "native": replies[0]["native"]})
-        result = await until_written(manager, replies, wait)
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse({"status": stop_status(result), **result})
+        return await sessions.until_written(manager, replies, wait)
 
+    async def status(self, raw_request, global_step: int | None) -> dict:
+        return await sessions.status(_manager(raw_request), global_step)
 
-async def profile_status(raw_request: Request):
-    from fastapi.responses import JSONResponse
+    async def send(self, raw_request, command: dict) -> list:
+        return await wire.send(_manager(raw_request), command)
 
-    try:
-        result = await status(_manager(raw_request), status_step(raw_request))
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(result)
-
-
-async def profile_step(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        step = parse_mark_step(await json_body(raw_request))
-        replies = await send(_manager(raw_request), {"op": "mark_step", "global_step": step})
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(step_answer(step, replies))
-
-
-async def flight_dump(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        folder = flight_folder()
-        replies = await send(_manager(raw_request), {"op": "flight_dump", "folder": folder})
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(flight_answer(folder, replies))
-
-
-async def profile_file(raw_request: Request):
-    try:
-        step, rank, path = file_query(raw_request)
+    def reader(self, raw_request, global_step: int, rank: str, path: str):
         manager = _manager(raw_request)
 
         async def read_piece(offset: int) -> dict:
-            return local_piece(await status(manager, step), rank, path, offset, PIECE_BYTES)
+            return local_piece(await sessions.status(manager, global_step), rank, path, offset, PIECE_BYTES)
 
-        return await file_response(read_piece)
-    except Exception as e:
-        return error_response(e)
-
-
-ROUTES = {"/start_profile": start_profile, "/stop_profile": stop_profile, "/profile_status": profile_status,
-          "/profile_file": profile_file, "/profile_step": profile_step, FLIGHT_DUMP_PATH: flight_dump}
-POSTED = ("/profile_step", FLIGHT_DUMP_PATH)  # the routes rlprof adds that take a POST
+        return read_piece
 
 
 def _body_type():
@@ -203,11 +142,12 @@ def _install_routes(module: Any):
     setattr(state, NATIVE_STATE, {path: route.endpoint for path, (_, route) in found.items()})
     level = getattr(found["/start_profile"][1].endpoint, "_auth_level", None)
     added = []
-    for path, endpoint in ROUTES.items():
+    for declared, endpoint in endpoints(SglangCalls()):
         if level is not None:
             endpoint._auth_level = level  # SGLang's middleware reads it off the endpoint
-        methods = sorted(found[path][1].methods) if path in found else ["POST" if path in POSTED else "GET"]
-        route = APIRoute(path, endpoint, methods=methods, name=f"rlprof_{path.strip('/').replace('/', '_')}")
+        path = declared.path
+        methods = sorted(found[path][1].methods) if path in found else [declared.method]  # a replaced route keeps its own
+        route = APIRoute(path, endpoint, methods=methods, name=declared.name)
         if path in found:
             routes[found[path][0]] = route
         else:
@@ -219,8 +159,6 @@ def _install_routes(module: Any):
             routes[i] = original
         for route in added:
             routes.remove(route)
-        for endpoint in ROUTES.values():
-            endpoint.__dict__.pop("_auth_level", None)
         for name in (SERVER_STATE, NATIVE_STATE):
             state._state.pop(name, None)
 
@@ -265,7 +203,7 @@ HTTP_PATCH = Patch(
          "have no status route"),
     upstream="profile routes that forward the whole body and a status route",
     install=_install_routes,
-    # /metrics with rlprof's step series beside SGLang's (issue 46)
+    # /metrics with rlprof's step series beside SGLang's
     wrap={"add_prometheus_middleware": _add_prometheus_middleware},
     optional=("add_prometheus_middleware",),
     install_targets=("app routes /start_profile, /stop_profile (replaced); /profile_status, /profile_file, "

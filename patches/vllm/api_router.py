@@ -27,15 +27,13 @@ except ImportError:  # no HTTP stack in this interpreter: no route is ever insta
     Request = object
 
 from rlprof_plugins._log import logger
-from rlprof_plugins.session.protocol import check_wait
 from rlprof_plugins.errors import UnavailableError
-from rlprof_plugins.config.requests import parse_mark_step, parse_start
+from rlprof_plugins.config.requests import parse_start
 
 from ..base import Patch
 from ..features import HTTP_ROUTES, STEP_WINDOWS
-from ..http_common import (FLIGHT_DUMP_PATH, PIECE_BYTES, PROFILE_PATHS, error_response, file_query, file_response,
-                           flight_answer, flight_folder, json_body, native_validation_error, status_step,
-                           start_status, stop_status, step_answer)
+from ..http_common import PIECE_BYTES, native_validation_error
+from ..profile_routes import PROFILE_PATHS, endpoints, requested_wait
 from . import sessions, weight_reader
 from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
@@ -65,7 +63,7 @@ CONFIG_STATE = "rlprof_profiler_config"
 TOKENS_STATE = "rlprof_api_tokens"
 
 
-# ---- the routes: one named function each ------------------------------------
+# ---- the routes: declared in profile_routes, reaching vLLM through VllmCalls ----
 async def check_key(request: Request) -> None:
     """Every route's dependency: the ``Authorization: Bearer`` key, where the server requires one."""
     tokens = getattr(request.app.state, TOKENS_STATE, ())
@@ -73,24 +71,33 @@ async def check_key(request: Request) -> None:
         raise Unauthorized()
 
 
-async def start_profile(raw_request: Request):
-    from fastapi.responses import JSONResponse
+class VllmCalls:
+    """How rlprof's routes (``profile_routes``) reach vLLM: the API server's engine client, which the
+    ``async_llm`` patch gives its profiling calls."""
 
-    try:
-        body = await json_body(raw_request)
+    async def start(self, raw_request, body: Any) -> dict:
         _validated_as_vllm(body)
         server = request_server(getattr(raw_request.app.state, CONFIG_STATE))
-        if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
-            server = replace(server, weight_version=await weight_reader.read_async(
-                raw_request.app.state.engine_client))
-        request = parse_start({} if body is None else body, server)
         client = raw_request.app.state.engine_client
+        if weight_reader.wanted(server.defaults, body or {}):  # the engine's version, read now
+            server = replace(server, weight_version=await weight_reader.read_async(client))
+        request = parse_start({} if body is None else body, server)
         if not callable(getattr(client, "profile_status", None)):  # what the async_llm patch adds
             raise UnavailableError(STEP_WINDOWS, "the AsyncLLM patch is not applied in the API server")
-        result = await sessions.start(client, request)
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse({"status": start_status(result), **result})
+        return await sessions.start(client, request)
+
+    async def stop(self, raw_request) -> dict:
+        wait = await requested_wait(raw_request)  # vLLM ignores a stop's body; rlprof reads "wait" only
+        return await raw_request.app.state.engine_client.stop_profile(**({} if wait is None else {"wait": wait}))
+
+    async def status(self, raw_request, global_step: int | None) -> dict:
+        return await raw_request.app.state.engine_client.profile_status(global_step)
+
+    async def send(self, raw_request, command: dict) -> list:
+        return await raw_request.app.state.engine_client.engine_core.call_utility_async(UTILITY, command)
+
+    def reader(self, raw_request, global_step: int, rank: str, path: str):
+        return sessions.file_reader(raw_request.app.state.engine_client, global_step, rank, path, PIECE_BYTES)
 
 
 def _validated_as_vllm(body: Any) -> None:
@@ -111,73 +118,13 @@ def _validated_as_vllm(body: Any) -> None:
         raise native_validation_error(e.errors()) from None
 
 
-async def stop_profile(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        body = await json_body(raw_request)  # vLLM ignores a stop's body; rlprof reads "wait" only
-        wait = check_wait(body.get("wait")) if isinstance(body, dict) else None
-        result = await raw_request.app.state.engine_client.stop_profile(**({} if wait is None else {"wait": wait}))
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse({"status": stop_status(result), **result})
-
-
-async def profile_status(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        result = await raw_request.app.state.engine_client.profile_status(status_step(raw_request))
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(result)
-
-
-async def profile_step(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        step = parse_mark_step(await json_body(raw_request))
-        replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
-            UTILITY, {"op": "mark_step", "global_step": step})
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(step_answer(step, replies))
-
-
-async def flight_dump(raw_request: Request):
-    from fastapi.responses import JSONResponse
-
-    try:
-        folder = flight_folder()
-        replies = await raw_request.app.state.engine_client.engine_core.call_utility_async(
-            UTILITY, {"op": "flight_dump", "folder": folder})
-    except Exception as e:
-        return error_response(e)
-    return JSONResponse(flight_answer(folder, replies))
-
-
-async def profile_file(raw_request: Request):
-    try:
-        step, rank, path = file_query(raw_request)
-        return await file_response(sessions.file_reader(raw_request.app.state.engine_client, step, rank, path,
-                                                        PIECE_BYTES))
-    except Exception as e:
-        return error_response(e)
-
-
-ROUTES = (("POST", "/start_profile", start_profile), ("POST", "/stop_profile", stop_profile),
-          ("GET", "/profile_status", profile_status), ("POST", "/profile_step", profile_step),
-          ("GET", "/profile_file", profile_file), ("POST", FLIGHT_DUMP_PATH, flight_dump))
-
-
 def build_router():
-    """The routes above, each behind ``check_key``."""
+    """rlprof's routes (``profile_routes``), each behind ``check_key``."""
     from fastapi import APIRouter, Depends
 
     router = APIRouter(dependencies=[Depends(check_key)])
-    for method, path, endpoint in ROUTES:
-        router.add_api_route(path, endpoint, methods=[method])
+    for route, endpoint in endpoints(VllmCalls()):
+        router.add_api_route(route.path, endpoint, methods=[route.method], name=route.name)
     return router
 
 

@@ -90,7 +90,7 @@ ENGINE_CORE_PATCH = Patch(
         "weight version a trainer sets (step metrics follow it)",
     upstream="a profile utility taking a request object",
     add={"EngineCore." + UTILITY: rlprof_control},
-    # the weight version, kept here from 0.32, moves the workers' step metrics (issue 46)
+    # the weight version, kept here from 0.32, moves the workers' step metrics
     wrap={"EngineCore.set_weight_version": _set_weight_version},
     optional=("EngineCore.set_weight_version",),
     relies_on={

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._log import warn_once
-from ..store.layout import Placement, write_text_atomic
+from ..store.layout import Placement
+from ..atomic_files import write_text_atomic
 from ..stages import ITERATION_PREFIX
 from . import ExportedFile
 from .kind import BackendKind

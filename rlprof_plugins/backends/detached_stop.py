@@ -2,16 +2,15 @@
 thread of its own without the GIL.
 
 torch's ``_disable_profiler()`` does two things in one call: it takes the session off the thread and removes its
-callbacks (cheap), then post-processes every recorded operator into the trace (3-5 us an operator: 100 ms and
-more for a burst of SGLang's CPU decode iterations, docs/performance.md). Its Python binding holds the GIL
-throughout, on the thread that recorded, so the engine thread paid all of it. The shim (``torch_shim``) splits
+callbacks (cheap), then post-processes every recorded operator into the trace (microseconds an operator, so a
+pause the engine feels after a busy stretch: docs/performance.md). Its Python binding holds the GIL throughout,
+on the thread that recorded, so the engine thread would pay all of it. The shim (``torch_shim``) splits
 the two halves through torch's own C++ API, each call catching what torch throws:
 
 - on the engine thread, where torch's Python stop calls ``_disable_profiler()``, ``DetachedStop.detach`` takes
   the session off the thread and removes its callbacks instead. The session records thread-locally (torch's
   default, as the engines' native profilers record), so the engine thread is the only one running its callbacks:
-  once ``detach`` returns, none is running and none will (the old design recorded all threads and waited 5 ms
-  for callbacks in flight elsewhere, guessing);
+  once ``detach`` returns, none is running and none will;
 - on a thread of its own, ``DetachedStop`` waits until nothing else owns the session (a task that inherited the
   engine thread's state while it recorded holds it until it ends: counted, not guessed), then torch's own
   ``disableProfiler`` post-processes it there;
@@ -204,7 +203,7 @@ class DetachedStop:
                 writer.join()
             if failed:
                 raise failed[0]
-            if not _whole(path):
+            if not _written_whole(path):
                 raise torch_shim.ShimError(f"torch's trace writer left no whole trace at {path} (a full disk, a "
                                            "folder it may not write)")
 
@@ -223,7 +222,7 @@ class DetachedStop:
     abandon = release  # a failed session's recording is freed, never kept in the process
 
 
-def _whole(path: Path) -> bool:
+def _written_whole(path: Path) -> bool:
     """Whether Kineto's writer left a whole trace at ``path``: it logs a file it cannot open or write, and still
     renames what it wrote into place, so a full disk leaves a cut one. A whole one ends with its ``traceName``."""
     try:
@@ -241,8 +240,8 @@ _TRIM: list[Any] = []
 
 def return_freed_memory() -> None:
     """glibc keeps what a recording freed in its arenas: give it back to the system (without the GIL), so the
-    engine's resident size after a chunk is what it was before (measured: 427 -> 370 MB after six chunks of 24,000
-    operators; the peak is the same)."""
+    engine's resident size after a chunk is what it was before, not what the chunk's post-processing left
+    behind (docs/performance.md)."""
     import ctypes
 
     if not _TRIM:

@@ -1,8 +1,8 @@
 """Kineto's trace writer run in a forked child, so the engine keeps its GIL.
 
 ``export_chrome_trace`` is Kineto's C++ writer, but it holds the GIL for the
-whole write (measured: a 45 MB stacks trace, 0.48 s during which a Python
-thread beside it did not run once; docs/performance.md). Run on rlprof's
+whole write: no other Python thread of the process runs meanwhile
+(docs/performance.md). Run on rlprof's
 exporter thread, that stalls the engine thread of the same process for as
 long: after a chunked session's stop, once per chunk. The recorded events
 live only in this process's memory, so a child made with ``fork`` (a
@@ -26,7 +26,7 @@ from typing import Any
 from .._log import logger
 
 CHILD_TIMEOUT_S = 600.0
-CHILD_NICENESS = 10  # the writer yields the CPU to the engine (on 2 cores it inflated the next chunk's stop)
+CHILD_NICENESS = 10  # the writer yields the CPU to the engine (on a small host it would slow the next chunk's stop)
 IN_PROCESS_ENV = "RLPROF_EXPORT_IN_PROCESS"  # "1": never fork (e.g. where a fork is known to misbehave)
 
 

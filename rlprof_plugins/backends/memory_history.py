@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import OptionsError
-from ..store.layout import atomic_target, publish
+from ..atomic_files import atomic_target, publish
 from . import ExportedFile
 
 STACKS = ("python", "all")  # the allocator's traceback choices; "all" adds C++ frames (slow to dump)

@@ -1,7 +1,8 @@
 """The torch shim's canary, in a process of its own: the production stop (``detached_stop``) through a freshly
 built shim (``torch_shim``) on a real session, operators on another thread throughout, the trace written, read
-back and freed. ``torch_shim.canary`` runs it as ``python -m rlprof_plugins.backends.shim_canary LIBRARY`` and
-reads its one ``CANARY {json}`` line; an abort here ends this child, never an engine.
+back and freed. ``torch_shim.canary`` runs it as ``python -m rlprof_plugins.backends.shim_canary LIBRARY RESULT``
+and reads the JSON object it writes to the file ``RESULT`` (``ok``, ``detail``); an abort here ends this child,
+never an engine.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from . import detached_stop
 from .torch_shim import Shim
 
 
-def canary_child(library: str) -> int:
+def canary_child(library: str, result: str) -> int:
     """The canary's own process: the production stop (``detached_stop``) through ``library`` on a real session,
-    with operators on another thread throughout; prints ``CANARY {json}``."""
+    with operators on another thread throughout; what it found goes to the file ``result`` as JSON."""
     import torch
 
     shim = Shim(Path(library))
@@ -45,7 +46,7 @@ def canary_child(library: str) -> int:
     busy.set()
     neighbour.join()
     if not stopped.detached:
-        print("CANARY " + json.dumps({"ok": False, "detail": f"the stop did not detach: {stopped.error}"}))
+        Path(result).write_text(json.dumps({"ok": False, "detail": f"the stop did not detach: {stopped.error}"}))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "canary.pt.trace.json"
@@ -55,10 +56,10 @@ def canary_child(library: str) -> int:
     iterations = sum(1 for e in events if str(e.get("name", "")).startswith("rlprof::iteration"))
     live = shim.live()
     ok = iterations == 20 and live == {"results": 0, "detached": 0}
-    print("CANARY " + json.dumps({"ok": ok, "detail": f"{iterations} of 20 iterations read back, {live} alive",
-                                  "torch": str(torch.__version__)}))
+    Path(result).write_text(json.dumps({"ok": ok, "detail": f"{iterations} of 20 iterations read back, {live} alive",
+                                        "torch": str(torch.__version__)}))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(canary_child(sys.argv[1]) if len(sys.argv) == 2 else 2)
+    sys.exit(canary_child(sys.argv[1], sys.argv[2]) if len(sys.argv) == 3 else 2)

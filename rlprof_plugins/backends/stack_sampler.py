@@ -1,8 +1,8 @@
 """Sampled Python stacks: the engine thread's stack read at a set rate, kept as nested spans.
 
 torch's ``with_stack`` records an event at every Python call and return of every thread (its
-Python tracer): exact, and on rollout engines 1.5x (vLLM) to 2.2x (SGLang) slower serving,
-with stops of 140 ms (docs/performance.md, "Python stacks"). Sampling reads one thread's
+Python tracer): exact, and it slows serving severalfold and lengthens every stop
+(docs/performance.md, "Python stacks"). Sampling reads one thread's
 stack ``sample_hz`` times a second instead, so what the engine pays grows with the rate, not
 with how many calls it makes.
 
@@ -20,9 +20,8 @@ Two ways, measured against each other (``benchmarks/bench_stack_sampling.py``, d
   and given back at the stop only while still its own.
 - ``thread``: a sampler thread reads the engine thread's frames (``sys._current_frames``).
   It runs anywhere, but must take the GIL first: it gets it when the engine releases it (a
-  torch operator, I/O) or after ``sys.getswitchinterval()`` (5 ms), so samples gather at the
-  engine's GIL releases (measured: on a spin that calls the clock in a tight loop, shares 4-6 points
-  off at 200 Hz, the signal timer's within 1.5).
+  torch operator, I/O) or after ``sys.getswitchinterval()``, so samples gather at the engine's GIL
+  releases: its shares are further from the truth than the signal timer's (``benchmarks/bench_stack_sampling.py``).
 
 Neither needs ptrace rights (an out-of-process reader such as py-spy needs ``CAP_SYS_PTRACE``
 and a binary) nor a particular CPython version. Each wait is the interval times a random

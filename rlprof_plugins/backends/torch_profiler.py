@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .._log import logger, warn_once
-from ..store.layout import Placement, atomic_target, publish, write_text_atomic
+from ..store.layout import Placement
+from ..atomic_files import atomic_target, publish, write_text_atomic
 from ..trace.format.naming import trace_file
 from ..trace.format.pauses import Pause, with_pauses
 from ..trace.format.sampler_account import SAMPLER_KEY
@@ -53,8 +54,7 @@ class TorchSettings:
     with_modules: bool = False
     use_gzip: bool = True
     # torch's operator table (profiler_out.txt). Building it parses every event
-    # in Python while holding the GIL (8 s in 640 ms chunks for a 50 MB trace,
-    # measured), so it is opt-in.
+    # in Python while holding the GIL, seconds for a large trace, so it is opt-in.
     write_table: bool = False
     table_sort_key: str = "self_cpu_time_total"
     extra_metadata: dict = field(default_factory=dict)
@@ -176,8 +176,8 @@ def trace_only_config(torch: Any) -> Any:
 
     torch's stop then makes no event objects beside the trace (they serve ``events()`` and
     ``key_averages()``, which rlprof calls only for the operator table): the stop, paid on the engine
-    thread, costs 12-22% less per recorded operator (measured: 3.2-3.3 against 3.6-4.2 us), and the trace
-    holds the same events, names and args (docs/performance.md, "Python stacks"). torch refuses it with
+    thread, costs less per recorded operator, and the trace holds the same events, names and args
+    (docs/performance.md, "Python stacks"). torch refuses it with
     its exact stacks (``with_stack``: their events are made from those objects), and so does rlprof."""
     if not _TRACE_ONLY:
         try:
@@ -234,7 +234,7 @@ class TorchProfilerBackend:
         s = self.settings
         # no event objects made at the stop where nothing reads them (``trace_only_config``), and the
         # stop itself off the engine thread where it can be (``detached_stop``)
-        lean, self._detachable = self._experimental_config()
+        trace_only, self._detachable = self._experimental_config()
         detached_stop.wait_in_flight()  # torch's profiler is one a process: an ended one finishes first
         self._prof = self._torch.profiler.profile(
             activities=self._activities,
@@ -243,7 +243,7 @@ class TorchProfilerBackend:
             with_stack=s.with_stack,
             with_flops=s.with_flops,
             with_modules=s.with_modules,
-            **({} if lean is None else {"experimental_config": lean}),
+            **({} if trace_only is None else {"experimental_config": trace_only}),
         )
         self._prof.start()
         if self._detachable:
@@ -304,9 +304,8 @@ class TorchProfilerBackend:
 
     def stop_in_place(self) -> None:
         """Stop with torch's own stop on this thread, detachable or not: what a chunk's rotation does, since
-        the next chunk must wait for all of it (torch's profiler is one a process), and a thread of its
-        own below the engine, beside the engine's other processes, took up to twice as long (measured on
-        vLLM's streams: 348 ms for 74 iterations)."""
+        the next chunk must wait for all of it (torch allows one profiler a process), and on a thread of
+        its own, competing with the engine for the CPU, the same stop takes longer (docs/performance.md)."""
         assert self._prof is not None, "stop() before start()"
         self._stop_sampler()
         self._ended_elsewhere()
@@ -342,8 +341,8 @@ class TorchProfilerBackend:
     def _release_written(self) -> None:
         """torch keeps a stopped session's recording on its profiler object for as long as that object lives,
         and the process's heap keeps what it frees: once written (and where no operator table still reads it),
-        it is dropped and the freed memory given back. Measured: an API server recording exact stacks grew
-        about 4 MB a global step over 40 steps without this."""
+        it is dropped and the freed memory given back: without this, a server recording step after step
+        grows by each step's recording."""
         if self.settings.write_table or self._prof is None:
             return
         inner = getattr(self._prof, "profiler", None)

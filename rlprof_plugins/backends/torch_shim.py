@@ -146,12 +146,13 @@ def canary(torch: Any, attempt: int = 1) -> dict[str, Any]:
     library = folder / "torch_shim.so"
     if not library.is_file():
         return {"ok": False, "detail": f"no shim built at {library}"}
+    answer = folder / f".canary-answer.{os.getpid()}.json"  # the child writes what it found here
+    answer.unlink(missing_ok=True)
     try:
-        run = subprocess.run([sys.executable, "-m", "rlprof_plugins.backends.shim_canary", str(library)],
+        run = subprocess.run([sys.executable, "-m", "rlprof_plugins.backends.shim_canary", str(library), str(answer)],
                              capture_output=True, text=True, timeout=CANARY_TIMEOUT_S)
-        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("CANARY ")]
-        if run.returncode == 0 and lines:
-            result = json.loads(lines[-1][len("CANARY "):])
+        if run.returncode == 0 and answer.is_file():
+            result = json.loads(answer.read_text())
         else:
             result = {"ok": False, "detail": f"the canary exited {run.returncode}: "
                                              f"{(run.stderr or run.stdout).strip()[-800:]}"}
@@ -160,6 +161,8 @@ def canary(torch: Any, attempt: int = 1) -> dict[str, Any]:
                                          f"{CANARY_ATTEMPTS}): {e}", "timed_out": True}
     except (OSError, ValueError) as e:
         result = {"ok": False, "detail": f"the canary did not finish: {type(e).__name__}: {e}"}
+    finally:
+        answer.unlink(missing_ok=True)
     result["attempts"] = attempt
     result["library"] = str(library)
     tmp = folder / f".canary.{os.getpid()}.json"

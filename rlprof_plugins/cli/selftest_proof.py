@@ -91,7 +91,7 @@ def _memory_viz(test: Any, folder: Path) -> None:
 
 
 def _merged(test: Any, folder: Path) -> None:
-    from ..trace.rewrite.merge import merge_folder
+    from ..store.step_files import merge_folder
 
     try:
         outputs = [Path(p) for p in merge_folder(folder)]

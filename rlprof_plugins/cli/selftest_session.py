@@ -188,7 +188,7 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 def _summary_and_report(test: Any, folder: Path) -> None:
     from ..report.build import build, write_page
-    from ..trace.analysis.summary import summarise
+    from ..report.summary import summarise
 
     try:
         summary = summarise(folder)

@@ -36,7 +36,8 @@ def _merge_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_merge(args) -> int:
     from ..trace.rewrite.merge import merge
     from ..trace.format.naming import rank_label
-    from ..trace.format.sources import MergeGroup, RankFile, missing_line, plan
+    from ..store.step_files import plan
+    from ..trace.format.rank_files import MergeGroup, RankFile, missing_line
 
     paths = [Path(p) for p in args.paths]
     for p in paths:
@@ -82,7 +83,7 @@ def cmd_merge(args) -> int:
 
 def _warn_missing(lines: list[str]) -> None:
     """Never drop a rank silently: the ranks each step has and its folder lacks, one line a step and stage
-    (``sources.missing_line``: two ranks of a 128-rank job make one line, not 126)."""
+    (``rank_files.missing_line``: two ranks of a 128-rank job make one line, not 126)."""
     for line in lines:
         print(f"rlprof: warning: {line} (`rlprof collect` gathers a step spanning nodes)", file=sys.stderr)
 
@@ -136,7 +137,7 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_summary(args) -> int:
-    from ..trace.analysis.summary import render_table, summarise
+    from ..report.summary import render_table, summarise
 
     root = Path(args.dir)
     if args.ray is None:

@@ -4,7 +4,8 @@ on every rank, and the last minute of them kept to write when one went wrong.
 One room, from the engine thread to ``/metrics`` and the report:
 ``record`` (the step record and a rank's running totals: one typed
 definition, one encoder, one decoder), ``timer`` (the engine thread's
-aggregates: two clock reads and a few additions an iteration), ``recorder``
+aggregates: two clock reads and a few additions an iteration), ``tail`` (a
+rollout step's long tail and how full the engine ran), ``recorder``
 (a rank's timer and log, following the RL step: a weight version, a start, a
 mark; guarded), ``engine_hook`` (the one hook of the same shape each engine's
 patch module wires it with), ``log`` (one JSON line per finished step per

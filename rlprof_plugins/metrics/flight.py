@@ -15,7 +15,7 @@ scheduler: every rank) keeps, under ``flight_recorder``, a ring of the last
   to give back, so nothing it does can end the process).
 
 No profiler runs for it. On the engine thread it costs a clock read, one
-tuple appended and a comparison per iteration (docs/performance.md, "Flight
+record appended and a comparison per iteration (docs/performance.md, "Flight
 recorder"); its memory is the ring, capped at ``max_mb``.
 
 It writes what it kept (``flight_dump``) when, against the engine's own
@@ -62,8 +62,8 @@ SLOW_ITERATION, STALL, SLOW_STEP, REQUESTED = "slow_iteration", "stall", "slow_s
 REASONS = (SLOW_ITERATION, STALL, SLOW_STEP, REQUESTED)
 FLIGHT_DUMP_PATH = "/rlprof/flight_dump"  # the route a dump is asked for by, on both engines
 STAGE_NAMES = ("all", PREFILL, DECODE)  # an iteration's stage code in the ring: 0 unknown, 1 prefill, 2 decode
-ENTRY_BYTES = 256  # an iteration in the ring: a tuple of eight numbers, 216 bytes measured (docs/performance.md)
-SAMPLE_SHARE = 16  # of ``max_mb``, a sixteenth is left to the stack samples and the pauses (under 1 MB at defaults)
+ENTRY_BYTES = 256  # an iteration in the ring, its eight numbers included, rounded up (docs/performance.md)
+SAMPLE_SHARE = 16  # of ``max_mb``, a sixteenth is left to the stack samples and the pauses
 MIN_BASELINE = 8  # iterations of a stage before its fit is trusted
 BASELINE_SIZE = 64  # the rolling fit's window, per stage
 MIN_STEPS = 3  # finished steps before a step's median is trusted
@@ -90,6 +90,27 @@ class Anomaly(NamedTuple):
         if not self.duration_ms or not self.baseline_ms:
             return None
         return round(self.duration_ms / self.baseline_ms, 2)
+
+
+class RingIteration(NamedTuple):
+    """One iteration as the ring keeps it."""
+
+    number: int  # the recorder's count of this process's iterations
+    start_ns: int  # wall clock
+    end_ns: int
+    prefill: int  # tokens prefilled (-1: the engine did not say)
+    decode: int  # tokens decoded
+    batch: int  # requests in the batch
+    waiting: int  # requests the engine held back (-1: the engine does not say)
+    profiled: bool  # a profiling session recorded it
+
+
+class StackSample(NamedTuple):
+    """The engine thread's stack at one moment."""
+
+    at_ns: int  # wall clock
+    codes: tuple  # the frames' code objects, outermost first
+    iteration: int | None  # the iteration open then (None: between iterations)
 
 
 class WorkFit:
@@ -163,20 +184,18 @@ class FlightRecorder:
         self.after_ns = int(settings["after_seconds"] * 1e9)
         self.min_interval_ns = int(settings["min_interval_seconds"] * 1e9)
         self.warmup = int(settings["warmup_iterations"])
-        self.rewarm = max(2, self.warmup // 10)
+        # iterations left out after a weight sync or a profiling session (the engine settling)
+        self.settle = max(2, self.warmup // 10)
         cap = max(1000, int(settings["max_mb"]) * (1 << 20) * (SAMPLE_SHARE - 1) // SAMPLE_SHARE // ENTRY_BYTES)
-        # the ring: (number, start ns, end ns, prefill tokens (-1: the engine did not say), decode tokens,
-        # batch, requests waiting (-1: the engine does not say), recorded by a profiling session)
-        self.iterations: collections.deque = collections.deque(maxlen=cap)
+        self.iterations: collections.deque[RingIteration] = collections.deque(maxlen=cap)
         self.pauses: collections.deque = collections.deque(maxlen=1000)
         hz = int(settings["sample_hz"])
         self.interval = 1.0 / hz
-        # the stack samples: (wall ns, the frames' code objects outermost first, the iteration then)
-        self.samples: collections.deque = collections.deque(maxlen=max(10, int(hz * self.seconds * 1.5)))
+        self.samples: collections.deque[StackSample] = collections.deque(maxlen=max(10, int(hz * self.seconds * 1.5)))
         self.count = 0  # iterations this process ran (the ring's numbering)
         self.step: int | None = None
         self.profiling = False  # a session records the iterations now (set by the engine's patch)
-        self._quiet = self.warmup
+        self._unjudged = self.warmup  # iterations still to pass before any triggers (warm-up, settling)
         self._step_profiled = False  # a session recorded an iteration of the open step
         self._open = 0  # the open iteration's start (0: none)
         self._last_end = 0
@@ -203,7 +222,7 @@ class FlightRecorder:
         if self.target is None:
             self.target, self.native_tid = threading.get_ident(), threading.get_native_id()
         last = self._last_end
-        if last and not self._idle and now - last > self.stall_ns and not self._quiet:
+        if last and not self._idle and now - last > self.stall_ns and not self._unjudged:
             self._trigger(Anomaly(STALL, None, self.count, self.step, (now - last) / 1e6, self.stall_ns / 1e6,
                                   last, now))
         self._idle = False
@@ -225,16 +244,17 @@ class FlightRecorder:
             code = 1 if prefill > 0 else 2
         self.count += 1
         iterations = self.iterations
-        iterations.append((self.count, started, now, prefill, decode, batch, self._waiting, self.profiling))
+        iterations.append(RingIteration(self.count, started, now, prefill, decode, batch, self._waiting,
+                                        self.profiling))
         oldest = now - self.window_ns
-        while iterations[0][2] < oldest:
+        while iterations[0].end_ns < oldest:
             iterations.popleft()
         if self.profiling:
-            self._quiet = max(self._quiet, self.rewarm)  # the first iterations after a session neither
+            self._unjudged = max(self._unjudged, self.settle)  # the first iterations after a session neither
             self._step_profiled = True
             return
-        if self._quiet:
-            self._quiet -= 1
+        if self._unjudged:
+            self._unjudged -= 1
             return
         work = prefill + decode if prefill >= 0 else batch  # tokens where the engine says them, else requests
         fit = self._fits.get(code)
@@ -255,7 +275,7 @@ class FlightRecorder:
     # ---- where the step moves, pauses (the engine thread, rarely) ------------------------
     def step_changed(self, step: int | None) -> None:
         self.step = step
-        self._quiet = max(self._quiet, self.rewarm)  # the first iterations after a weight sync
+        self._unjudged = max(self._unjudged, self.settle)  # the first iterations after a weight sync
         self._step_profiled = False
 
     def step_finished(self, step: int | None, busy_ms: float, stage_means: dict[str, float]) -> None:
@@ -332,14 +352,14 @@ class FlightRecorder:
             codes.append(frame.f_code)
             frame = frame.f_back
         codes.reverse()
-        self.samples.append((self._clock(), tuple(codes), self.count + 1 if self._open else None))
+        self.samples.append(StackSample(self._clock(), tuple(codes), self.count + 1 if self._open else None))
 
     def _check_hung(self) -> None:
         """An engine stuck past the ring's length (in an iteration, or between two while not idle) is
         written now, marked ongoing: its next iteration may never come."""
         now = self._clock()
         since = self._open or (0 if self._idle else self._last_end)
-        if since and now - since > self.window_ns and self._hung_reported != since and not self._quiet:
+        if since and now - since > self.window_ns and self._hung_reported != since and not self._unjudged:
             self._hung_reported = since
             self._trigger(Anomaly(STALL, None, self.count, self.step, (now - since) / 1e6, self.stall_ns / 1e6,
                                   since, now, ongoing=True))
@@ -364,10 +384,10 @@ class FlightRecorder:
         """What the ring holds from ``seconds`` before the event's end to now (the event's start
         at the latest, for a step longer than the ring)."""
         start = min(anomaly.start_ns, anomaly.end_ns - self.window_ns)
-        iterations = [i for i in list(self.iterations) if i[2] >= start]
-        samples = [s for s in list(self.samples) if s[0] >= start]
+        iterations = [i for i in list(self.iterations) if i.end_ns >= start]
+        samples = [s for s in list(self.samples) if s.at_ns >= start]
         pauses = [p for p in list(self.pauses) if getattr(p, "end_ns", 0) >= start]
-        start = min([i[1] for i in iterations[:1]] + [s[0] for s in samples[:1]] + [anomaly.start_ns])
+        start = min([i.start_ns for i in iterations[:1]] + [s.at_ns for s in samples[:1]] + [anomaly.start_ns])
         return Window(start, now, iterations, samples, pauses, self._open or None, self.count + 1, self.native_tid)
 
     # ---- life ----------------------------------------------------------------------------
@@ -395,8 +415,8 @@ class Window(NamedTuple):
 
     start_ns: int
     end_ns: int
-    iterations: list  # the ring's tuples, oldest first
-    samples: list  # (wall ns, code objects, iteration)
+    iterations: list[RingIteration]  # oldest first
+    samples: list[StackSample]
     pauses: list  # ``Pause``s
     open_since_ns: int | None  # an iteration still open when written (a stall inside one)
     open_index: int  # its number

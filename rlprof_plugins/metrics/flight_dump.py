@@ -53,7 +53,8 @@ from .._log import logger
 from ..backends.stack_sampler import frame_name
 from ..stages import ITERATION_PREFIX, IterationInfo, iteration_annotation
 from ..store import servers
-from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX, step_folders, write_text_atomic
+from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX, step_folders
+from ..atomic_files import write_text_atomic
 from ..trace.analysis.python_stacks import SAMPLE_CAT
 from .flight import REQUESTED, Anomaly, Window
 

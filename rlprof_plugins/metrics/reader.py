@@ -76,7 +76,9 @@ def quantile_ms(counts: list[int], q: float, largest: float) -> float | None:
 
 def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
     """``{"stages": {stage: numbers}, "iterations", "iteration_ms_total", "mean_ms", "slowest_rank", "imbalance",
-    "straggler", "ranks", "idle_ms", "started_at", "ended_at"}`` of one measured step: its slowest rank's."""
+    "straggler", "ranks", "idle_ms", "started_at", "ended_at", "rollout"}`` of one measured step: its slowest
+    rank's; ``rollout`` holds each rank's tail (``tail.TailRecord``, with ``tail_share``) where its engine said
+    its batches."""
     busy = {rank: r.busy_ms for rank, r in ranks.items()}
     slow = max(sorted(busy), key=lambda rank: busy[rank]) if busy else None
     stages: dict[str, dict[str, Any]] = {}
@@ -107,7 +109,9 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             "straggler": {"rank": slow, "share_pct": None, "by": "busy time"} if slow and len(busy) > 1 else None,
             "ranks": sorted(ranks), "idle_ms": max((r.idle_ms for r in ranks.values()), default=0.0),
             "started_at": min(r.started_at for r in ranks.values()),
-            "ended_at": max(r.ended_at for r in ranks.values())}
+            "ended_at": max(r.ended_at for r in ranks.values()),
+            "rollout": {rank: {**r.tail.to_json(), "tail_share": round(r.tail.tail_share, 4)}
+                        for rank, r in sorted(ranks.items()) if r.tail is not None}}
 
 
 # ---- read again after one more step: only what was appended ------------------------
@@ -130,7 +134,7 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
 
     Each rank's log lists its steps in order, so the logs are read side by side, a block at a time,
     and a step's numbers are made as soon as every log has passed it: what is held is a step's records,
-    not every step's (a thousand steps of 8 ranks took 26 MB read whole). A log whose steps go back
+    not every step's, however long the run. A log whose steps go back
     (a hand-edited or merged file) is read whole instead, with the same numbers."""
     folder = step_folder(root)
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:

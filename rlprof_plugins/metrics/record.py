@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .tail import TailRecord
+
 # upper bounds (ms) of the iteration-time buckets of every record (``counts``); the last is +inf.
 BUCKETS_MS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0,
               float("inf"))
@@ -89,7 +91,8 @@ class StepRecord:
     ``global_step`` is None for iterations that ran before any step was named;
     ``step_source`` says where the step came from (``request``,
     ``weight_version``, ``mark_step``, ``verl weights version``); ``started_at``/``ended_at`` are wall
-    seconds; ``busy_ms`` is the time inside iterations, ``idle_ms`` between them."""
+    seconds; ``busy_ms`` is the time inside iterations, ``idle_ms`` between them; ``tail`` is how full the
+    engine ran and the step's long tail (``tail.TailRecord``; None where the engine did not say its batches)."""
 
     global_step: int | None
     step_source: str | None
@@ -100,12 +103,16 @@ class StepRecord:
     busy_ms: float
     idle_ms: float
     stages: dict[str, StageRecord]
+    tail: TailRecord | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"global_step": self.global_step, "step_source": self.step_source, "rank": self.rank,
-                "started_at": self.started_at, "ended_at": self.ended_at, "iterations": self.iterations,
-                "busy_ms": self.busy_ms, "idle_ms": self.idle_ms,
-                "stages": {stage: t.to_json() for stage, t in self.stages.items()}}
+        out = {"global_step": self.global_step, "step_source": self.step_source, "rank": self.rank,
+               "started_at": self.started_at, "ended_at": self.ended_at, "iterations": self.iterations,
+               "busy_ms": self.busy_ms, "idle_ms": self.idle_ms,
+               "stages": {stage: t.to_json() for stage, t in self.stages.items()}}
+        if self.tail is not None:
+            out["tail"] = self.tail.to_json()
+        return out
 
     def encode(self) -> str:
         """The record as one JSON line (with its newline)."""
@@ -125,7 +132,8 @@ class StepRecord:
                    started_at=_number(data, "started_at"), ended_at=_number(data, "ended_at"),
                    iterations=_number(data, "iterations", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"),
-                   stages={str(stage): StageRecord.from_json(t) for stage, t in stages.items()})
+                   stages={str(stage): StageRecord.from_json(t) for stage, t in stages.items()},
+                   tail=TailRecord.from_json(data.get("tail")))
 
     @classmethod
     def decode(cls, line: str) -> "StepRecord":
@@ -149,7 +157,8 @@ class StepRecord:
                           ended_at=max(self.ended_at, other.ended_at),
                           iterations=self.iterations + other.iterations,
                           busy_ms=round(self.busy_ms + other.busy_ms, 3),
-                          idle_ms=round(self.idle_ms + other.idle_ms, 3), stages=stages)
+                          idle_ms=round(self.idle_ms + other.idle_ms, 3), stages=stages,
+                          tail=other.tail or self.tail)  # the part the step ended in holds its tail
 
 
 @dataclass
@@ -165,6 +174,8 @@ class RankTotals:
     idle_ms: float = 0.0
     stages: dict[str, StageRecord] = field(default_factory=dict)
     last_busy_ms: float = 0.0  # the newest finished step's time inside iterations (a fleet's slowest replica)
+    last_tail_ms: float | None = None  # the newest finished step's tail (``tail``), where the engine said its batches
+    last_tail_share: float | None = None  # ... and its share of the step's span
     anomalies: dict[str, int] = field(default_factory=dict)  # the flight recorder's dumps, "reason/stage": count
     dropped_dumps: dict[str, int] = field(default_factory=dict)  # dumps dropped for want of room, by reason
 
@@ -178,6 +189,8 @@ class RankTotals:
     def add(self, record: StepRecord) -> None:
         self.steps += 1
         self.last_busy_ms = record.busy_ms
+        if record.tail is not None:
+            self.last_tail_ms, self.last_tail_share = record.tail.tail_ms, round(record.tail.tail_share, 4)
         if record.global_step is not None:
             self.last_step = record.global_step
         self.busy_ms += record.busy_ms
@@ -188,7 +201,8 @@ class RankTotals:
     def encode(self) -> str:
         return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
                            "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
-                           "last_busy_ms": round(self.last_busy_ms, 3), "anomalies": self.anomalies,
+                           "last_busy_ms": round(self.last_busy_ms, 3), "last_tail_ms": self.last_tail_ms,
+                           "last_tail_share": self.last_tail_share, "anomalies": self.anomalies,
                            "dropped_dumps": self.dropped_dumps,
                            "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
 
@@ -205,8 +219,15 @@ class RankTotals:
                    last_step=last if isinstance(last, int) and not isinstance(last, bool) else None,
                    steps=_number(data, "steps", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"), last_busy_ms=_number(data, "last_busy_ms"),
+                   last_tail_ms=_optional(data, "last_tail_ms"), last_tail_share=_optional(data, "last_tail_share"),
                    stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()},
                    anomalies=_counts(data.get("anomalies")), dropped_dumps=_counts(data.get("dropped_dumps")))
+
+
+def _optional(data: dict, key: str) -> float | None:
+    """A number a state file may lack (an older file, a step whose engine did not say its batches)."""
+    value = data.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _counts(value: Any) -> dict[str, int]:

@@ -17,6 +17,9 @@ waits on one. The series (no label grows with the step number):
 - ``rlprof_last_step_busy_seconds{rank}``: the newest finished step's time
   inside iterations (across a fleet's servers, the largest is the replica
   the step waited for);
+- ``rlprof_rollout_tail_seconds{rank}`` and ``rlprof_rollout_tail_ratio{rank}``: the newest
+  finished step's long tail (``tail``: the time after the running batch fell below half of its
+  peak for good), and its share of the step's span;
 - ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
   (``flight``), by what triggered them;
 - ``rlprof_anomalies_dropped_total{reason,rank}``: its dumps dropped because
@@ -68,6 +71,10 @@ class StepSeries:
         idle = CounterMetricFamily("rlprof_idle_seconds", "Time between engine iterations", labels=["rank"])
         last = GaugeMetricFamily("rlprof_last_step_busy_seconds", "The newest finished RL step's time inside "
                                  "engine iterations (rlprof_global_step names the step)", labels=["rank"])
+        tail = GaugeMetricFamily("rlprof_rollout_tail_seconds", "The newest finished RL step's long tail: the time "
+                                 "after its running batch fell below half of its peak for good", labels=["rank"])
+        tail_ratio = GaugeMetricFamily("rlprof_rollout_tail_ratio", "The newest finished RL step's long tail, as a "
+                                       "share of the step's span (0 to 1)", labels=["rank"])
         anomalies = CounterMetricFamily("rlprof_anomalies", "Flight recorder dumps written, by what triggered them "
                                         "(slow_iteration, stall, slow_step, requested)",
                                         labels=["reason", "stage", "rank"])
@@ -89,6 +96,9 @@ class StepSeries:
             idle.add_metric([rank], state.idle_ms / 1000.0)
             if state.steps:
                 last.add_metric([rank], state.last_busy_ms / 1000.0)
+            if state.last_tail_ms is not None:
+                tail.add_metric([rank], state.last_tail_ms / 1000.0)
+                tail_ratio.add_metric([rank], state.last_tail_share or 0.0)
             for stage, t in sorted(state.stages.items()):
                 cumulative, seen = [], 0
                 for bound, count in zip(BUCKETS_MS, t.counts):
@@ -97,7 +107,7 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
-        yield from (step, current, times, tokens, steps, busy, idle, last, anomalies, dropped)
+        yield from (step, current, times, tokens, steps, busy, idle, last, tail, tail_ratio, anomalies, dropped)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

@@ -1,4 +1,4 @@
-"""Always-on step metrics: every engine iteration timed into the open RL step's aggregates (issue 46).
+"""Always-on step metrics: every engine iteration timed into the open RL step's aggregates.
 
 Tracing every step costs too much; timing every iteration does not: two
 clock reads and a few additions on the engine thread, no allocation, no I/O.
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..stages import DECODE, PREFILL, IterationInfo
 from .record import BUCKETS_MS, StageRecord, StepRecord
+from .tail import StepTail
 
 _BOUNDS_NS = tuple(b * 1e6 for b in BUCKETS_MS[:-1])
 UNKNOWN = "all"  # an iteration whose stage the engine did not say
@@ -57,6 +58,7 @@ class StepMetrics:
 
     def _reset(self) -> None:
         self._stages: dict[str, StageTimes] = {}
+        self._tail = StepTail()  # how full the engine ran, and the step's long tail
         self._busy_ns = self._idle_ns = 0
         self._started: int | None = None
         self._last_end: int | None = None
@@ -95,6 +97,8 @@ class StepMetrics:
         times.prefill_tokens += prefill
         times.decode_tokens += decode
         times.batch += batch
+        if info is not None:
+            self._tail.add(started, now, batch, prefill + decode)
 
     def set_step(self, step: int | None, source: str) -> None:
         """The RL step from now on; the one before is finished (if it ran any iteration)."""
@@ -113,6 +117,7 @@ class StepMetrics:
                             started_at=round(self._first_wall or self._wall(), 3), ended_at=round(self._wall(), 3),
                             iterations=sum(t.iterations for t in self._stages.values()),
                             busy_ms=round(self._busy_ns / 1e6, 3), idle_ms=round(self._idle_ns / 1e6, 3),
-                            stages={stage: t.record() for stage, t in sorted(self._stages.items())})
+                            stages={stage: t.record() for stage, t in sorted(self._stages.items())},
+                            tail=self._tail.record())
         self._reset()
         self._sink(record)

@@ -8,7 +8,8 @@ summary``: ``trace.analysis.trace_stats``, ``trace.analysis.step_numbers``), ``m
 ``metrics.reader``), ``ranks`` (each rank's time, the files), ``memory`` (each
 rank's memory snapshot), ``cache`` (a step's row kept while its files hold),
 ``compare`` (``--compare``), ``charts`` (inline SVG), ``page`` and
-``step_section`` (the offline page), ``build`` (notes, JSON, CSV).
+``step_section`` (the offline page), ``build`` (notes, JSON, CSV) and
+``summary`` (``rlprof summary``: a root's steps in brief).
 
 May import: `metrics`, `trace`, `store` and the ground.
 """

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..store.layout import write_text_atomic
+from ..atomic_files import write_text_atomic
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
-from ..trace.analysis.summary import step_label
+from .summary import step_label
 from .anomalies import note as anomaly_note
 from .cache import StepCache
 from .compare import compare

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..store.layout import write_text_atomic
+from ..atomic_files import write_text_atomic
 from ..store.manifest import MANIFEST
 from ..trace.format.codec import decode, encode
 

@@ -1,10 +1,9 @@
 """The step report's charts, drawn as inline SVG by Python: no plotting library, no script.
 
-Measured against the libraries a page could embed instead (docs/report.md):
-a chart here costs its own markup only (a few KB; an iteration timeline a
-few bytes per iteration, with at most ``MAX_BARS`` bars a step), where
-plotly.js adds 4.6 MB to every page and even uPlot needs a script that
-draws at load time. SVG opens in every browser, prints, and scales; each
+Against the libraries a page could embed instead (docs/report.md): a chart
+here costs its own markup only (an iteration timeline a few bytes per
+iteration, with at most ``MAX_BARS`` bars a step), where a plotting library
+adds its whole script to every page and draws at load time. SVG opens in every browser, prints, and scales; each
 mark carries a ``<title>`` (the browser's own tooltip).
 """
 

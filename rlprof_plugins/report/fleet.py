@@ -257,8 +257,8 @@ class Ranking:
 def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str,
                   shared: dict[tuple, list[str]], every_number: bool) -> dict[str, Any]:
     """A step's row made from its slowest replica's measured numbers. The page alone (not ``every_number``)
-    shows the row's own numbers, not the measured ones it carries (``measured``: the numbers whole, about
-    2 KB a step), so those are not kept; rows naming the same ranks share one list."""
+    shows the row's own numbers, not the measured ones it carries (``measured``: the numbers whole, larger
+    than the row), so those are not kept; rows naming the same ranks share one list."""
     numbers = measured.numbers_at(place)
     numbers["ranks"] = shared.setdefault(tuple(numbers["ranks"]), numbers["ranks"])
     row = measured_row(step, numbers, root, folder)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from ..metrics.log import step_folder
+from ..metrics.tail import longest_tail
 from ..metrics.reader import measured_incrementally
-from ..store.layout import write_bytes_atomic
+from ..atomic_files import write_bytes_atomic
 from ..trace.format.codec import decode, encode
 from . import brief
 from .cache import StepCache
@@ -175,5 +176,5 @@ def measured_row(global_step: int, numbers: dict[str, Any], root: Path, folder: 
         "iteration_ms_total": numbers["iteration_ms_total"], "mean_ms": numbers["mean_ms"],
         "span_ms": round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3), "profiler_pauses": 0,
         "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [], "stage_operators": {}, "error": None,
-        "memory": {}, "traced": False, "measured": numbers,
+        "memory": {}, "traced": False, "measured": numbers, "tail": longest_tail(numbers.get("rollout")),
     }

@@ -98,7 +98,7 @@ def _across(steps: list[dict[str, Any]], base: Path) -> Iterator[str]:
     engines = {f"{row['engine'] or ''} {row['engine_version'] or ''}".strip() for row in steps} - {""}
     measured = any(row.get("measured") or not row.get("traced", True) for row in steps)
     head = ["step", "state"] + (["trace"] if measured else []) + (["engine"] if len(engines) > 1 else []) + [
-        "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance"]
+        "ranks", "iterations", "mean ms", "vs previous", "straggler", "imbalance", "tail ms", "tail share"]
     tail = ["rlprof pauses", "pause ms", "trace MB", "files"]
     per_stage = ["iters", "share", "mean ms", "p90 ms", "vs previous"]
     header = ("<tr>" + "".join(f"<th rowspan=2>{escape(h)}</th>" for h in head)
@@ -111,7 +111,9 @@ def _across(steps: list[dict[str, Any]], base: Path) -> Iterator[str]:
     yield (f"<h2>Across steps</h2><p class=muted>{one} An iteration's time is its slowest rank's (the engine waits for "
            "every rank); changes are per iteration (of the step, of each stage) against the previous step that "
            "had it, so a longer window does not read as slower. The straggler is the rank slowest in most "
-           "iterations; imbalance is the slowest rank's iteration time over the fastest's. rlprof's own "
+           "iterations; imbalance is the slowest rank's iteration time over the fastest's. The tail is the time "
+           "after the running batch fell below half of its peak for good (a few long responses keeping the engine "
+           "nearly empty), on the rank where it was longest, and its share of the step. rlprof's own "
            "profiler pauses are counted apart, never as engine time.</p>"
            f"<div class=charts>{''.join(panels)}</div>")
     del panels
@@ -146,7 +148,9 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
              cell(row["step_change_pct"], "step_change_pct", pct=True),
              f"<td class='name nw' data-field=straggler data-value='{escape(json.dumps(row['straggler']))}'>"
              + (f"{escape(who['rank'])} ({_share(who)})" if who else "") + "</td>",
-             cell(row["imbalance"], "imbalance", unit="x")]
+             cell(row["imbalance"], "imbalance", unit="x"),
+             cell((row.get("tail") or {}).get("tail_ms"), "tail.tail_ms"),
+             cell((row.get("tail") or {}).get("share_pct"), "tail.share_pct", unit="%")]
     for s in stages:
         n = row["stages"].get(s, {})
         cells += [cell(n.get("iterations"), f"stages.{s}.iterations"),

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import charts, flame
 from .ranks import PERFETTO
-from ..trace.analysis.summary import step_label
+from .summary import step_label
 
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:

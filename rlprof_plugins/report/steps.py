@@ -29,14 +29,16 @@ from ..store import manifest
 from ..store.layout import only_flight
 from ..trace.analysis.device_time import in_ms
 from ..trace.format.gz import file_size
-from ..trace.format.sources import missing_line, plan, trace_files
+from ..store.step_files import plan, trace_files
+from ..trace.format.rank_files import missing_line
 from ..trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
-from ..trace.analysis.summary import step_dirs
+from .summary import step_dirs
 from ..trace.analysis.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
 from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
+from ..metrics.tail import longest_tail
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
 from .anomalies import add_anomalies
@@ -96,6 +98,7 @@ class StepsFound:
         else:
             row = dict(_cached_row(global_step, directory, progress, self.cache))
             row["traced"], row["measured"] = True, self.measured.get(global_step)
+            row["tail"] = longest_tail((row["measured"] or {}).get("rollout"))
         add_anomalies(row, self.root)
         return row
 

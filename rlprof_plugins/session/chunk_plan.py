@@ -47,9 +47,9 @@ PRIOR_SECONDS = {True: 0.012, False: 0.002}
 PRIOR_IDLE_SECONDS = {True: 10.0, False: 0.05}
 REMEMBERED = 8  # pauses per kind of recording the estimate is drawn from
 MIN_IDLE_LESSON_S = 0.25  # the least idle time a stop holding no iteration must have recorded to teach (``learn``)
-# Chunks are planned to this share of ``max_pause_ms``: one stop's cost per iteration varies about
-# two- to threefold on a busy host (2 cores, stacks on: 10-32 ms an iteration within one session, with
-# the batch's shape and what else runs: a chunk being written, the API server's own stop).
+# Chunks are planned to this share of ``max_pause_ms``: one stop's cost per iteration varies severalfold
+# within one session on a busy host, with the batch's shape and what else runs (a chunk being written,
+# the API server's own stop).
 HEADROOM = 0.5
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
 # A session whose stop leaves the engine thread reads the process's resident memory once every this many

@@ -9,7 +9,7 @@ engine is about to wait for work, and none runs until its next iteration
 (``Recording.park``). Each stopped chunk is written by the exporter thread
 as soon as it stopped, into a hidden folder of the session's directory
 (``.rlprof-chunks/``), and its profiler released: a stopped profiler holds
-its post-processed events (~1.5 KB each), so memory stays bounded by one
+its post-processed events, so memory stays bounded by one
 chunk, not the session (docs/performance.md). Kineto's writer runs in a
 forked child (``backends.forked_export``), so the write does not hold the
 engine's GIL. At the session's end the exporter stitches them (``trace.rewrite.stitch``, in a child process) into
@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 from ..backends import Backend, ExportedFile, RecordingKept
-from ..store.layout import Placement, atomic_target
+from ..store.layout import Placement
+from ..atomic_files import atomic_target
 from ..trace.format.naming import trace_file
 from ..trace.format.pauses import Pause, pauses_of, write_pauses
 from ..trace.rewrite.stage_split import split_in_subprocess

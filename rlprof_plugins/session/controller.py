@@ -46,7 +46,7 @@ class ProfilerController:
     builds one once). ``worker_name(prefix)``: this rank's trace name; ``manifest_header``: the
     engine's part of each step manifest. ``record_from_request``: a window from iteration 0
     records from the start request (vLLM's behaviour) or, False, from the first iteration: SGLang's
-    idle scheduler busy-polls, and a profiler running then grows ~10 MB a second without bound.
+    idle scheduler busy-polls, and a profiler running then grows without bound.
     ``forward_count()``: forward passes so far, for SGLang's absolute ``start_step``. ``node``: the
     node this rank runs on, for a server spanning nodes (``manifest`` explains what it changes).
     ``allocator()``: the device allocator's module a ``memory`` session records the history of."""

@@ -74,7 +74,7 @@ def _record(directory: Path, session_id: str, state: str, files: list[dict] | No
 
 def merge_step(directory: Path) -> tuple[str, list[dict], str | None]:
     """Merge the step's traces (a child process); returns the merge section's state, files and error."""
-    from ..trace.rewrite.merge import merge_in_subprocess
+    from ..store.step_files import merge_in_subprocess
 
     try:
         outputs = merge_in_subprocess(directory)

@@ -242,8 +242,8 @@ class Recording:
         """Keep the pause for the trace; the plan learns what it cost for what the chunk held. A stop
         that left the engine thread (``stopped.detached``) teaches nothing: it cost the engine a moment,
         and what a rotation (in place, inside busy work) would cost only rotations measure; priced by
-        an idle stop's own post-processing (its CPU seconds on a busy 2-core host: 4-6 ms an SGLang
-        iteration), the plan cut bursts the engine would have ended at its idle stop into rotations."""
+        an idle stop's own post-processing (CPU time spent beside the engine, not in its way), the plan
+        would cut bursts the engine ends at its idle stop into rotations."""
         chunk, idle = ended
         # a memory-bound plan prices no pause: its stops leave the engine thread
         planned = None if self._plan is None or self._plan.memory_bound else self._plan.predicted(chunk.held, idle) * 1e3

@@ -1,7 +1,8 @@
 """The output store: what lands on disk, where, and how it is kept.
 
 ``layout`` (where a session's files go; nothing is written outside the
-configured directory; atomic writes), ``manifest`` (each step folder's
+configured directory), ``step_files`` (which trace files of a step folder
+belong together and whose they are; a folder's merges), ``manifest`` (each step folder's
 ``manifest.json``, one section per writer, under a lock), ``processes`` (which
 process wrote a section, and whether it still runs), ``reaping`` (writers that
 died mid-export marked ``failed``, their temporaries removed, recorded data
@@ -9,5 +10,5 @@ kept), ``retention`` (``keep_last_steps``) and ``recovery`` (a kept recording
 finished by a command: its manifest section says ``done``).
 
 The trace tools, the backends and the sessions build on it.
-May import: the ground.
+May import: `trace` (the names and rank files of the traces a step folder holds) and the ground.
 """

@@ -14,8 +14,8 @@ Two servers must never both believe they hold it. What makes that so, whatever t
   (containers on host networking share a hostname, not their pids), then its pid and start time. **Elsewhere
   it is a lease**: every process of the holding server touches the claim every ``LEASE_S / 4`` seconds, and a
   claim untouched for ``LEASE_S`` (by the filesystem's own clock, read from a file touched for it, so hosts'
-  clocks do not matter) has ended. NFS may hide a claim another host just created for its attribute-cache time
-  (about 30 s); the exclusive create still sees it (the server answers), and a claim that cannot be read
+  clocks do not matter) has ended. NFS may hide a claim another host just created for as long as its attribute
+  cache holds an entry; the exclusive create still sees it (the server answers), and a claim that cannot be read
   counts as held.
 - **Every wait ends.** The lock that orders takeovers (``flock``, else an exclusive ``mkdir``) is waited for
   at most ``LOCK_WAIT_S``; a server that cannot decide writes below ``servers/<name>/``: never a second root.

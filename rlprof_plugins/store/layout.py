@@ -1,20 +1,17 @@
-"""Where a session's files go, and how they are written.
+"""Where a session's files go.
 
 One rule is enforced here for every writer: nothing lands outside the
-configured output directory. Files are written to a temporary name in the
-target folder and renamed into place, so a reader never sees a half-written
-trace under its final name.
+configured output directory. How each file is written (to a temporary name,
+then renamed into place) is ``atomic_files``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import RequestError
 
@@ -108,52 +105,9 @@ def contained(base: Path, name: str, *, field: str) -> Path:
     return target
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp's 0600 hides traces from teammates
-
-
-def atomic_target(final: Path) -> Path:
-    """A fresh temporary path beside ``final`` (same filesystem, so rename is atomic)."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    try:
-        os.fchmod(fd, _FILE_MODE)
-    finally:
-        os.close(fd)
-    return Path(tmp)
-
-
-def publish(tmp: Path, final: Path) -> None:
-    """Move a finished temporary file to its final name."""
-    os.replace(tmp, final)
-
-
 def read_piece(path: Path, offset: int, length: int) -> dict:
     """``length`` bytes of a written file from ``offset`` and its whole size
     (one piece of ``GET /profile_file``, wherever it is read)."""
     with open(path, "rb") as f:
         f.seek(offset)
         return {"data": f.read(length), "size": os.fstat(f.fileno()).st_size}
-
-
-def write_text_atomic(final: Path, text: str | Iterable[str]) -> None:
-    """``text`` as UTF-8 (what the pages declare and JSON is), whatever the locale; given in parts, each
-    is written as it comes (a page of megabytes is never held whole, nor twice)."""
-    write_bytes_atomic(final, [text.encode("utf-8")] if isinstance(text, str) else
-                       (part.encode("utf-8") for part in text))
-
-
-def write_bytes_atomic(final: Path, data: bytes | Iterable[bytes]) -> None:
-    tmp = atomic_target(final)
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in [data] if isinstance(data, bytes) else data:
-                f.write(chunk)
-        publish(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)

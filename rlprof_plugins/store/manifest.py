@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .layout import write_text_atomic
+from ..atomic_files import write_text_atomic
 from .processes import identity
 
 MANIFEST = "manifest.json"

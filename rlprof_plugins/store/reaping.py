@@ -6,7 +6,7 @@ on the same machine can tell a writer that is still exporting from one that
 was killed (SIGKILL, the OOM killer, a crashed engine): a dead writer would
 otherwise leave its step ``exporting`` for good, also after a restart.
 ``reap`` marks such writers ``failed`` with the reason and removes the
-temporary files they left (``layout.atomic_target`` names); it runs at the
+temporary files they left (``atomic_files.atomic_target`` names); it runs at the
 next start request and in the ``rlprof`` tools. Recorded data is never
 removed: only a dead writer's unfinished temporaries, which no process will
 complete.

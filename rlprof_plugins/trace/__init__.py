@@ -1,4 +1,4 @@
-"""The trace tools: read, write, name, merge, split, stitch, summarise and check Chrome/Kineto traces.
+"""The trace tools: read, write, name, merge, split, stitch and check Chrome/Kineto traces.
 
 Three rooms, each stating what it may import:
 
@@ -10,5 +10,5 @@ Three rooms, each stating what it may import:
 Pure Python, no engine imports; the step report (``report``) is an
 application built on these.
 
-May import: `store` and the ground.
+May import: the ground.
 """

@@ -139,8 +139,8 @@ def check(rows: dict, root, ranks: int) -> None:
         assert {2, 3, 4, 5, 6} <= set(steps), (path.name, steps)
 
 
-# `make test-extended` (CI's 25 minutes: docs/testing.md): in CI, this story on SGLang below, and vLLM's step logs
-# on the TP=1 server of tests/e2e/test_vllm_server_tp1.py (steps measured, a slow step found in them)
+# `make test-extended` (CI's 25 minutes: docs/testing.md), and SGLang's below: in CI, the step logs of both TP=1
+# servers (steps measured, a slow step and a rollout's tail found in them)
 @pytest.mark.vllm
 @pytest.mark.extended
 def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
@@ -151,6 +151,10 @@ def test_vllm_measures_every_weight_version_and_traces_one(tmp_path):
     measure_trace_scrape_mark(server, root, tmp_path)
 
 
+# `make test-extended` (CI's 25 minutes: docs/testing.md) with vLLM's: in CI, the step logs of both TP=1 servers
+# (steps measured, a slow step and a rollout's tail found in them: tests/helpers/flight.py, rollout_tail.py) and
+# rlprof's series on vLLM's /metrics (the anomalies counted there)
+@pytest.mark.extended
 def test_sglang_measures_every_weight_version_and_traces_one(tmp_path):
     if not sglang_server.available():
         pytest.skip("SGLang environment (.venv-sglang) not built: make env")

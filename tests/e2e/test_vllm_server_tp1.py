@@ -340,6 +340,14 @@ def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(server_tp1)
     check_short(server_tp1, "vllm")
 
 
+def test_a_rollout_steps_long_tail_is_the_time_its_longest_request_ran_alone(server_tp1):
+    """Every prompt at once, one response ten times longer: the step's tail in the step log is the time that
+    response ran alone, as the client saw it (tests/helpers/rollout_tail.py)."""
+    from tests.helpers.rollout_tail import check_tail
+
+    check_tail(server_tp1, 38)
+
+
 def test_the_flight_recorder_writes_what_went_wrong_and_nothing_else(server_tp1, tmp_path):
     """Last in the module: the flight recorder ran with the defaults through all of the above with no dump; then a
     stopped engine, a requested dump and a slow step, each written and reported (tests/helpers/flight.py)."""

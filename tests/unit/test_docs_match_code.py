@@ -267,14 +267,13 @@ def test_every_default_the_key_reference_states_is_the_parsers():
 
 def test_the_http_reference_has_every_route_each_engine_serves():
     """docs/configuration.md's "HTTP" section heads one entry per route, and those are exactly the routes
-    rlprof serves on vLLM and on SGLang; no page counts the routes in words (a count drifts as routes are
-    added: "all three routes" stood beside six)."""
-    from rlprof_plugins.patches.sglang import http as sglang_http
-    from rlprof_plugins.patches.vllm import api_router
+    rlprof serves on vLLM and on SGLang (``patches/profile_routes.py``, bound by each engine's HTTP patch);
+    no page counts the routes in words (a count drifts as routes are added: "all three routes" stood beside
+    six)."""
+    from rlprof_plugins.patches.profile_routes import ROUTES
 
     documented = set(re.findall(r"^### `(?:GET|POST) (/[\w/]+)", section(CONFIGURATION.read_text(), "## HTTP"), re.M))
-    assert documented == {path for _, path, _ in api_router.ROUTES}
-    assert documented == set(sglang_http.ROUTES)
+    assert documented == {route.path for route in ROUTES}  # declared once, bound by both engines' patches
     counted = [f"{doc.name}: {m.group(0)}" for doc in DOCS
                for m in re.finditer(r"\b(?:two|three|four|five|six|seven|eight|\d+) (?:profiling )?routes\b",
                                     doc.read_text())]

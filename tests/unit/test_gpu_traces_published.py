@@ -190,12 +190,12 @@ def test_two_ranks_of_a_128_rank_job_say_what_is_missing_in_one_line(tmp_path, c
 
 def test_the_pass_holds_a_chunk_at_a_time_and_gives_the_same_numbers(monkeypatch):
     """Memory flat in the trace's size: the operators and the launches of a pass are kept a chunk at a time
-    (``trace.format.spill``) and the device items are walked in start order by merging the trace's own ascending
+    (``trace.analysis.spill``) and the device items are walked in start order by merging the trace's own ascending
     runs (``device_time.in_order``), without a list of every item. On each real GPU fixture, chunks of 997
     rows (the fixtures' tens of thousands of operators and launches: dozens of chunks) and a plain sort
     instead of the runs give exactly the numbers of one chunk."""
     from rlprof_plugins.trace.analysis import device_time
-    from rlprof_plugins.trace.format import spill
+    from rlprof_plugins.trace.analysis import spill
     from rlprof_plugins.trace.analysis.trace_stats import trace_stats
 
     def numbers(path: Path) -> tuple:

@@ -51,14 +51,14 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (f"{P}.steps",)),
     ("backends", "how to record: torch.profiler, torch_npu, Nsight Systems' ranges",
      (f"{P}.backends",)),
-    ("trace tools", "read, write, name, merge, split, stitch, summarise, check traces",
-     (f"{P}.trace",)),
-    ("output store", "folders, manifest, writers' processes, retention",
+    ("output store", "folders, manifest, a step folder's trace files, writers' processes, retention",
      (f"{P}.store",)),
-    ("ground", "the vocabularies every layer speaks (errors, stages), the logger, the switches, work in "
+    ("trace tools", "read, write, name, merge, split, stitch, check traces",
+     (f"{P}.trace",)),
+    ("ground", "the vocabularies every layer speaks (errors, stages), atomic writes, the logger, the switches, work in "
      "other processes, the version",
-     (f"{P}.errors", f"{P}.stages", f"{P}._log", f"{P}._env", f"{P}._child", f"{P}._parallel", f"{P}._command",
-      P)),
+     (f"{P}.errors", f"{P}.stages", f"{P}.atomic_files", f"{P}._log", f"{P}._env", f"{P}._child", f"{P}._parallel",
+      f"{P}._command", P)),
 )
 # What may import an engine: the patches (lazily, inside the patched process) and nothing else.
 # The registry's folders (torch_npu is a backend's recorder, not an engine).

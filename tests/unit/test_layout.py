@@ -3,7 +3,8 @@ import os
 import pytest
 
 from rlprof_plugins.errors import RequestError
-from rlprof_plugins.store.layout import contained, session_dir, write_text_atomic
+from rlprof_plugins.store.layout import contained, session_dir
+from rlprof_plugins.atomic_files import write_text_atomic
 from rlprof_plugins.trace.format.naming import trace_file
 
 

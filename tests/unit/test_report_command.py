@@ -42,8 +42,8 @@ def test_the_page_shows_every_step_stage_and_rank_as_the_json_says(root, tmp_pat
     # a panel per stage (a point per step and its line), a bar per iteration (6 in step 3, 10 in step 4)
     assert page.marks["trend"] == 2 * (2 + 1) and page.marks["timeline"] == 6 + 10 and page.marks["stacked"] >= 4
     assert page.distinct_colours() > 8  # drawn, not blank
-    # the steps table (8 numbers a step, 5 a stage) and each step's rank table (7 a rank), cell by cell
-    assert cells_match_json(page, data) == sum(8 + 5 * len(s["stages"]) + 7 * len(s["ranks"]) for s in data["steps"])
+    # the steps table (10 numbers a step, 5 a stage) and each step's rank table (7 a rank), cell by cell
+    assert cells_match_json(page, data) == sum(10 + 5 * len(s["stages"]) + 7 * len(s["ranks"]) for s in data["steps"])
     by_rank = {(c["step"], c["rank"]) for c in page.cells if c["rank"]}
     assert by_rank == {(3, "rank0"), (3, "rank1"), (4, "rank0"), (4, "rank1")}
     # the numbers are the trace's: each stage's mean is the slowest rank's per iteration

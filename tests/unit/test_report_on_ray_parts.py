@@ -19,7 +19,7 @@ from rlprof_plugins.report.on_ray import node, wire
 from rlprof_plugins.report.on_ray.mirror import Tree
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats, trace_stats
 from rlprof_plugins.trace.format import naming
-from rlprof_plugins.trace.format.sources import plan
+from rlprof_plugins.store.step_files import plan
 from tests.helpers.installed import REPO
 
 FIXTURES = REPO / "tests" / "fixtures"

@@ -274,6 +274,9 @@ def test_the_series_read_the_state_files_and_count_every_finished_step(tmp_path)
         assert samples[("rlprof_tokens_total", (("kind", "generated"), ("rank", rank), ("stage", "decode")))] == 8
         assert samples[("rlprof_tokens_total", (("kind", "prompt"), ("rank", rank), ("stage", "prefill")))] == 12
         assert samples[("rlprof_steps_total", (("rank", rank),))] == 1
+        # the finished step's tail, from its batches (tests/unit/test_rollout_tail.py holds its definition)
+        assert samples[("rlprof_rollout_tail_seconds", (("rank", rank),))] >= 0
+        assert 0 <= samples[("rlprof_rollout_tail_ratio", (("rank", rank),))] <= 1
     assert not any("global_step=" in str(labels) for _, labels in samples)  # no label per step
 
 

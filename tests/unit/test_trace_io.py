@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.trace.format import codec, gz, reader, sources
+from rlprof_plugins.store import step_files
+from rlprof_plugins.trace.format import codec, gz, reader
 
 from rlprof_plugins.trace.rewrite import merge
 from rlprof_plugins.trace.format.progress import Ticker
@@ -144,7 +145,7 @@ def test_parallel_merge_writes_what_one_process_writes(tmp_path):
     for k in range(3):
         write_gpu_rank(step / f"rank{k}.{100 + k}.pt.trace.json.gz", rank=k, world=3, megabytes=1.5, layers=4,
                        seed=k)
-    (group,) = sources.plan(step).groups
+    (group,) = step_files.plan(step).groups
     one = merge.merge(group, tmp_path / "one.pt.trace.json.gz", jobs=1)
     many = merge.merge(group, tmp_path / "many.pt.trace.json.gz", jobs=3)
     assert one.events == many.events > 0
@@ -160,7 +161,7 @@ def test_a_failing_rank_leaves_no_parts_or_output(tmp_path):
     write_gpu_rank(step / "rank0.1.pt.trace.json.gz", rank=0, megabytes=1, layers=4)
     good = gzip.decompress((step / "rank0.1.pt.trace.json.gz").read_bytes())
     (step / "rank1.2.pt.trace.json.gz").write_bytes(gzip.compress(good[: len(good) * 2 // 3]))  # cut mid-array
-    (group,) = sources.plan(step).groups
+    (group,) = step_files.plan(step).groups
     with pytest.raises(TraceFormatError, match="rank1"):
         merge.merge(group, tmp_path / "out" / "m.pt.trace.json.gz", jobs=2)
     assert not (tmp_path / "out").exists()
@@ -249,7 +250,7 @@ def test_each_tool_reports_progress_per_input(tmp_path, monkeypatch):
     """Progress lines (once a second; here on every batch) name the input and how far it is."""
     from rlprof_plugins.trace.format import progress
     from rlprof_plugins.trace.rewrite import stage_split
-    from rlprof_plugins.trace.analysis import summary
+    from rlprof_plugins.report import summary
     from tests.helpers.synthetic_traces import write_rank_trace
 
     monkeypatch.setattr(progress, "EVERY_S", 0.0)
@@ -259,7 +260,7 @@ def test_each_tool_reports_progress_per_input(tmp_path, monkeypatch):
     for k in range(2):
         write_rank_trace(step / f"rank{k}.{100 + k}.pt.trace.json.gz", rank=k, iterations=2000, padding=200)
     lines: list[str] = []
-    (group,) = sources.plan(step).groups
+    (group,) = step_files.plan(step).groups
     merge.merge(group, tmp_path / "m.pt.trace.json.gz", progress=lines.append, jobs=1)
     assert lines[0].startswith("merging 2 traces") and "one process" in lines[0]
     for label in ("rank0", "rank1"):

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.trace.format import check, sources
+from rlprof_plugins.store import step_files
+from rlprof_plugins.trace.format import check
 from rlprof_plugins.trace.rewrite import merge, stage_split
 from rlprof_plugins.trace.format.reader import TraceFormatError, TraceReader
 from tests.helpers.synthetic_traces import write_rank_trace
@@ -100,7 +101,7 @@ def test_native_folder_without_manifest_is_recognised(tmp_path):
     d = real_step(tmp_path, 3)
     (d / "manifest.json").unlink()
     (d / "notes.trace.json.gz").write_bytes(b"")  # matches no engine's naming
-    plan = sources.plan(d)
+    plan = step_files.plan(d)
     (group,) = plan.groups
     assert [f.label for f in group.inputs] == ["rank0", "rank1", "frontend"]
     assert [p.name for p, _ in plan.unplaced] == ["notes.trace.json.gz"]
@@ -111,7 +112,7 @@ def test_sglang_naming_is_recognised(tmp_path):
                  "p-abc-TP-0-DECODE.trace.json.gz", "p-abc-TP-1-DECODE.trace.json.gz",
                  "merged-abc.trace.json.gz"):
         (tmp_path / name).write_bytes(b"")
-    plan = sources.plan(tmp_path)
+    plan = step_files.plan(tmp_path)
     assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [
         ("decode", ["TP-0", "TP-1"]), ("prefill", ["TP-0", "TP-1"])]
     assert [g.output.name for g in plan.groups] == ["merged.decode.pt.trace.json.gz", "merged.prefill.pt.trace.json.gz"]
@@ -123,20 +124,20 @@ def test_rlprof_sglang_naming_is_recognised_without_a_manifest(tmp_path):
     for name in ("rollout-TP-1.17.prefill.pt.trace.json.gz", "rollout-TP-0.16.prefill.pt.trace.json.gz",
                  "rollout-TP-0.16.decode.pt.trace.json.gz", "rollout-TP-1.17.decode.pt.trace.json.gz"):
         (tmp_path / name).write_bytes(b"")
-    plan = sources.plan(tmp_path)
+    plan = step_files.plan(tmp_path)
     assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [
         ("decode", ["TP-0", "TP-1"]), ("prefill", ["TP-0", "TP-1"])]
     (tmp_path / "extra").mkdir()
     for name in ("TP-0-PP-1.5.pt.trace.json.gz", "TP-0.4.pt.trace.json.gz"):
         (tmp_path / "extra" / name).write_bytes(b"")
-    (group,) = sources.plan(tmp_path / "extra").groups
+    (group,) = step_files.plan(tmp_path / "extra").groups
     assert [f.label for f in group.inputs] == ["TP-0", "TP-0-PP-1"] and group.output.name == "merged.pt.trace.json.gz"
 
 
 # ---- merge rules on CUDA-shaped ranks ------------------------------------------------
 def test_pids_ids_and_clocks_are_made_rank_safe(tmp_path):
     d = synthetic_step(tmp_path)
-    (group,) = sources.plan(d).groups
+    (group,) = step_files.plan(d).groups
     result = merge.merge(group)
     merged = load(result.output)
     assert check.check(result.output).ok
@@ -224,7 +225,7 @@ def test_memory_does_not_grow_with_trace_size(tmp_path):
     peaks = []
     for n, sub in ((3000, "small"), (12000, "large")):
         d = synthetic_step(tmp_path / sub, iterations=n)
-        (group,) = sources.plan(d).groups
+        (group,) = step_files.plan(d).groups
         tracemalloc.start()
         merge.merge(group)
         peaks.append(tracemalloc.get_traced_memory()[1])

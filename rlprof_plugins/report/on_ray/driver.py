@@ -401,7 +401,7 @@ class RaysOwnMessages:
 PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
 
 
-def _answers(address: str, seconds: float) -> None:
+def _check_reachable(address: str, seconds: float) -> None:
     """A ``host:port`` that takes no TCP connection has no cluster: said now (``ray.init`` would wait on
     it for good)."""
     host, _, port = address.rpartition(":")
@@ -436,7 +436,7 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
     if join_from(address):
         kwargs["_node_ip_address"] = join_from(address)
-    _answers(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address, min(timeout, PROBE_SECONDS))
+    _check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address, min(timeout, PROBE_SECONDS))
     joined: list[BaseException | None] = []
     joining = threading.Thread(target=lambda: joined.append(_init(ray, kwargs)), daemon=True,
                                name="rlprof-ray-init")

@@ -25,7 +25,7 @@ from typing import Any
 
 
 @dataclass
-class Held:
+class HeldFile:
     """One file below ROOT and the nodes that hold it as listed."""
 
     rel: str
@@ -37,7 +37,7 @@ class Held:
 
 @dataclass
 class Tree:
-    files: dict[str, Held] = field(default_factory=dict)
+    files: dict[str, HeldFile] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
     distributed: dict[str, dict] = field(default_factory=dict)
     conflicts: list[str] = field(default_factory=list)
@@ -57,7 +57,7 @@ class Tree:
                         f"{size:,} bytes); read {node + chr(39) + 's' if newer else 'the first'} (the newest)")
                     if not newer:
                         continue
-                self.files[rel] = Held(rel, size, mtime_ns, kind, [node])
+                self.files[rel] = HeldFile(rel, size, mtime_ns, kind, [node])
                 self.contents.pop(rel, None)
                 self.distributed.pop(rel, None)
                 if rel in listed.get("contents", {}):

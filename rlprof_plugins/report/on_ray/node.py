@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ...store.layout import MEMORY, write_bytes_atomic
+from ...store.layout import MEMORY
+from ...atomic_files import write_bytes_atomic
 from ...store.manifest import MANIFEST
 from ...trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, trace_distributed
-from ...trace.format.sources import TRACE_SUFFIXES
+from ...store.step_files import TRACE_SUFFIXES
 from ..cache import CACHE_DIR, SUFFIX, VERSION
 from .wire import pack, unpack
 

@@ -7,7 +7,7 @@ its iterations, operators, device work and Python frames), ``time_split``
 by the libraries that launch them), ``device_time`` (the device's time split
 at the iterations' edges), ``python_stacks`` (the frames per stage, exact or
 sampled), ``step_numbers`` (the one definition of a step's numbers) and
-``summary`` (a root's steps in brief).
+``spill`` (the long passes' columns kept on disk, not in memory).
 
-May import: `format`, `store` and the ground.
+May import: `format` and the ground.
 """

@@ -52,7 +52,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Any, Iterator
 
-from ..format.spill import SpilledColumns
+from .spill import SpilledColumns
 from .communication import is_communication
 from .time_split import MEMORY_CATS
 

@@ -26,7 +26,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
-from ..format.spill import SpilledColumns
+from .spill import SpilledColumns
 from .step_numbers import BETWEEN
 
 EXACT_CAT = "python_function"  # torch's Python tracer (``with_stack``)

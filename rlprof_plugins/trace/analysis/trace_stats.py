@@ -43,7 +43,7 @@ from ..format.pauses import PAUSE_CAT, PAUSE_NAME
 from ..format.progress import Ticker, to_stderr
 from .python_stacks import PYTHON_CATS, PythonFrames
 from ..format.reader import TraceReader
-from ..format.spill import SpilledColumns
+from .spill import SpilledColumns
 from .step_numbers import BETWEEN, stage_label
 from .device_time import LAUNCH_CATS, DeviceWork
 from .time_split import SelfTimes

@@ -5,10 +5,11 @@ trace of gigabytes in flat memory), ``repair`` (a file cut short or with
 torch's broken quotes), ``check`` (a file's integrity), ``clock`` (a trace's
 clock: ``baseTimeNanoseconds``, absolute timestamps), ``naming`` (every trace,
 rank and category name, Kineto's older categories read as today's),
-``sources`` (a step folder's rank files), ``pauses`` (rlprof's own marks in a
-trace: its profiler's pauses), ``progress`` and ``spill`` (the long passes'
-progress lines and columns spilled to disk). What every other room of
+``rank_files`` (the records of a step's rank traces and their merges),
+``pauses`` (rlprof's own marks in a trace: its profiler's pauses),
+``sampler_account`` (what the stack sampler cost, in a trace's metadata) and
+``progress`` (the long passes' progress lines). What every other room of
 ``trace`` stands on.
 
-May import: `store` and the ground.
+May import: the ground.
 """

@@ -194,18 +194,18 @@ def trace_distributed(path: Path, limit: int = 1 << 16) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def _whole(value) -> int | None:
+def _integer(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def trace_rank(path: Path, limit: int = 1 << 16) -> int | None:
     """The rank a Kineto trace says it recorded (``distributedInfo.rank``)."""
-    return _whole(trace_distributed(path, limit).get("rank"))
+    return _integer(trace_distributed(path, limit).get("rank"))
 
 
 def trace_world_size(path: Path, limit: int = 1 << 16) -> int | None:
     """How many ranks the trace's process group had (``distributedInfo.world_size``)."""
-    return _whole(trace_distributed(path, limit).get("world_size"))
+    return _integer(trace_distributed(path, limit).get("world_size"))
 
 
 def expected_labels(labels: list[str], expected: int) -> list[str] | None:

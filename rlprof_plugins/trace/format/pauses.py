@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ...store.layout import write_text_atomic
+from ...atomic_files import write_text_atomic
 from . import codec
 from .clock import BASE_TIME
 from .repair import repair_lines

@@ -3,7 +3,7 @@
 With Python stacks on, Kineto writes frame names as they come, without
 escaping: a frame such as ``torch/_export/passes/_node_metadata_hook.py(0):
 "cuda.version"`` puts bare quotes inside a string, and the whole file stops
-being JSON (seen in a 257 MB trace): every viewer and every ``rlprof`` tool
+being JSON: every viewer and every ``rlprof`` tool
 refuses it, and the recording is lost for analysis. Two repairs, both only
 ever adding a backslash before a quote that cannot end its string:
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...store.layout import atomic_target, publish
+from ...atomic_files import atomic_target, publish
 from . import codec, gz
 from .reader import EVENTS_KEY
 

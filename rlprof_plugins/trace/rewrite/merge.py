@@ -44,7 +44,7 @@ from ..._parallel import pool, processes_for
 from ..format.progress import Progress, Ticker, to_stderr
 from ..format.reader import TraceReader
 from .rename import ID_STRIDE, PID_STRIDE, RankRenamer, metadata_events, rename_batch
-from ..format.sources import MergeGroup, RankFile
+from ..format.rank_files import MergeGroup, RankFile
 from ..format.writer import PartResult, PartWriter, TraceWriter
 
 
@@ -279,22 +279,3 @@ def _run_parallel(jobs: list[_RankJob], writer: TraceWriter, output: Path, compr
         for part in parts:
             part.unlink(missing_ok=True)
     return done
-
-
-def merge_folder(directory: str | Path) -> list[str]:
-    """Every merge a step folder plans (one per stage), writers whose process is gone marked failed first."""
-    from ...store.reaping import reap_all
-    from ..format.sources import plan
-
-    reap_all(Path(directory))
-    groups = [g for g in plan(Path(directory)).groups if g.inputs]
-    if not groups:
-        raise FileNotFoundError(f"{directory}: no rank traces found to merge")
-    return [str(merge(g, g.output, progress=None).output) for g in groups]
-
-
-def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
-    """``merge_folder`` in a child process: the live ``merge`` option's JSON work never holds the engine's GIL."""
-    from ..._child import run_in_child
-
-    return [Path(p) for p in run_in_child(f"{__name__}:merge_folder", directory, what="merge", timeout=timeout)]

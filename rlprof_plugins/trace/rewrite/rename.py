@@ -12,7 +12,7 @@ from typing import Any
 
 from ..format.naming import DEVICE_CATS, DEVICE_WORDS
 from ..format.clock import ts_ns
-from ..format.sources import RankFile
+from ..format.rank_files import RankFile
 
 ID_STRIDE = 10**12
 PID_STRIDE = 100_000  # each rank's merged pids: order * PID_STRIDE + 1, + 2, ...

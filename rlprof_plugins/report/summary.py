@@ -15,12 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ...store.layout import step_folders, step_of
-from ...store.servers import replicas_of
-from .iteration_names import SOURCE_TITLES, SOURCES
-from ..format.sources import missing_line, plan
-from .step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
-from .trace_stats import stats_of
+from ..store.layout import step_folders, step_of
+from ..store.servers import replicas_of
+from ..store.step_files import plan
+from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
+from ..trace.analysis.step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
+from ..trace.analysis.trace_stats import stats_of
+from ..trace.format.rank_files import missing_line
 
 TOP = 10
 

@@ -21,85 +21,17 @@ with where it lives when the manifest knows (a server spanning nodes).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...store import manifest
-from . import naming
-from ...store.layout import FLIGHT_DIR, MERGED
-from .naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
+from . import manifest
+from .layout import FLIGHT_DIR, MERGED
+from ..trace.format import naming
+from ..trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
+from ..trace.format.rank_files import MergeGroup, Plan, RankFile, positions_from_rank
 
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
                 "run `rlprof npu-analyse {dir}` where torch_npu is installed, then merge again")
-
-
-@dataclass
-class RankFile:
-    """One input of a merge."""
-
-    path: Path
-    label: str  # the rank's one name (``naming.rank_label``: "rank1", "TP-1-PP-0") or "frontend"
-    role: str = "worker"  # or "frontend"
-    order: tuple = ()
-    # torch_npu's trace_view.json: an event array whose ``ts`` are absolute
-    # (epoch) microseconds, as strings; Kineto traces count from a base time.
-    absolute_time: bool = False
-    position: dict[str, int] = field(default_factory=dict)  # tp/pp/dp/ep where known
-    host: str | None = None  # the host whose clock it was recorded by, where the manifest says
-
-    @property
-    def place(self) -> str:
-        """The tp/pp place where the label does not spell it (``tp1 pp1`` of ``rank3``), else ``""``."""
-        if not self.label.startswith("rank"):  # an SGLang label (TP-1-PP-1) names it already
-            return ""
-        return " ".join(f"{k}{v}" for k, v in self.position.items())
-
-    def describe(self) -> str:
-        return f"{self.label} ({self.place})" if self.place else self.label
-
-
-@dataclass
-class MergeGroup:
-    """The files that become one merged trace (one per stage in by-stage sessions)."""
-
-    directory: Path
-    stage: str | None
-    inputs: list[RankFile]
-    group: str = ""  # SGLang profile id / vLLM prefix, when several sessions share a folder
-    missing: list[str] = field(default_factory=list)  # ranks the step has and this merge lacks, with where
-
-    @property
-    def hosts(self) -> set[str]:
-        """The hosts (clocks) its inputs were recorded on, where known."""
-        return {rf.host for rf in self.inputs if rf.host}
-
-    @property
-    def output(self) -> Path:
-        """``<dir>/merged/merged[.<group>][.<stage>].pt.trace.json.gz``: apart from
-        the rank traces, so per-rank tools do not take it for one more rank."""
-        return self.directory / MERGED / naming.merged_file(self.group, self.stage)
-
-
-@dataclass
-class Plan:
-    groups: list[MergeGroup]
-    unplaced: list[tuple[Path, str]]
-    # ranks given to traces that record none, each with its file: "rank0: <file> (...)"
-    assumed: list[str] = field(default_factory=list)
-
-
-def positions_from_rank(rank: int, parallel: dict | None) -> dict[str, int]:
-    """tp/pp position of a global rank inside one engine (vLLM orders ranks
-    tp fastest, then pp)."""
-    if not parallel:
-        return {}
-    tp = int(parallel.get("tp") or 1)
-    pp = int(parallel.get("pp") or 1)
-    pos = {"tp": rank % tp}
-    if pp > 1:
-        pos["pp"] = (rank // tp) % pp
-    return pos
 
 
 def plan(directory: str | Path) -> Plan:
@@ -158,29 +90,6 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
     return Plan(out, unplaced)
 
 
-def missing_line(group: MergeGroup) -> str | None:
-    """The ranks ``group`` lacks, in one line however many (``2 of 128 ranks here; missing rank2-rank127``):
-    what summary, merge and the report say, once per step and stage. None: it lacks none."""
-    if not group.missing:
-        return None
-    here = sum(1 for rf in group.inputs if rf.role == "worker")
-    runs: list[list] = []  # [first, last] of plain rank<N> names in a row, or [text]
-    for name in group.missing:
-        parsed = naming.parse_rank_label(name)
-        number = parsed[0] if parsed and name == naming.rank_label(parsed[0]) else None
-        if number is not None and runs and len(runs[-1]) == 2 and runs[-1][1] == number - 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number] if number is not None else [name])
-    names = [naming.rank_label(r[0]) if len(r) == 2 and r[0] == r[1] else
-             f"{naming.rank_label(r[0])}-{naming.rank_label(r[1])}" if len(r) == 2 else r[0] for r in runs]
-    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    counted = group.missing[0].split(" of ", 1)
-    if len(group.missing) == 1 and len(counted) == 2 and counted[0].isdigit():  # only the count is known
-        return f"{here} ranks here; missing {group.missing[0]}"
-    return f"{here} of {here + len(group.missing)} ranks here; missing {shown}"
-
-
 def _missing(group: MergeGroup, expected: int, where: dict[str, dict] | None = None) -> list[str]:
     """The ranks ``group`` lacks of ``expected``, each with where it was written when known."""
     labels = [rf.label for rf in group.inputs if rf.role == "worker"]
@@ -211,7 +120,7 @@ def _group(directory: Path, stage: str | None, files: list[RankFile], unplaced: 
             continue
         seen[f.label] = f
         kept.append(f)
-    return MergeGroup(directory, stage, kept, group)
+    return MergeGroup(directory, stage, kept, group, merged_dir=directory / MERGED)
 
 
 # ---- a step folder's trace files: the one walk every reader of a step makes ----------
@@ -313,3 +222,23 @@ def _recognise(path: Path, name: naming.TraceName | None, absolute_time: bool = 
         name = naming.TraceName("worker", name.group, name.stage, rank, {}, name.form)
     rf = RankFile(path, name.label, name.role, name.order, absolute_time=absolute_time, position=dict(name.position))
     return rf, (name.group, name.stage)
+
+
+# ---- a step folder's merges ------------------------------------------------------------
+def merge_folder(directory: str | Path) -> list[str]:
+    """Every merge a step folder plans (one per stage), writers whose process is gone marked failed first."""
+    from .reaping import reap_all
+    from ..trace.rewrite.merge import merge
+
+    reap_all(Path(directory))
+    groups = [g for g in plan(Path(directory)).groups if g.inputs]
+    if not groups:
+        raise FileNotFoundError(f"{directory}: no rank traces found to merge")
+    return [str(merge(g, g.output, progress=None).output) for g in groups]
+
+
+def merge_in_subprocess(directory: Path, timeout: float | None = None) -> list[Path]:
+    """``merge_folder`` in a child process: the live ``merge`` option's JSON work never holds the engine's GIL."""
+    from .._child import run_in_child
+
+    return [Path(p) for p in run_in_child(f"{__name__}:merge_folder", directory, what="merge", timeout=timeout)]

@@ -1,8 +1,8 @@
 """Columns of numbers a pass over a trace gathers, held a chunk at a time: memory flat in the trace's size.
 
 A rank's pass keeps a few numbers per operator and per launch until the
-iterations are known (a trace may list them after the work inside them), a
-few million of them in a 500 MB trace. ``SpilledColumns`` keeps them in
+iterations are known (a trace may list them after the work inside them):
+millions of them in a large trace. ``SpilledColumns`` keeps them in
 flat arrays and writes each full chunk (``CHUNK`` rows) to a temporary file,
 then reads them back a chunk at a time, in the order they were added. The
 arrays are cleared in place, so a caller may hold them and append to them
