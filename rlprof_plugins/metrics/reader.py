@@ -76,9 +76,10 @@ def quantile_ms(counts: list[int], q: float, largest: float) -> float | None:
 
 def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
     """``{"stages": {stage: numbers}, "iterations", "iteration_ms_total", "mean_ms", "slowest_rank", "imbalance",
-    "straggler", "ranks", "idle_ms", "started_at", "ended_at", "rollout"}`` of one measured step: its slowest
-    rank's; ``rollout`` holds each rank's tail (``tail.TailRecord``, with ``tail_share``) where its engine said
-    its batches."""
+    "straggler", "ranks", "idle_ms", "started_at", "ended_at", "generation_ended_at", "rollout"}`` of one measured
+    step: its slowest rank's; ``generation_ended_at`` is when its last rank's last iteration ended (wall seconds;
+    None from records that do not say); ``rollout`` holds each rank's tail (``tail.TailRecord``, with
+    ``tail_share``) where its engine said its batches."""
     busy = {rank: r.busy_ms for rank, r in ranks.items()}
     slow = max(sorted(busy), key=lambda rank: busy[rank]) if busy else None
     stages: dict[str, dict[str, Any]] = {}
@@ -110,6 +111,8 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             "ranks": sorted(ranks), "idle_ms": max((r.idle_ms for r in ranks.values()), default=0.0),
             "started_at": min(r.started_at for r in ranks.values()),
             "ended_at": max(r.ended_at for r in ranks.values()),
+            "generation_ended_at": max((r.last_iteration_at for r in ranks.values() if r.last_iteration_at is not None),
+                                       default=None),
             "rollout": {rank: {**r.tail.to_json(), "tail_share": round(r.tail.tail_share, 4)}
                         for rank, r in sorted(ranks.items()) if r.tail is not None}}
 

@@ -91,7 +91,9 @@ class StepRecord:
     ``global_step`` is None for iterations that ran before any step was named;
     ``step_source`` says where the step came from (``request``,
     ``weight_version``, ``mark_step``, ``verl weights version``); ``started_at``/``ended_at`` are wall
-    seconds; ``busy_ms`` is the time inside iterations, ``idle_ms`` between them; ``tail`` is how full the
+    seconds (``started_at`` the first iteration's start, ``ended_at`` when the step was handed over, which is when
+    the next one began, ``last_iteration_at`` its last iteration's end: where the rank's generation ended);
+    ``busy_ms`` is the time inside iterations, ``idle_ms`` between them; ``tail`` is how full the
     engine ran and the step's long tail (``tail.TailRecord``; None where the engine did not say its batches)."""
 
     global_step: int | None
@@ -104,6 +106,7 @@ class StepRecord:
     idle_ms: float
     stages: dict[str, StageRecord]
     tail: TailRecord | None = None
+    last_iteration_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"global_step": self.global_step, "step_source": self.step_source, "rank": self.rank,
@@ -112,6 +115,8 @@ class StepRecord:
                "stages": {stage: t.to_json() for stage, t in self.stages.items()}}
         if self.tail is not None:
             out["tail"] = self.tail.to_json()
+        if self.last_iteration_at is not None:
+            out["last_iteration_at"] = self.last_iteration_at
         return out
 
     def encode(self) -> str:
@@ -133,7 +138,7 @@ class StepRecord:
                    iterations=_number(data, "iterations", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"),
                    stages={str(stage): StageRecord.from_json(t) for stage, t in stages.items()},
-                   tail=TailRecord.from_json(data.get("tail")))
+                   tail=TailRecord.from_json(data.get("tail")), last_iteration_at=_optional(data, "last_iteration_at"))
 
     @classmethod
     def decode(cls, line: str) -> "StepRecord":
@@ -158,7 +163,9 @@ class StepRecord:
                           iterations=self.iterations + other.iterations,
                           busy_ms=round(self.busy_ms + other.busy_ms, 3),
                           idle_ms=round(self.idle_ms + other.idle_ms, 3), stages=stages,
-                          tail=other.tail or self.tail)  # the part the step ended in holds its tail
+                          tail=other.tail or self.tail,  # the part the step ended in holds its tail
+                          last_iteration_at=max((t for t in (self.last_iteration_at, other.last_iteration_at)
+                                                 if t is not None), default=None))
 
 
 @dataclass

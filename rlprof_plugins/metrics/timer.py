@@ -113,8 +113,12 @@ class StepMetrics:
         """Hand the open step's record to the sink and start it afresh (a step with no iteration: nothing)."""
         if not self._stages:
             return
+        wall = self._wall()
+        # the last iteration's end on the wall clock: the step's numbers were timed on the engine's own clock
+        last = None if self._last_end is None else round(wall - (self._clock() - self._last_end) / 1e9, 3)
         record = StepRecord(global_step=self.step, step_source=self.source, rank=self.rank,
-                            started_at=round(self._first_wall or self._wall(), 3), ended_at=round(self._wall(), 3),
+                            started_at=round(self._first_wall or wall, 3), ended_at=round(wall, 3),
+                            last_iteration_at=last,
                             iterations=sum(t.iterations for t in self._stages.values()),
                             busy_ms=round(self._busy_ns / 1e6, 3), idle_ms=round(self._idle_ns / 1e6, 3),
                             stages={stage: t.record() for stage, t in sorted(self._stages.items())},

@@ -9,7 +9,8 @@ as they are (``to_bytes``/``of_bytes``) so that a warm report reads them
 back in one go, and ``ReplicaNumbers`` are made of them when asked for.
 
 A brief is ``[iterations, iteration_ms_total, mean_ms, span_ms, imbalance,
-straggler rank, [[stage, *STAGE_KEYS], ...]]``.
+straggler rank, [[stage, *STAGE_KEYS], ...], started_at, generation_ended_at]``
+(the last two wall seconds from the step logs, None where they do not say).
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from array import array
 from typing import Any
 
 STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
-ITERATIONS, BUSY, MEAN, SPAN, IMBALANCE, STRAGGLER, STAGES = range(7)
+ITERATIONS, BUSY, MEAN, SPAN, IMBALANCE, STRAGGLER, STAGES, STARTED, ENDED = range(9)
 
 
 def of_row(row: dict[str, Any]) -> list:
     """A step's row (traced, or made from measured numbers) in brief."""
     straggler = row.get("straggler") or {}
+    measured = row.get("measured") or {}
     return [row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
-            row.get("span_ms") or 0.0, row.get("imbalance"), straggler.get("rank"), _stages(row["stages"])]
+            row.get("span_ms") or 0.0, row.get("imbalance"), straggler.get("rank"), _stages(row["stages"]),
+            measured.get("started_at"), measured.get("generation_ended_at")]
 
 
 def of_measured(numbers: dict[str, Any]) -> list:
@@ -36,7 +39,8 @@ def of_measured(numbers: dict[str, Any]) -> list:
     straggler = numbers.get("straggler") or {}
     return [numbers["iterations"], numbers["iteration_ms_total"] or 0.0, numbers["mean_ms"],
             round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3), numbers["imbalance"],
-            straggler.get("rank"), _stages(numbers["stages"])]
+            straggler.get("rank"), _stages(numbers["stages"]), numbers["started_at"],
+            numbers.get("generation_ended_at")]
 
 
 def _stages(stages: dict[str, dict[str, Any]]) -> list:
@@ -48,14 +52,17 @@ class ReplicaNumbers:
     ``--json`` and the CSVs write. Made on demand from the columns (``Briefs``)."""
 
     __slots__ = ("name", "state", "traced", "directory", "iterations", "iteration_ms_total", "mean_ms",
-                 "span_ms", "stages", "straggler", "imbalance")
+                 "span_ms", "stages", "straggler", "imbalance", "started_at", "generation_ended_at")
 
     def __init__(self, name: str, state: Any, traced: bool, directory: Any, iterations: int, busy: float,
-                 mean: float | None, span: float, stages: Any, straggler: Any, imbalance: Any) -> None:
+                 mean: float | None, span: float, stages: Any, straggler: Any, imbalance: Any,
+                 started_at: float | None = None, generation_ended_at: float | None = None) -> None:
         self.name, self.state, self.traced, self.directory = name, state, traced, directory
         self.iterations, self.iteration_ms_total, self.mean_ms, self.span_ms = iterations, busy, mean, span
         self.stages = stages  # ((stage, *STAGE_KEYS values), ...)
         self.straggler, self.imbalance = straggler, imbalance
+        # wall seconds from the step logs: the step's first iteration, and its last one's end (None: not said)
+        self.started_at, self.generation_ended_at = started_at, generation_ended_at
 
     @property
     def busy_pct(self) -> float | None:
@@ -70,7 +77,8 @@ class ReplicaNumbers:
                 "iterations": self.iterations, "iteration_ms_total": self.iteration_ms_total,
                 "mean_ms": self.mean_ms, "span_ms": self.span_ms, "busy_pct": self.busy_pct,
                 "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in self.stages},
-                "straggler": self.straggler, "imbalance": self.imbalance}
+                "straggler": self.straggler, "imbalance": self.imbalance, "started_at": self.started_at,
+                "generation_ended_at": self.generation_ended_at}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ReplicaNumbers) and self.as_dict() == other.as_dict()
@@ -80,7 +88,7 @@ class ReplicaNumbers:
 
 
 NONE = math.nan  # a number that is None, in the columns
-_BASE = 6  # iterations, busy, mean, span, imbalance, straggler (its index in ``ranks``; -1: none)
+_BASE = 8  # iterations, busy, mean, span, imbalance, straggler (its index in ``ranks``; -1: none), started, ended
 _WIDTH = len(STAGE_KEYS)
 _STAGE_INTS = (0, 3, 4)  # stage columns that do: iterations, prefill and decode tokens
 
@@ -122,7 +130,8 @@ class Briefs:
         if rank is None:
             rank = self._rank_ids[straggler] = len(self.ranks)
             self.ranks.append(straggler)
-        self.base[place * _BASE:(place + 1) * _BASE] = array("d", [*map(_n, b[:STRAGGLER]), rank])
+        times = [_n(b[k]) if len(b) > k else NONE for k in (STARTED, ENDED)]  # a brief may end before them
+        self.base[place * _BASE:(place + 1) * _BASE] = array("d", [*map(_n, b[:STRAGGLER]), rank, *times])
         mine = {s[0]: s[1:] for s in b[STAGES]}
         for stage in mine:
             if stage not in self.stages:
@@ -134,6 +143,15 @@ class Briefs:
 
     def busy(self, place: int) -> float:
         return self.base[place * _BASE + 1]
+
+    def generation(self, place: int) -> tuple[float | None, float | None]:
+        """When the step's generation began and ended on this replica (wall seconds; None: not said)."""
+        at = place * _BASE
+        return _v(self.base[at + 6]), _v(self.base[at + 7])
+
+    def generations(self) -> tuple[array, array]:
+        """Every place's ``generation``, two arrays (NaN for None)."""
+        return self.base[6::_BASE], self.base[7::_BASE]
 
     def mean(self, place: int) -> float | None:
         value = self.base[place * _BASE + MEAN]
@@ -165,7 +183,7 @@ class Briefs:
 
     def numbers(self, place: int) -> ReplicaNumbers:
         at = place * _BASE
-        iterations, busy, mean, span, imbalance, rank = self.base[at:at + _BASE]
+        iterations, busy, mean, span, imbalance, rank, started, ended = self.base[at:at + _BASE]
         stages = []
         for stage, column in self.stages.items():
             values = column[place * _WIDTH:(place + 1) * _WIDTH]
@@ -174,7 +192,7 @@ class Briefs:
         state, directory = self.traced.get(place, ("measured", self.folder))
         return ReplicaNumbers(self.name, state, place in self.traced, directory, _v(iterations, True), busy,
                               _v(mean), span, tuple(stages), self.ranks[int(rank)] if rank >= 0 else None,
-                              _v(imbalance))
+                              _v(imbalance), _v(started), _v(ended))
 
     def to_bytes(self) -> bytes:
         """The columns as they are (measured steps only: a traced step's brief comes from its row)."""

@@ -56,7 +56,7 @@ def measured_replica_numbers(name: str, numbers: dict[str, Any], folder: str) ->
 def _numbers(name: str, state: Any, traced: bool, directory: Any, b: list) -> ReplicaNumbers:
     return ReplicaNumbers(name, state, traced, directory, b[brief.ITERATIONS], b[brief.BUSY], b[brief.MEAN],
                           b[brief.SPAN], tuple(tuple(s) for s in b[brief.STAGES]), b[brief.STRAGGLER],
-                          b[brief.IMBALANCE])
+                          b[brief.IMBALANCE], b[brief.STARTED], b[brief.ENDED])
 
 
 class StepReplicas:
@@ -92,6 +92,11 @@ class StepReplicas:
     def names(self) -> list[str]:
         return [self._columns[r].name for r in self._replicas]
 
+    def generations(self) -> list[tuple[str, float | None, float | None]]:
+        """Each replica's name and when its generation of the step began and ended (``Briefs.generation``)."""
+        return [(self._columns[r].name, *self._columns[r].generation(place))
+                for r, place in zip(self._replicas, self._places)]
+
 
 class PageBriefs:
     """What the page needs of a replica's briefs once it is read: each step's heat-strip time and
@@ -99,12 +104,17 @@ class PageBriefs:
     lists no more). The report without ``--json`` or ``--csv`` keeps these, not the columns, so its
     memory stays flat in replicas and steps."""
 
-    __slots__ = ("name", "_times", "_busy", "_numbers")
+    __slots__ = ("name", "_times", "_busy", "_generations", "_numbers")
 
     def __init__(self, briefs: Briefs, newest: list[int]) -> None:
         self.name = briefs.name
         self._times, self._busy = briefs.times(), briefs.busies()
+        self._generations = briefs.generations()
         self._numbers = {place: briefs.numbers(place) for place in newest}
+
+    def generation(self, place: int) -> tuple[float | None, float | None]:
+        started, ended = self._generations[0][place], self._generations[1][place]
+        return (None if started != started else started), (None if ended != ended else ended)
 
     def time(self, place: int) -> float | None:
         value = self._times[place]
@@ -189,8 +199,10 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
         row = row() if isinstance(row, partial) else row
         totals = [t for t in figures if t]
         median = statistics.median(totals) if totals else 0.0
-        row.update(replica=name, replicas=per_step.pop(step), slowest_replica=name, ranked_by=by,
-                   replica_spread=round(total / median, 3) if median else None)
+        replicas_of_step = per_step.pop(step)
+        row.update(replica=name, replicas=replicas_of_step, slowest_replica=name, ranked_by=by,
+                   replica_spread=round(total / median, 3) if median else None,
+                   replicas_waiting=replicas_waiting(replicas_of_step.generations()))
         rows.append(row)
     return {"root": str(root), "steps": in_sequence(rows, keep),
             "steps_found": sorted(found_steps, key=lambda s: (s is not None, s or 0)),
@@ -290,13 +302,37 @@ class FleetCache:
         return next((c.write_error for c in self.caches if c.write_error), None)
 
 
+def replicas_waiting(replicas: list[tuple[str, float | None, float | None]]) -> dict[str, Any] | None:
+    """The replica-time a step's fleet lost waiting for its last replica: each replica sits idle from its own
+    last iteration to the step's end (the last replica's), since the trainer waits for them all. ``lost_ms`` is
+    the sum over replicas, ``share_pct`` its share of replicas x the step's span (the first replica's first
+    iteration to the step's end), ``ends_ms`` each replica's generation end after the step's start, and
+    ``last`` the replica the step waited for. None where fewer than two replicas' step logs say when their
+    generation ended. ``replicas``: each one's name and when its generation began and ended (wall seconds)."""
+    timed = [(name, began, ended) for name, began, ended in replicas if began is not None and ended is not None]
+    if len(timed) < 2:
+        return None
+    end = max(ended for _, _, ended in timed)
+    start = min(began for _, began, _ in timed)
+    lost = sum(end - ended for _, _, ended in timed)
+    span = end - start
+    last = max(timed, key=lambda t: (t[2], t[0]))[0]
+    return {"lost_ms": round(1000.0 * lost, 3),
+            "share_pct": round(100.0 * lost / (len(timed) * span), 1) if span > 0 else None,
+            "span_ms": round(1000.0 * span, 3), "last": last,
+            "ends_ms": {name: round(1000.0 * (ended - start), 3) for name, _, ended in timed}}
+
+
 def replica_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     """``replicas.csv``: a row per step, replica and stage."""
     out = []
     for row in report["steps"]:
+        waiting = row.get("replicas_waiting") or {}
         for n in row.get("replicas", []):
+            end = waiting.get("ends_ms", {}).get(n.name)
             base = {"global_step": row["global_step"], "replica": n.name,
                     "slowest": n.name == row.get("slowest_replica"), "state": n.state, "traced": n.traced,
+                    "waited_ms": None if end is None else round(waiting["span_ms"] - end, 3),
                     "iterations": n.iterations, "iteration_ms_total": n.iteration_ms_total,
                     "mean_ms": n.mean_ms, "busy_pct": n.busy_pct, "straggler": n.straggler,
                     "imbalance": n.imbalance}

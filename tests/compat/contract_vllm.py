@@ -309,7 +309,8 @@ def test_http_routes_are_ours_when_configured(patched, tmp_path, monkeypatch):
         router.attach_router(app)
     routes = {r.path: r for r in app.router.routes if isinstance(r, APIRoute)}
     for path in ("/start_profile", "/stop_profile", "/profile_status"):
-        assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.vllm.api_router", path
+        # rlprof's route (declared in patches/profile_routes.py, bound to vLLM by the api_router patch)
+        assert path in routes and routes[path].endpoint.__module__ == "rlprof_plugins.patches.profile_routes", path
     assert [r.path for r in app.router.routes if isinstance(r, APIRoute)].count("/start_profile") == 1
 
 

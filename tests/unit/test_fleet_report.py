@@ -376,3 +376,40 @@ def test_one_progress_line_for_three_replicas_by_two_steps(save_path, tmp_path, 
     text = written.decode()
     assert text.count("\r") >= 6 and text.count("reading ") >= 6  # each step's line, written in place
     assert text.rstrip("\r\n").count("\n") == 0, text  # one line: ended once, at the end
+
+
+def test_the_replica_time_lost_waiting_is_what_the_replicas_clocks_say(tmp_path):
+    """Three replicas of step 5, the third stretched: each replica sits idle from its own last iteration to the
+    third's. The fleet report's ``replicas_waiting`` is the sum of those waits by the step logs' clocks, its
+    share of three replicas times the step's span, each replica's end, and the one waited for; step logs that
+    do not say when their generation ended (an older rlprof's) give none."""
+    from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
+
+    root = tmp_path / "save_path"
+    ends = [101.0, 101.5, 103.0]
+    for r, end in enumerate(ends):
+        folder = root / REPLICAS[r] / "steps"
+        folder.mkdir(parents=True)
+        counts = [0] * len(BUCKETS_MS)
+        counts[3] = 10
+        for rank in range(2):
+            decode = StageRecord(10, 50.0 * (r + 1), 6.0, 0, 80, 80, counts)
+            record = StepRecord(5, "weight_version", f"rank{rank}", 100.0 + rank * 0.01, 104.0, 10, decode.total_ms,
+                                1.0, {"decode": decode}, last_iteration_at=end - rank * 0.25)
+            (folder / f"rank{rank}.jsonl").write_text(record.encode())
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    (five,) = json.loads(out.read_text())["steps"]
+    waiting = five["replicas_waiting"]
+    lost = sum(ends[-1] - end for end in ends)  # each replica's last rank ended at its ``end``
+    assert waiting["lost_ms"] == pytest.approx(1000 * lost) and waiting["last"] == REPLICAS[2]
+    assert waiting["span_ms"] == pytest.approx(1000 * (ends[-1] - 100.0))
+    assert waiting["share_pct"] == pytest.approx(round(100 * lost / (3 * (ends[-1] - 100.0)), 1))
+    assert waiting["ends_ms"] == {name: pytest.approx(1000 * (end - 100.0)) for name, end in zip(REPLICAS, ends)}
+    for r in range(3):  # the step logs of an rlprof that did not record the generation's end
+        for path in (root / REPLICAS[r] / "steps").glob("*.jsonl"):
+            data = json.loads(path.read_text())
+            del data["last_iteration_at"]
+            path.write_text(json.dumps(data) + "\n")
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    assert json.loads(out.read_text())["steps"][0]["replicas_waiting"] is None
