@@ -44,7 +44,9 @@ sync (a new step) and after a profiling session never trigger, nor feed the
 medians; a session's iterations neither. Each reason dumps at most once per
 ``min_interval_seconds`` (``requested`` always). The dump waits
 ``after_seconds`` past the event (the engine's recovery is part of it) and is
-written by the recorder's thread, never the engine's.
+written by the recorder's thread, never the engine's; what else goes wrong within
+that time (the first iteration after a stall, slow as the engine recovers) is the
+same incident, in the same dump.
 """
 
 from __future__ import annotations
@@ -315,10 +317,15 @@ class FlightRecorder:
         return anomaly
 
     def _trigger(self, anomaly: Anomaly) -> None:
-        """Queue a dump for the recorder's thread (rate-limited per reason; never raises)."""
+        """Queue a dump for the recorder's thread (rate-limited per reason; never raises). An event inside the
+        window of a dump still waiting to be written (its ``after_seconds``: the engine's recovery, such as the
+        first slow iteration after a stall) is that incident's, and in that dump already: no second dump."""
         try:
             with self._lock:  # the engine thread and the recorder's (an ongoing stall) both trigger
                 if anomaly.reason != REQUESTED:
+                    if any(p.reason != REQUESTED and anomaly.start_ns <= p.end_ns + self.after_ns
+                           for p in self._pending):
+                        return
                     last = self._last_dump.get(anomaly.reason)
                     if last is not None and anomaly.end_ns - last < self.min_interval_ns:
                         return

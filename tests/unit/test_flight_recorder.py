@@ -230,6 +230,26 @@ def test_a_slow_step_against_the_steps_before_it(tmp_path):
     assert a["duration_ms"] == pytest.approx(next(s["busy_ms"] for s in steps if s["global_step"] == 4), abs=0.01)
 
 
+def test_a_stall_and_the_slow_iteration_it_leaves_are_one_incident_in_one_dump(tmp_path):
+    """A frozen engine (a gap while busy), then its first iteration slow as it recovers: one dump, the stall's,
+    whose window holds the slow iteration too; a slow iteration after that window is an incident of its own."""
+    r = recorder(tmp_path, after_seconds=0.5)
+    iterate(r, 30)
+    time.sleep(0.6)  # stopped between iterations
+    iterate(r, 1, 0.1)  # the first iteration after it: slow (a stall, then a slow iteration)
+    iterate(r, 5)
+    dumps(tmp_path)
+    time.sleep(1.0)  # past the stall's dump and any other the incident would have made
+    found = dumps(tmp_path)
+    assert [a["reason"] for a in found] == ["stall"], found
+    trace = trace_stats(Path(found[0]["path"]) / "rank0.flight.json", "rank0", None)
+    assert any(it[2] / 1e3 >= 90 for it in trace.iteration_list), trace.iteration_list  # the slow one is in it
+    iterate(r, 1, 0.1)  # later: its own incident
+    found = dumps(tmp_path, at_least=2)
+    r.close()
+    assert sorted(a["reason"] for a in found) == ["slow_iteration", "stall"], found
+
+
 def test_each_reason_is_rate_limited_and_a_request_always_written(tmp_path):
     r = recorder(tmp_path, min_interval_seconds=60)
     iterate(r, 30)
