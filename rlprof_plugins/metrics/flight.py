@@ -323,8 +323,8 @@ class FlightRecorder:
         try:
             with self._lock:  # the engine thread and the recorder's (an ongoing stall) both trigger
                 if anomaly.reason != REQUESTED:
-                    if any(p.reason != REQUESTED and anomaly.start_ns <= p.end_ns + self.after_ns
-                           for p in self._pending):
+                    if any(p.reason != REQUESTED and p.start_ns <= anomaly.start_ns <= p.end_ns + self.after_ns
+                           for p in self._pending):  # (a slow step that began before it is not: it holds more)
                         return
                     last = self._last_dump.get(anomaly.reason)
                     if last is not None and anomaly.end_ns - last < self.min_interval_ns:
