@@ -34,7 +34,7 @@ class NoTail:
     def add(self, start_ns: int, end_ns: int, batch: int, tokens: int) -> None:
         pass
 
-    def record(self, last_end_ns=None):
+    def record(self):
         return None
 
 

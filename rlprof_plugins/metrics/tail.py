@@ -105,14 +105,13 @@ class StepTail:
                 del kept[::2]  # every other one goes; from now on every other iteration is kept
                 self.stride *= 2
 
-    def record(self, last_end_ns: int | None = None) -> TailRecord | None:
-        """The step's tail (None: no iteration). ``last_end_ns``: the step's last iteration's end, where the
-        caller knows it (else the newest one seen)."""
-        if not self.iterations or self.first_start_ns is None:
+    def record(self) -> TailRecord | None:
+        """The step's tail (None: no iteration)."""
+        if not self.iterations:
             return None
         seen = {batch: Seen(*fields) for batch, fields in self.last_of_batch.items()}
-        last = max(seen.values(), key=lambda s: s.end_ns)
-        end_ns = last_end_ns if last_end_ns is not None else last.end_ns
+        last = max(seen.values(), key=lambda s: s.end_ns)  # the step's last iteration
+        end_ns = last.end_ns
         half = self.peak / 2
         cut = max((s for b, s in seen.items() if b >= half), key=lambda s: s.end_ns)
         span_ns = max(end_ns - self.first_start_ns, 0)

@@ -89,6 +89,7 @@ class ReplicaNumbers:
 
 NONE = math.nan  # a number that is None, in the columns
 _BASE = 8  # iterations, busy, mean, span, imbalance, straggler (its index in ``ranks``; -1: none), started, ended
+_BEGAN, _ENDED = 6, 7  # the generation's start and end in a place's base columns
 _WIDTH = len(STAGE_KEYS)
 _STAGE_INTS = (0, 3, 4)  # stage columns that do: iterations, prefill and decode tokens
 
@@ -147,11 +148,11 @@ class Briefs:
     def generation(self, place: int) -> tuple[float | None, float | None]:
         """When the step's generation began and ended on this replica (wall seconds; None: not said)."""
         at = place * _BASE
-        return _v(self.base[at + 6]), _v(self.base[at + 7])
+        return number_or_none(self.base[at + _BEGAN]), number_or_none(self.base[at + _ENDED])
 
     def generations(self) -> tuple[array, array]:
         """Every place's ``generation``, two arrays (NaN for None)."""
-        return self.base[6::_BASE], self.base[7::_BASE]
+        return self.base[_BEGAN::_BASE], self.base[_ENDED::_BASE]
 
     def mean(self, place: int) -> float | None:
         value = self.base[place * _BASE + MEAN]
@@ -188,11 +189,12 @@ class Briefs:
         for stage, column in self.stages.items():
             values = column[place * _WIDTH:(place + 1) * _WIDTH]
             if values[0] == values[0]:  # the stage's iterations: NaN where the step had no such stage
-                stages.append((stage, *(_v(v, k in _STAGE_INTS) for k, v in enumerate(values))))
+                stages.append((stage, *(number_or_none(v, k in _STAGE_INTS) for k, v in enumerate(values))))
         state, directory = self.traced.get(place, ("measured", self.folder))
-        return ReplicaNumbers(self.name, state, place in self.traced, directory, _v(iterations, True), busy,
-                              _v(mean), span, tuple(stages), self.ranks[int(rank)] if rank >= 0 else None,
-                              _v(imbalance), _v(started), _v(ended))
+        return ReplicaNumbers(self.name, state, place in self.traced, directory, number_or_none(iterations, True),
+                              busy, number_or_none(mean), span, tuple(stages),
+                              self.ranks[int(rank)] if rank >= 0 else None, number_or_none(imbalance),
+                              number_or_none(started), number_or_none(ended))
 
     def to_bytes(self) -> bytes:
         """The columns as they are (measured steps only: a traced step's brief comes from its row)."""
@@ -224,9 +226,8 @@ def _n(value: Any) -> float:
     return NONE if value is None else value
 
 
-def _v(value: float, whole: bool = False) -> Any:
+def number_or_none(value: float, whole: bool = False) -> Any:
+    """A column's number as the brief had it: None for NaN, an integer where ``whole``."""
     if value != value:
         return None
     return int(value) if whole else value
-
-

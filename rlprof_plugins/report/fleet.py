@@ -113,8 +113,7 @@ class PageBriefs:
         self._numbers = {place: briefs.numbers(place) for place in newest}
 
     def generation(self, place: int) -> tuple[float | None, float | None]:
-        started, ended = self._generations[0][place], self._generations[1][place]
-        return (None if started != started else started), (None if ended != ended else ended)
+        return brief.number_or_none(self._generations[0][place]), brief.number_or_none(self._generations[1][place])
 
     def time(self, place: int) -> float | None:
         value = self._times[place]

@@ -90,14 +90,9 @@ class Decoding:
         return sum(1 for n, ended in zip(self.received, self.ended) if n and not ended)
 
     def _stream(self, i: int) -> None:
-        if "sglang" in type(self.server).__name__.lower():
-            path, body = "/generate", {"text": "the rollout engine", "stream": True, "sampling_params": {
-                "max_new_tokens": self.tokens, "ignore_eos": True, "temperature": 0}}
-        else:
-            from tests.helpers.vllm_server import TINY_MODEL
+        from tests.helpers.streaming import stream_request
 
-            path, body = "/v1/completions", {"model": str(TINY_MODEL), "prompt": "the rollout engine", "stream": True,
-                                              "max_tokens": self.tokens, "ignore_eos": True, "temperature": 0}
+        path, body = stream_request("sglang" in type(self.server).__name__.lower(), self.tokens)
         try:
             with requests.post(self.server.url + path, json=body, stream=True, timeout=300,
                                headers=self.server._headers()) as r:

@@ -68,14 +68,9 @@ class Streams:
             t.join(120)
 
     def _one(self) -> None:
-        if self.engine == "vllm":
-            from tests.helpers.vllm_server import TINY_MODEL
+        from tests.helpers.streaming import stream_request
 
-            path, body = "/v1/completions", {"model": str(TINY_MODEL), "prompt": "the rollout engine", "stream": True,
-                                              "max_tokens": STREAM_TOKENS, "ignore_eos": True, "temperature": 0}
-        else:
-            path, body = "/generate", {"text": "the rollout engine", "stream": True, "sampling_params": {
-                "max_new_tokens": STREAM_TOKENS, "ignore_eos": True, "temperature": 0}}
+        path, body = stream_request(self.engine != "vllm", STREAM_TOKENS)
         with requests.post(self.server.url + path, json=body, stream=True, timeout=300) as r:
             if r.status_code != 200:
                 raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
