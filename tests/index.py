@@ -61,6 +61,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.report.page": ("tests/unit/test_report_command.py",),
     "rlprof_plugins.report.fleet": ("tests/unit/test_fleet_report.py", "tests/e2e/test_fleet_live.py"),
     "rlprof_plugins.report.fleet_view": ("tests/unit/test_fleet_report.py",),
+    "rlprof_plugins.report.rollout_view": ("tests/unit/test_rollout_tail.py",),
     "rlprof_plugins.report.measured_rows": ("tests/unit/test_step_metrics.py",),
     "rlprof_plugins.metrics.engine_hook": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
     "rlprof_plugins.metrics.series": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),

@@ -184,8 +184,8 @@ def write_json(built: Built, path: Path) -> None:
 
 def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
-    whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage)
-    and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
+    whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage),
+    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``) and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
     details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
     tables = {
@@ -209,6 +209,7 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
                        for row in steps for it, device in zip_longest(row.get("timeline", []),
                                                                       row.get("iteration_device", []))],
         "python": [r for row in steps for r in flame.csv_rows(row)],
+        "rollout": rollout_rows(steps),
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)
@@ -225,3 +226,17 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
         write_text_atomic(path, built.text(out.getvalue()))
         written.append(path)
     return written
+
+
+def rollout_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row per measured step and rank: its peak running batch, its generation's span, the tail (length, share
+    of the span, iterations, tokens) and the running batch at each point of the occupancy curve
+    (``occupancy_1`` the first)."""
+    rows = []
+    for row in steps:
+        for rank, r in sorted(((row.get("measured") or {}).get("rollout") or {}).items()):
+            rows.append({"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
+                         "rank": rank, **{k: r.get(k) for k in ("peak_batch", "span_ms", "tail_ms", "tail_share",
+                                                                 "tail_iterations", "tail_tokens")},
+                         **{f"occupancy_{k}": b for k, b in enumerate(r.get("occupancy") or [], 1)}})
+    return rows

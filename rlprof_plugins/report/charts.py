@@ -16,7 +16,8 @@ COLOURS = {"prefill": "#d95f02", "decode": "#1b9e77", "all": "#7570b3", "pause":
            "between": "#cfcfcf", "iterations": "#1b9e77", "cpu_ops": "#66a61e", "cpu_comm": "#e6ab02",
            "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf",
            "exposed communication": "#e6ab02", "exposed memcpy": "#7570b3",
-           "allocated": "#1f78b4", "reserved": "#a6cee3"}
+           "allocated": "#1f78b4", "reserved": "#a6cee3", "full batches": "#1b9e77", "tail": "#d95f02"}
+PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")  # one a rank
 MAX_BARS = 600  # an iteration timeline draws at most this many bars (the slowest iteration of each bucket)
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
 
@@ -185,3 +186,34 @@ def memory(ranks: dict[str, list[list]], label: str, width: int = 760, height: i
     body.append(f'<text x="{left}" y="{height - 8}">0 ms</text><text x="{width - 20}" y="{height - 8}" '
                 f'text-anchor="end">{span:g} ms ({", ".join(escape(r) for r in ranks)})</text>')
     return _frame(width, height, body, label, "memory")
+
+
+def occupancy(curves: dict[str, list[int]], tail_from: float | None, label: str, width: int = 760,
+              height: int = 180) -> str:
+    """The running batch over a step's span (each curve's points evenly spaced over it), a line per rank, and a
+    dashed line where the tail begins (``tail_from``: its share of the span, 0 to 1)."""
+    left, top, bottom = 48, 22, 24
+    plot_h, plot_w = height - top - bottom, width - left - 20
+    y_top = _nice_top(max((b for points in curves.values() for b in points), default=0))
+    body = _y_axis(left, top, plot_h, width, y_top, "running batch")
+    for k, (rank, points) in enumerate(curves.items()):
+        if not points:
+            continue
+        step_w = plot_w / len(points)
+        # a step line: each point holds for its share of the span
+        ys = [top + plot_h - plot_h * b / y_top for b in points]
+        path = (f"M{left:.1f} {ys[0]:.1f}" + "".join(f" H{left + step_w * i:.1f} V{y:.1f}" for i, y in enumerate(ys[1:], 1))
+                + f" H{left + plot_w:.1f}")
+        c = PALETTE[k % len(PALETTE)]
+        body.append(f'<path d="{path}" fill="none" stroke="{c}" stroke-width="2" data-series="{escape(rank)}">'
+                    f"<title>{escape(rank)}: running batch {', '.join(str(b) for b in points)}</title></path>")
+        body.append(f'<rect x="{left + 70 + 90 * k}" y="4" width="10" height="10" fill="{c}"/>'
+                    f'<text x="{left + 84 + 90 * k}" y="13">{escape(rank)}</text>')
+    if tail_from is not None:
+        x = left + plot_w * min(max(tail_from, 0.0), 1.0)
+        body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{colour("tail")}" '
+                    f'stroke-dasharray="4 3" stroke-width="2" data-tail-from="{tail_from:.4f}"/>'
+                    f'<text x="{x + 4:.1f}" y="{top + 12}" fill="{colour("tail")}">tail</text>')
+    body.append(f'<text x="{left}" y="{height - 8}">the step\'s first iteration</text><text x="{width - 20}" '
+                f'y="{height - 8}" text-anchor="end">its last iteration\'s end</text>')
+    return _frame(width, height, body, label, "occupancy")

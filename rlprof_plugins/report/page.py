@@ -22,7 +22,7 @@ from .. import __version__
 from ..trace.analysis.iteration_names import SOURCE_TITLES
 from . import charts
 from .fleet_view import fleet_parts
-from . import anomalies
+from . import anomalies, rollout_view
 from .step_section import cell, name_cell, step_section
 
 STYLE = """
@@ -64,6 +64,7 @@ def render_parts(report: dict[str, Any], notes: list[str], compared: dict[str, A
     if steps:  # a fleet's replicas first: which replica each step waited for, before the steps' rows
         yield from fleet_parts(report)
         yield from _across(steps, base)
+        yield rollout_view.section(steps)
     if compared:
         yield _compare(compared)
     yield anomalies.page_part(steps, cell, name_cell)

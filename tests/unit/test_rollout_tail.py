@@ -91,3 +91,49 @@ def test_the_step_record_carries_the_tail_through_the_log():
     del old["tail"]
     assert StepRecord.from_json(old).tail is None
     assert TailRecord.from_json({"peak_batch": "x"}) is None
+
+
+def test_the_report_shows_each_steps_tail_in_the_json_the_page_and_rollout_csv(tmp_path):
+    """Two ranks measure two steps of a rollout: eight requests at once for six iterations, then one request
+    running on alone, for 10 iterations on rank0 and 30 on rank1. Each step's tail is rank1's (the longer),
+    30 iterations of a batch of one, after a peak of 8; the page's rollout section shows the JSON's numbers
+    (opened in headless Chromium), draws a bar a step and each rank's running batch; ``rollout.csv`` holds a
+    row a step and rank with the curve's points."""
+    import csv
+    import json
+    import time
+
+    from rlprof_plugins.cli.command import main as rlprof
+    from rlprof_plugins.config.options import parse_options
+    from rlprof_plugins.metrics.recorder import recorder_for
+    from tests.helpers.browser import cells_match_json, open_page
+
+    root = tmp_path / "root"
+    for rank, alone in (("rank0", 10), ("rank1", 30)):
+        recorder = recorder_for(str(root), rank, parse_options({}))
+        for step in (1, 2):
+            recorder.started(step)
+            for batch in [8] * 6 + [1] * alone:
+                recorder.begin()
+                time.sleep(0.001)
+                recorder.end(IterationInfo(0, batch, batch))
+        recorder.close()
+    out = tmp_path / "report.json"
+    assert rlprof(["report", str(root), "-q", "--json", str(out), "--csv", str(tmp_path / "csv")]) == 0
+    data = json.loads(out.read_text())
+    for step in data["steps"]:
+        tail = step["tail"]
+        assert (tail["rank"], tail["peak_batch"], tail["tail_iterations"]) == ("rank1", 8, 30), tail
+        assert tail["occupancy"][0] == 8 and tail["occupancy"][-1] == 1, tail
+    page = open_page(root / "report.html", tmp_path / "rollout.png")
+    assert page.console_errors == []
+    rollout_cells = [c for c in page.cells if c["field"].startswith(("tail.", "measured.rollout."))]
+    assert {(c["step"], c["field"]) for c in rollout_cells} >= {(s, f) for s in (1, 2) for f in (
+        "tail.rank", "tail.peak_batch", "tail.tail_ms", "tail.tail_iterations", "measured.rollout.rank1.span_ms")}
+    assert cells_match_json(page, data) >= len(rollout_cells)
+    assert page.marks.get("stacked") == 4 and page.marks.get("occupancy") == 2, page.marks  # 2 steps x 2 parts; 2 ranks
+    with open(tmp_path / "csv" / "rollout.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["global_step"], r["rank"], r["tail_iterations"]) for r in rows] == [
+        ("1", "rank0", "10"), ("1", "rank1", "30"), ("2", "rank0", "10"), ("2", "rank1", "30")]
+    assert [int(rows[1][f"occupancy_{k}"]) for k in (1, POINTS)] == [8, 1]

@@ -1,0 +1,93 @@
+"""The page's "Rollout steps" section: where each of the newest measured steps' generation time went.
+
+A rollout sends every prompt at once: the engine runs batches at least half
+as full as its peak for a while, then a few long responses keep it running
+nearly empty until the last one ends (the tail, ``metrics/tail.py``). For the
+newest ``SHOWN`` steps that the step metrics measured, the section draws one
+bar a step split into those two parts, on the rank whose tail was longest
+(the rank the step waited on), a table of the same numbers with, in a fleet,
+the replica-time lost waiting for the last replica (``fleet.replicas_waiting``),
+and the running batch over the newest step's span on every rank.
+
+Every number here is one the JSON holds under the same step (``tail``,
+``measured.rollout``, ``replicas_waiting``): this module only draws them.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from . import charts
+from .step_section import cell
+from .summary import step_label
+
+SHOWN = 20  # the newest steps the section shows
+
+
+def _rollout(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each rank's tail record of a step (empty where its step logs said no batches)."""
+    return (row.get("measured") or {}).get("rollout") or {}
+
+
+def section(steps: list[dict[str, Any]]) -> str:
+    """The section, or nothing where no step holds a rank's tail."""
+    shown = [row for row in steps if row.get("tail") and _rollout(row)][-SHOWN:]
+    if not shown:
+        return ""
+    fleet = any(row.get("replicas_waiting") for row in shown)
+    bars = {}
+    for row in shown:
+        tail = row["tail"]
+        span = _rollout(row)[tail["rank"]]["span_ms"]
+        bars[_label(row)] = {"full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"]}
+    newest = shown[-1]
+    tail = newest["tail"]
+    record = _rollout(newest)[tail["rank"]]
+    tail_from = 1.0 - tail["tail_ms"] / record["span_ms"] if record["span_ms"] else None
+    head = ["step", "rank", "peak batch", "generation ms", "tail ms", "tail share", "tail iterations"]
+    head += ["replica-time lost waiting ms", "its share"] if fleet else []
+    parts = [
+        "<h2 id=rollout>Rollout steps: where generation's time went</h2>"
+        "<p class=muted>Each step's generation, from its first iteration to its last, on the rank whose tail was "
+        "longest: the time the engine ran batches at least half as full as the step's peak, then the tail, where a "
+        "few long responses kept it running nearly empty until the last one ended. A long tail is time the trainer "
+        "waits on a few requests: partial rollouts, a response length cap or rebalancing prompts across replicas "
+        "shorten it."
+        + (" In a fleet, the replica-time lost is what every replica spent idle from its own last iteration to "
+           "the step's last replica's end, and its share of all replicas' time over the step." if fleet else "")
+        + "</p>",
+        charts.stacked(bars, ["full batches", "tail"], "generation per step: full batches and the tail"),
+        "<table id=rollout-steps><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>",
+        *(_row(row, fleet) for row in reversed(shown)),
+        "</table>",
+        f"<h3>The running batch over {escape(step_label(newest['global_step'], newest['directory']))}</h3>"
+        "<p class=muted>Each rank from its own first iteration to its last; the dashed line is where the tail "
+        "began on the rank the step waited on.</p>",
+        charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(_rollout(newest).items())},
+                         tail_from, f"running batch over {step_label(newest['global_step'], newest['directory'])}"),
+    ]
+    return "".join(parts)
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"step {row['global_step']}" if row["global_step"] is not None else "no step"
+
+
+def _row(row: dict[str, Any], fleet: bool) -> str:
+    tail = row["tail"]
+    record = _rollout(row)[tail["rank"]]
+    cells = [f"<td data-field=global_step data-value='{json.dumps(row['global_step'])}'>"
+             f"{escape(str(row['global_step']))}</td>",
+             f"<td class='name nw' data-field=tail.rank data-value='{escape(json.dumps(tail['rank']))}'>"
+             f"{escape(tail['rank'])}</td>",
+             cell(tail["peak_batch"], "tail.peak_batch"),
+             cell(record["span_ms"], f"measured.rollout.{tail['rank']}.span_ms"),
+             cell(tail["tail_ms"], "tail.tail_ms"), cell(tail["share_pct"], "tail.share_pct", unit="%"),
+             cell(tail["tail_iterations"], "tail.tail_iterations")]
+    if fleet:
+        waiting = row.get("replicas_waiting") or {}
+        cells += [cell(waiting.get("lost_ms"), "replicas_waiting.lost_ms"),
+                  cell(waiting.get("share_pct"), "replicas_waiting.share_pct", unit="%")]
+    return f"<tr data-step='{json.dumps(row['global_step'])}'>" + "".join(cells) + "</tr>"
