@@ -113,8 +113,14 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             "ended_at": max(r.ended_at for r in ranks.values()),
             "generation_ended_at": max((r.last_iteration_at for r in ranks.values() if r.last_iteration_at is not None),
                                        default=None),
-            "rollout": {rank: {**r.tail.to_json(), "tail_share": round(r.tail.tail_share, 4)}
-                        for rank, r in sorted(ranks.items()) if r.tail is not None}}
+            "rollout": rollout_of(ranks)}
+
+
+def rollout_of(ranks: dict[str, StepRecord]) -> dict[str, dict[str, Any]]:
+    """Each rank's tail of one step (``tail.TailRecord`` as JSON, with ``tail_share``), where its engine said its
+    batches."""
+    return {rank: {**r.tail.to_json(), "tail_share": round(r.tail.tail_share, 4)}
+            for rank, r in sorted(ranks.items()) if r.tail is not None}
 
 
 # ---- read again after one more step: only what was appended ------------------------

@@ -7,7 +7,9 @@ total (each iteration its slowest rank's), the change of the mean against
 the previous step with that stage, the ranks' imbalance, and the busiest
 operators of the stage's iterations, per iteration. rlprof's own profiler
 pauses are counted apart, never as engine or operator time. A trace with no
-iteration annotation at all is named, not summarised as empty.
+iteration annotation at all is named, not summarised as empty. Where the step
+metrics measured a traced step, its rollout's long tail (``metrics/tail.py``,
+the rank it was longest on) is given beside, as the report gives it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from ..metrics.reader import read_steps, rollout_of
+from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
 from ..store.servers import replicas_of
 from ..store.step_files import plan
@@ -60,6 +64,7 @@ def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Pa
     steps_out = []
     unplaced, missing, assumed = [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
+    measured, _warnings = read_steps(server)  # the report names the step logs' warnings; a summary reads traces
     for global_step, directory in step_dirs(server):
         p = plan(directory)
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
@@ -73,7 +78,8 @@ def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Pa
         step = {"global_step": global_step, "directory": str(directory), "stages": [],
                 "sources": sorted({st.source for st in stats if st.source}),
                 "unreadable": [st.error for st in every if st.error],
-                "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list)}
+                "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list),
+                "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None}
         iterations = slowest_iterations(stats)
         numbers = stage_numbers(iterations, stats)
         counts = {stage: n["iterations"] for stage, n in numbers.items()}
@@ -144,6 +150,11 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append(f"{label}, {st['stage']}: busiest {kind} per iteration, all ranks")
             for op in ops[:5]:
                 lines.append(f"  {op['per_iteration_ms']:10.3f} ms  {op['name'][:100]}")
+        tail = step.get("tail")
+        if tail:
+            lines.append(f"{label}: the rollout's tail {tail['tail_ms']:,.1f} ms, {tail['share_pct']:g}% of generation "
+                         f"({tail['tail_iterations']} iterations after the running batch fell below half of its peak of "
+                         f"{tail['peak_batch']}), on {tail['rank']}")
         if step["sources"] and step["sources"] != ["rlprof"]:
             lines.append(f"{label}: iterations read from " + ", ".join(SOURCE_TITLES[s] for s in step["sources"]))
         for error in step["unreadable"]:

@@ -8,6 +8,11 @@ iterations.
 
 from __future__ import annotations
 
+import csv
+import json
+import time
+
+from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.metrics.record import StepRecord
 from rlprof_plugins.metrics.tail import KEPT, POINTS, StepTail, TailRecord
 from rlprof_plugins.metrics.timer import StepMetrics
@@ -93,31 +98,33 @@ def test_the_step_record_carries_the_tail_through_the_log():
     assert TailRecord.from_json({"peak_batch": "x"}) is None
 
 
-def test_the_report_shows_each_steps_tail_in_the_json_the_page_and_rollout_csv(tmp_path):
-    """Two ranks measure two steps of a rollout: eight requests at once for six iterations, then one request
-    running on alone, for 10 iterations on rank0 and 30 on rank1. Each step's tail is rank1's (the longer),
-    30 iterations of a batch of one, after a peak of 8; the page's rollout section shows the JSON's numbers
-    (opened in headless Chromium), draws a bar a step and each rank's running batch; ``rollout.csv`` holds a
-    row a step and rank with the curve's points."""
-    import csv
-    import json
-    import time
-
-    from rlprof_plugins.cli.command import main as rlprof
+def measure_rollouts(root, steps) -> None:
+    """The step metrics of two ranks over ``steps`` of a rollout, written by the real recorder: eight requests at
+    once for six iterations, then one running on alone, for 10 iterations on rank0 and 30 on rank1."""
     from rlprof_plugins.config.options import parse_options
     from rlprof_plugins.metrics.recorder import recorder_for
-    from tests.helpers.browser import cells_match_json, open_page
 
-    root = tmp_path / "root"
     for rank, alone in (("rank0", 10), ("rank1", 30)):
         recorder = recorder_for(str(root), rank, parse_options({}))
-        for step in (1, 2):
+        for step in steps:
             recorder.started(step)
             for batch in [8] * 6 + [1] * alone:
                 recorder.begin()
                 time.sleep(0.001)
                 recorder.end(IterationInfo(0, batch, batch))
         recorder.close()
+
+
+def test_the_report_shows_each_steps_tail_in_the_json_the_page_and_rollout_csv(tmp_path):
+    """Two ranks measure two steps of a rollout: eight requests at once for six iterations, then one request
+    running on alone, for 10 iterations on rank0 and 30 on rank1. Each step's tail is rank1's (the longer),
+    30 iterations of a batch of one, after a peak of 8; the page's rollout section shows the JSON's numbers
+    (opened in headless Chromium), draws a bar a step and each rank's running batch; ``rollout.csv`` holds a
+    row a step and rank with the curve's points."""
+    from tests.helpers.browser import cells_match_json, open_page
+
+    root = tmp_path / "root"
+    measure_rollouts(root, (1, 2))
     out = tmp_path / "report.json"
     assert rlprof(["report", str(root), "-q", "--json", str(out), "--csv", str(tmp_path / "csv")]) == 0
     data = json.loads(out.read_text())
@@ -137,3 +144,22 @@ def test_the_report_shows_each_steps_tail_in_the_json_the_page_and_rollout_csv(t
     assert [(r["global_step"], r["rank"], r["tail_iterations"]) for r in rows] == [
         ("1", "rank0", "10"), ("1", "rank1", "30"), ("2", "rank0", "10"), ("2", "rank1", "30")]
     assert [int(rows[1][f"occupancy_{k}"]) for k in (1, POINTS)] == [8, 1]
+
+
+def test_summary_gives_a_traced_steps_tail_from_the_step_logs(tmp_path, capsys):
+    """A traced step (real vLLM TP=2 traces) whose rollout the step metrics measured: ``summary --json`` holds the
+    same tail as the report, and its table says it in a line."""
+    from tests.unit.test_fleet_report import FIXTURE, copy_step
+
+    root = tmp_path / "root"
+    copy_step(FIXTURE, root / "global_step_1", 1)
+    measure_rollouts(root, (1,))
+    assert rlprof(["report", str(root), "-q", "--json", str(tmp_path / "report.json")]) == 0
+    capsys.readouterr()
+    assert rlprof(["summary", str(root), "--json", "-q"]) == 0
+    (summarised,) = json.loads(capsys.readouterr().out)["steps"]
+    (reported,) = json.loads((tmp_path / "report.json").read_text())["steps"]
+    assert summarised["tail"] == reported["tail"] and summarised["tail"]["tail_iterations"] == 30
+    assert rlprof(["summary", str(root), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "step 1: the rollout's tail" in text and "(30 iterations after" in text and "on rank1" in text, text
