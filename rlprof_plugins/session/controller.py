@@ -321,6 +321,7 @@ class ProfilerController:
             seconds = recording.stop()
             if seconds is not None:  # None: parked, no profiler was running
                 s.count_stop(seconds)
+                s.stop_off_engine_thread = bool(getattr(recording.backend, "detached", False))
         except Exception as e:
             s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)

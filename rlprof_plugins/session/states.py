@@ -55,6 +55,9 @@ class Session:
     stop_seconds: float | None = None  # on the engine thread: the profiler's own stops, in all
     longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
     stops: int = 0
+    # whether the session's last stop post-processed off the engine thread (``backends.detached_stop``); None
+    # until it stopped, and where it ended parked (no profiler was running)
+    stop_off_engine_thread: bool | None = None
     export_seconds: float | None = None  # on the exporter thread
     memory: dict[str, Any] | None = None  # the memory snapshot: entries, snapshot and dump seconds, bytes
     node: int = 0  # the node this rank runs on (a server spanning nodes)
@@ -125,6 +128,7 @@ class Session:
             "stop_seconds": self.stop_seconds,
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
+            "stop_off_engine_thread": self.stop_off_engine_thread,
             "export_seconds": self.export_seconds,
             "memory": self.memory,
         }
@@ -181,6 +185,7 @@ class Session:
             "stop_seconds": self.stop_seconds,
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
+            "stop_off_engine_thread": self.stop_off_engine_thread,
             "export_seconds": self.export_seconds,
             "memory": self.memory,
         }

@@ -249,9 +249,13 @@ def test_operator_table_is_opt_in(tmp_path):
     assert not list((tmp_path / "global_step_1").glob("*.profiler_out.txt"))
     start(ctl, global_step=2, step_end=1, operator_table=True)
     run_iterations(ctl, 1)
-    settle(ctl)
+    status = settle(ctl)
     (table,) = rank_folder(tmp_path / "global_step_2").glob("rank0.profiler_out.txt")
     assert "aten::mm" in table.read_text()
+    # the table reads torch's event objects, made by torch's own stop on the engine thread: the status and the
+    # rank's section of the manifest say so
+    manifest = json.loads((tmp_path / "global_step_2" / "manifest.json").read_text())
+    assert status["stop_off_engine_thread"] is False and manifest["writers"]["rank0"]["stop_off_engine_thread"] is False
 
 
 def test_manifest_describes_the_step(tmp_path):
