@@ -26,7 +26,7 @@ export PYTHONSAFEPATH := 1
 # engine a test starts inherits it, so the tests run the shim `make env` built.
 export RLPROF_CACHE_DIR ?= $(CURDIR)/.cache/rlprof
 
-.PHONY: test-pythons bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
+.PHONY: test-pythons ray-python bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
@@ -226,6 +226,12 @@ PYENV_PYTHONS := $(shell for v in 3.10 3.11 3.12 3.13; do d=$$(ls -d "$${PYENV_R
 
 test-pythons: $(VENV_TOOLS)/.installed
 	PATH="$(PYENV_PYTHONS)$(CURDIR)/$(VENV_TOOLS)/bin:$$PATH" $(VENV_TOOLS)/bin/nox -f noxfile.py --error-on-missing-interpreters
+
+# `rlprof report --ray` on a Ray cluster whose driver and nodes run Python 3.13 (Ray needs one Python across a
+# cluster): its JSON against the local report's (tests/tools/ray_on_python.py; installs Ray there, not in CI).
+RAY_PYTHON ?= $(shell ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.13.*/bin/python3.13 2>/dev/null | sort -V | tail -1)
+ray-python: env
+	$(VPY) tests/tools/ray_on_python.py --python "$(or $(RAY_PYTHON),python3.13)"
 
 # The contract tests on every tested engine release (CI runs a subset; see
 # docs/compatibility.md). Downloads each release's wheel once into .cache/.
