@@ -185,7 +185,9 @@ def python_stacks_note(config: object | None) -> str:
     settings = with_python_stacks(TorchSettings(with_stack=with_stack), keys)
     mode = settings.python_stacks
     if mode == "sampled":
-        how = (f"sampled at {settings.sample_hz} Hz (a signal timer on the engine's main thread; elsewhere a "
+        rate = (f"at up to {settings.sample_hz} Hz, within {settings.sample_budget:.0%} of the engine thread's time"
+                if settings.sample_budget else f"at {settings.sample_hz} Hz")
+        how = (f"sampled {rate} (a signal timer on the engine's main thread; elsewhere a "
                "sampler thread, with one warning); `\"python_stacks\": \"exact\"` or "
                "`\"torch_profiler_with_stack\": true` records torch's exact stacks")
     elif mode == "exact":
