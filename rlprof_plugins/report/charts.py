@@ -202,7 +202,8 @@ def occupancy(curves: dict[str, list[int]], tail_from: float | None, label: str,
         step_w = plot_w / len(points)
         # a step line: each point holds for its share of the span
         ys = [top + plot_h - plot_h * b / y_top for b in points]
-        path = (f"M{left:.1f} {ys[0]:.1f}" + "".join(f" H{left + step_w * i:.1f} V{y:.1f}" for i, y in enumerate(ys[1:], 1))
+        path = (f"M{left:.1f} {ys[0]:.1f}"
+                + "".join(f" H{left + step_w * i:.1f} V{y:.1f}" for i, y in enumerate(ys[1:], 1))
                 + f" H{left + plot_w:.1f}")
         c = PALETTE[k % len(PALETTE)]
         body.append(f'<path d="{path}" fill="none" stroke="{c}" stroke-width="2" data-series="{escape(rank)}">'

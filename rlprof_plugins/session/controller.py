@@ -266,7 +266,7 @@ class ProfilerController:
 
     def _next_chunk(self, s: Session, recording: Recording) -> None:
         """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
-        s.count_stop(recording.rotate(self._new_backend(s)))
+        s.count_stop(recording.rotate(self._new_backend(s)), off_engine_thread=False)  # a rotation stops in place
         self._exporter.submit(recording.output.write_chunks)  # its events leave the process as soon as written
 
     def _park(self, s: Session, cause: str = IDLE) -> None:
@@ -275,7 +275,8 @@ class ProfilerController:
         if recording is None or not recording.can_park:
             return
         try:
-            s.count_stop(recording.park(cause))
+            seconds = recording.park(cause)
+            s.count_stop(seconds, off_engine_thread=bool(getattr(recording.backend, "detached", False)))
         except Exception as e:
             self._fail(s, e)
             return
@@ -320,8 +321,7 @@ class ProfilerController:
         try:
             seconds = recording.stop()
             if seconds is not None:  # None: parked, no profiler was running
-                s.count_stop(seconds)
-                s.stop_off_engine_thread = bool(getattr(recording.backend, "detached", False))
+                s.count_stop(seconds, off_engine_thread=bool(getattr(recording.backend, "detached", False)))
         except Exception as e:
             s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)

@@ -55,8 +55,8 @@ class Session:
     stop_seconds: float | None = None  # on the engine thread: the profiler's own stops, in all
     longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
     stops: int = 0
-    # whether the session's last stop post-processed off the engine thread (``backends.detached_stop``); None
-    # until it stopped, and where it ended parked (no profiler was running)
+    # whether the session's latest profiler stop (a chunk's or the last) post-processed off the engine thread
+    # (``backends.detached_stop``); None until one stopped
     stop_off_engine_thread: bool | None = None
     export_seconds: float | None = None  # on the exporter thread
     memory: dict[str, Any] | None = None  # the memory snapshot: entries, snapshot and dump seconds, bytes
@@ -88,9 +88,12 @@ class Session:
     def count_stage(self, stage: str) -> None:
         self.stages[stage] = self.stages.get(stage, 0) + 1
 
-    def count_stop(self, seconds: float) -> None:
-        """One of torch's stops on the engine thread (one per chunk)."""
+    def count_stop(self, seconds: float, off_engine_thread: bool | None = None) -> None:
+        """One of torch's stops on the engine thread (one per chunk); ``off_engine_thread``: whether its
+        post-processing left that thread (None: not known, a stop that failed)."""
         self.stops += 1
+        if off_engine_thread is not None:
+            self.stop_off_engine_thread = off_engine_thread
         self.stop_seconds = (self.stop_seconds or 0.0) + seconds
         self.longest_stop_seconds = max(self.longest_stop_seconds or 0.0, seconds)
 

@@ -59,7 +59,8 @@ def test_both_ranks_pick_up_the_shim_one_of_them_built(tmp_path):
         # one line a process that recorded (the two workers, and the API server's own trace), saying why
         warned = [line.split(")")[0] for line in server.log().splitlines()
                   if "torch's stop runs on the engine thread" in line]
-        assert len(warned) == len(set(warned)) and {w.split()[0] for w in warned} >= {"(Worker_TP0", "(Worker_TP1"}, warned
+        assert len(warned) == len(set(warned)), warned
+        assert {w.split()[0] for w in warned} >= {"(Worker_TP0", "(Worker_TP1"}, warned
     finally:
         server.stop()
 

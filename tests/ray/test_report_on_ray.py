@@ -257,3 +257,39 @@ def test_a_node_killed_mid_report_is_named_and_the_report_ends_within_its_timeou
     assert "not read on node" in notes and next(iter(killed)) in notes
     steps = {s["global_step"]: s for s in data["steps"]}
     assert steps[5]["replicas"] and REPLICAS[0] in {r["name"] for r in steps[5]["replicas"]}
+
+
+@pytest.mark.extended
+def test_a_node_killed_while_reading_a_shared_filesystem_leaves_its_passes_to_another_holder(tmp_path):
+    """Every node holds the same root (a shared filesystem); the one reading the big traces is killed
+    mid-report. Its passes go to the other live node, which holds the same files: the report exits 0, nothing
+    is unread, the notes say which node went away and which read instead, and the steps are the local
+    report's."""
+    root = fleet(tmp_path, ["node0"])
+    big = root / REPLICAS[1] / "global_step_7" / "ranks"
+    big.mkdir(parents=True)
+    for rank in range(4):  # about 1.5 s a pass: a node is still reading them when it is killed
+        write_rank_trace(big / f"rank{rank}.10{rank}.pt.trace.json.gz", rank=rank, iterations=20000)
+    local, local_json = report_json(str(root), tmp_path, "local")
+    assert local.returncode == 0, local.stderr
+    timeout = 120
+    with RayCluster({"head": {}, "a": {}, "b": {}}, tmp_path) as cluster:
+        out = tmp_path / "ray.json"
+        driver = subprocess.Popen([str(RLPROF), "report", str(root), "--ray", cluster.address, "--timeout",
+                                   str(timeout), "--json", str(out), "-o", str(tmp_path / "ray.html")],
+                                  cwd=tmp_path, env=ray_environment(), stderr=subprocess.PIPE, text=True)
+        said = []
+        for line in driver.stderr:
+            said.append(line)
+            if "reading each where it lies" in line:
+                break
+        cluster.remove("a")  # a worker node (the head keeps the cluster): it holds passes as every node does
+        rest = driver.stderr.read()
+        rc = driver.wait(timeout=timeout + 60)
+    assert rc == 0, "".join(said) + rest
+    data = json.loads(out.read_text())
+    a = data["analysis"]
+    assert a["unread"] == [] and sum(a["traces_per_node"].values()) == 16, a
+    went = [n for n in data["notes"] if "went away while reading it" in n]
+    assert went and all("read on node" in n for n in went), data["notes"]
+    assert comparable(data)["steps"] == comparable(local_json)["steps"]

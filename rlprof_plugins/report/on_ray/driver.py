@@ -11,7 +11,8 @@ elsewhere.
 Every wait has a deadline (``timeout``): a node that does not list in time,
 dies while reading, or cannot import rlprof, and a trace whose pass fails,
 are named (``unread``, ``faults``) by file and node; the report keeps what
-the other nodes read.
+the other nodes read. A pass whose node dies goes to another node that holds
+the same file (a filesystem they share) before it is named unread.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from ... import __version__
 from ...trace.analysis import trace_stats as trace_stats_module
@@ -96,8 +97,8 @@ def _remote_functions(ray):
         try:
             from rlprof_plugins.report.on_ray.node import listing
         except Exception as e:  # no rlprof (or a broken one) on this node: name what it holds all the same
+            import json
             import os
-            import pickle
             import zlib
 
             files, root = [], os.path.abspath(os.path.expanduser(os.path.expandvars(root_text)))
@@ -109,8 +110,9 @@ def _remote_functions(ray):
                         st = os.stat(path)
                         kind = "trace" if name.endswith((".trace.json", ".trace.json.gz")) else "file"
                         files.append([os.path.relpath(path, root), st.st_size, st.st_mtime_ns, kind])
-            return zlib.compress(pickle.dumps({"import_error": f"{type(e).__name__}: {e}", "files": files,
-                                               "exists": os.path.isdir(root), "root": root}))
+            # the wire's own format (``wire.pack``: compressed JSON), written without rlprof
+            return zlib.compress(json.dumps({"import_error": f"{type(e).__name__}: {e}", "files": files,
+                                             "exists": os.path.isdir(root), "root": root}).encode(), 6)
         return listing(root_text)
 
     def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
@@ -161,8 +163,8 @@ class Session:
         refs = {self._list.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
             node.id, soft=False)).remote(self.root_text): name for name, node in self.nodes.items()}
         for ref, name, outcome in self._gather(refs, started + self.timeout, "listing"):
-            if isinstance(outcome, str):
-                self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome}")
+            if isinstance(outcome, TaskFailure):
+                self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome.reason}")
                 continue
             self.analysis.bytes_returned += len(outcome)
             listed = unpack(outcome)
@@ -236,6 +238,9 @@ class Session:
 
     # ---- the passes ------------------------------------------------------------------------------
     def _read(self, traces: list[tuple], memories: list[str]) -> tuple[dict[tuple, Any], dict[str, Any]]:
+        """Each pass on a node holding its file, the least loaded first. A pass whose node dies (or leaves the
+        cluster) goes to another live holder of the same file (a shared filesystem), once per holder; with none
+        left, the file is named unread with the node and the reason."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         started = time.monotonic()
@@ -243,47 +248,70 @@ class Session:
         answers: dict[tuple, Any] = {}
         memory: dict[str, Any] = {}
         refs: dict[Any, tuple] = {}
+        again: list[Any] = []  # refs of passes given to another holder while the others are gathered
+        gone: set[str] = set()  # nodes that died or left during the passes
+        tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
 
-        def place(rel: str) -> str | None:
+        def place(rel: str, job: Any) -> str | None:
             held = self.tree.files.get(rel)
-            able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof]
+            able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof and n not in gone
+                    and n not in tried.get(job, ())]
             if not able:
                 return None
             node = min(able, key=lambda n: (load.get(n, 0), n))
             load[node] = load.get(node, 0) + held.size
+            tried.setdefault(job, set()).add(node)
             return node
 
         def options(node: str, cpus: float = 1.0):
             return dict(num_cpus=min(cpus, self.nodes[node].cpus), max_retries=1,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
 
+        def submit(kind: str, job: Any) -> Any:
+            """The pass's task on a holder of its file (None: no holder is left to ask)."""
+            rel = job[0] if kind == "trace" else job
+            node = place(rel, (kind, job))
+            if node is None:
+                return None
+            if kind == "trace":
+                self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
+                ref = self._trace.options(**options(node)).remote(self.root_text, *job, self.use_cache)
+            else:
+                ref = self._memory.options(**options(node)).remote(self.root_text, rel)
+            refs[ref] = (kind, job, node)
+            return ref
+
         for job in sorted(traces, key=lambda j: -(self.tree.files[j[0]].size if j[0] in self.tree.files else 0)):
-            rel = job[0]
-            node = place(rel)
-            if node is None:
-                answers[job] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
-                continue
-            self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
-            self.analysis.trace_bytes += self.tree.files[rel].size
-            refs[self._trace.options(**options(node)).remote(self.root_text, *job, self.use_cache)] = ("trace", job, node)
+            if submit("trace", job) is None:
+                answers[job] = self._unread(job[0], self._holders(job[0]), "no node that holds it can run rlprof")
+            else:
+                self.analysis.trace_bytes += self.tree.files[job[0]].size
         for rel in memories:
-            node = place(rel)
-            if node is None:
+            if submit("memory", rel) is None:
                 memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
-                continue
-            refs[self._memory.options(**options(node)).remote(self.root_text, rel)] = ("memory", rel, node)
-        self.analysis.nodes = sorted(self.analysis.traces_per_node)
-        for _ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading"):
-            if kind == "memory":
-                if isinstance(outcome, bytes):
-                    self.analysis.bytes_returned += len(outcome)
-                    got = unpack(outcome)
-                    memory[job] = got if "error" not in got else self._unread(job, node, got["error"])
+        for ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading", again):
+            rel = job[0] if kind == "trace" else job
+            if isinstance(outcome, TaskFailure):
+                if outcome.node_gone:
+                    gone.add(node)
+                    if kind == "trace":
+                        self.analysis.traces_per_node[node] -= 1
+                    other = submit(kind, job)
+                    if other is not None:  # another live holder of the same file reads it
+                        again.append(other)
+                        self._notes.append(f"{rel}: node {node} went away while reading it ({outcome.reason}); "
+                                           f"read on node {refs[other][2]}")
+                        continue
+                reason = self._unread(rel, node, outcome.reason)
+                if kind == "trace":
+                    answers[job] = reason
                 else:
-                    memory[job] = self._unread(job, node, outcome)
+                    memory[job] = reason
                 continue
-            if isinstance(outcome, str):
-                answers[job] = self._unread(job[0], node, outcome)
+            if kind == "memory":
+                self.analysis.bytes_returned += len(outcome)
+                got = unpack(outcome)
+                memory[job] = got if "error" not in got else self._unread(job, node, got["error"])
                 continue
             blob, cached, seconds = outcome
             self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
@@ -292,6 +320,8 @@ class Session:
             st = answers[job] = unpack(blob)
             if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
                 st.error = self._unread(job[0], node, st.error)
+        self.analysis.traces_per_node = {n: k for n, k in self.analysis.traces_per_node.items() if k > 0}
+        self.analysis.nodes = sorted(self.analysis.traces_per_node)
         self.analysis.seconds["passes"] = round(time.monotonic() - started, 3)
         return answers, memory
 
@@ -303,9 +333,11 @@ class Session:
         self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
         return f"{rel}: not read on node {node}: {reason}"
 
-    def _gather(self, refs: dict[Any, Any], deadline: float, what: str) -> Iterator[tuple[Any, Any, Any]]:
-        """``(ref, its tag, its value or why it failed)`` for each ref, as they finish; those unfinished at
-        the deadline are cancelled and answered as timed out."""
+    def _gather(self, refs: dict[Any, Any], deadline: float, what: str,
+                again: list[Any] | None = None) -> Iterator[tuple[Any, Any, Any]]:
+        """``(ref, its tag, its value or its TaskFailure)`` for each ref, as they finish; refs the caller puts in
+        ``again`` (and in ``refs``) while it handles one are gathered too. Those unfinished at the deadline are
+        cancelled and answered as timed out."""
         ray = self.ray
         pending = list(refs)
         done = 0
@@ -322,6 +354,9 @@ class Session:
                 except Exception as e:  # the task failed, its node died, its worker crashed
                     value = _why(e)
                 yield ref, refs[ref], value
+            if again:
+                pending += again
+                again.clear()
             if time.monotonic() - said >= 5.0:
                 said = time.monotonic()
                 self.say(f"Ray: {what}: {done} of {len(refs)} answered")
@@ -330,7 +365,7 @@ class Session:
                 ray.cancel(ref, force=True)
             except Exception:
                 pass
-            yield ref, refs[ref], f"no answer within --timeout {self.timeout:g} s"
+            yield ref, refs[ref], TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
 
     def shown(self, text: str) -> str:
         """``text`` with the stand-in root's path put back as ROOT."""
@@ -346,17 +381,25 @@ NODE_GONE = {"TaskUnschedulableError": "its node left the cluster", "NodeDiedErr
              "ObjectLostError": "its answer was lost with its node", "RaySystemError": "Ray failed"}
 
 
-def _why(error: BaseException) -> str:
-    """One line for a task's failure: what happened, then Ray's class (and the cause's first sentence)."""
+class TaskFailure(NamedTuple):
+    """Why a task gave no answer, in one line, and whether its node (or the worker on it) went away: then
+    another node holding the same file can be asked."""
+
+    reason: str
+    node_gone: bool
+
+
+def _why(error: BaseException) -> TaskFailure:
+    """A task's failure: what happened, then Ray's class (and the cause's first sentence)."""
     cause = getattr(error, "cause", None)
     source = cause if isinstance(cause, BaseException) else error
     name = type(source).__name__
     if name in NODE_GONE:
-        return f"{NODE_GONE[name]} ({name})"
+        return TaskFailure(f"{NODE_GONE[name]} ({name})", node_gone=True)
     lines = [line.strip() for line in str(source).splitlines()
              if line.strip() and not line.strip().startswith(("File ", "^", "Traceback", "ray::"))]
     text = lines[-1].split(". ")[0] if lines else ""
-    return f"{name}: {text[:200]}" if text else name
+    return TaskFailure(f"{name}: {text[:200]}" if text else name, node_gone=False)
 
 
 @contextmanager
