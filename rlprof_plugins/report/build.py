@@ -185,8 +185,9 @@ def write_json(built: Built, path: Path) -> None:
 def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
     whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage),
-    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``) and, with ``--compare``, ``compare.csv``; ranks, operators and iterations of the steps the page
-    details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
+    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``) and, with ``--compare``,
+    ``compare.csv``; ranks, operators and iterations of the steps the page details (``steps.DETAILED``, the
+    newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
     tables = {
         "steps": flat_rows(built.report),

@@ -289,7 +289,7 @@ class Session:
         for rel in memories:
             if submit("memory", rel) is None:
                 memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
-        for ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading", again):
+        for _ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading", again):
             rel = job[0] if kind == "trace" else job
             if isinstance(outcome, TaskFailure):
                 if outcome.node_gone:
