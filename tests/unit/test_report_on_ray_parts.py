@@ -139,3 +139,24 @@ def test_a_listed_path_that_leads_out_of_the_stand_in_tree_is_refused_and_named(
     tree.lay_out(base)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
         "stand-in/global_step_1/ok.json"]
+
+
+def test_a_task_failure_says_whether_its_node_went_away_in_one_line():
+    """Ray's classes for a node or worker that is gone (the error itself, or the cause a ``RayTaskError``
+    carries) mark the pass as one another holder of the file can take; any other error is named by its class
+    and its first sentence, with no traceback lines."""
+    from rlprof_plugins.report.on_ray.failures import TaskFailure, why_failed
+
+    class NodeDiedError(Exception):
+        pass
+
+    class RayTaskError(Exception):
+        def __init__(self, cause):
+            super().__init__(str(cause))
+            self.cause = cause
+
+    assert why_failed(NodeDiedError("gone")) == TaskFailure("its node died (NodeDiedError)", node_gone=True)
+    assert why_failed(RayTaskError(NodeDiedError("gone"))).node_gone
+    failure = why_failed(RayTaskError(ValueError("Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                                                 "bad trace. The rest of the message")))
+    assert failure == TaskFailure("ValueError: bad trace", node_gone=False)

@@ -29,13 +29,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator
 
 from ... import __version__
 from ...trace.analysis import trace_stats as trace_stats_module
 from ...trace.analysis.trace_stats import TraceStats
 from .. import memory as memory_module
 from ..analysis import Analysis
+from .failures import TaskFailure, why_failed
 from .mirror import Tree
 from .wire import unpack
 
@@ -352,7 +353,7 @@ class Session:
                 try:
                     value = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
                 except Exception as e:  # the task failed, its node died, its worker crashed
-                    value = _why(e)
+                    value = why_failed(e)
                 yield ref, refs[ref], value
             if again:
                 pending += again
@@ -373,33 +374,6 @@ class Session:
 
     def close(self) -> None:
         shutil.rmtree(self.mirror, ignore_errors=True)
-
-
-# Ray's failures that mean the node (or its worker) went away mid-task, in plain words
-NODE_GONE = {"TaskUnschedulableError": "its node left the cluster", "NodeDiedError": "its node died",
-             "WorkerCrashedError": "the worker reading it died", "OwnerDiedError": "its owner died",
-             "ObjectLostError": "its answer was lost with its node", "RaySystemError": "Ray failed"}
-
-
-class TaskFailure(NamedTuple):
-    """Why a task gave no answer, in one line, and whether its node (or the worker on it) went away: then
-    another node holding the same file can be asked."""
-
-    reason: str
-    node_gone: bool
-
-
-def _why(error: BaseException) -> TaskFailure:
-    """A task's failure: what happened, then Ray's class (and the cause's first sentence)."""
-    cause = getattr(error, "cause", None)
-    source = cause if isinstance(cause, BaseException) else error
-    name = type(source).__name__
-    if name in NODE_GONE:
-        return TaskFailure(f"{NODE_GONE[name]} ({name})", node_gone=True)
-    lines = [line.strip() for line in str(source).splitlines()
-             if line.strip() and not line.strip().startswith(("File ", "^", "Traceback", "ray::"))]
-    text = lines[-1].split(". ")[0] if lines else ""
-    return TaskFailure(f"{name}: {text[:200]}" if text else name, node_gone=False)
 
 
 @contextmanager
