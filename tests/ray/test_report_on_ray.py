@@ -69,6 +69,24 @@ def report_json(root: str, cwd: Path, name: str, *ray: str) -> tuple[subprocess.
     return done, json.loads(out.read_text()) if out.exists() else {}
 
 
+def report_killing(cluster: RayCluster, root: str, node: str, cwd: Path, timeout: float) -> tuple[int, str, float]:
+    """``rlprof report ROOT --ray`` (JSON to ``cwd/ray.json``), with ``node`` killed once the passes are under
+    way: its exit status, what it said, and the seconds from the kill to its end."""
+    driver = subprocess.Popen([str(RLPROF), "report", root, "--ray", cluster.address, "--timeout", str(timeout),
+                               "--json", str(cwd / "ray.json"), "-o", str(cwd / "ray.html")],
+                              cwd=cwd, env=ray_environment(), stderr=subprocess.PIPE, text=True)
+    said = []
+    for line in driver.stderr:
+        said.append(line)
+        if "reading each where it lies" in line:
+            break
+    started = time.monotonic()
+    cluster.remove(node)
+    said.append(driver.stderr.read())
+    rc = driver.wait(timeout=timeout + 60)
+    return rc, "".join(said), time.monotonic() - started
+
+
 def loopback_only(connections: Connections) -> None:
     assert connections.lines, "ss saw no connection of the cluster or the driver: the check checked nothing"
     assert not connections.elsewhere, f"Ray connections off the loopback: {connections.elsewhere}"
@@ -232,22 +250,10 @@ def test_a_node_killed_mid_report_is_named_and_the_report_ends_within_its_timeou
         write_rank_trace(big / f"rank{rank}.10{rank}.pt.trace.json.gz", rank=rank, iterations=20000)
     spec = {"node0": {"env": {"FLEET_NODE": "node0"}}, "node1": {"env": {"FLEET_NODE": "node1"}}}
     timeout = 60
+    out = tmp_path / "ray.json"
     with RayCluster(spec, tmp_path) as cluster:
-        out = tmp_path / "ray.json"
-        driver = subprocess.Popen([str(RLPROF), "report", f"{tmp_path}/{NODE_ROOT}", "--ray", cluster.address,
-                                   "--timeout", str(timeout), "--json", str(out), "-o", str(tmp_path / "ray.html")],
-                                  cwd=tmp_path, env=ray_environment(), stderr=subprocess.PIPE, text=True)
-        said = []
-        for line in driver.stderr:
-            said.append(line)
-            if "reading each where it lies" in line:
-                break
-        started = time.monotonic()
-        cluster.remove("node1")
-        rest = driver.stderr.read()
-        rc = driver.wait(timeout=timeout + 60)
-        took = time.monotonic() - started
-    assert rc == 1, "".join(said) + rest
+        rc, said, took = report_killing(cluster, f"{tmp_path}/{NODE_ROOT}", "node1", tmp_path, timeout)
+    assert rc == 1, said
     assert took < timeout + 30
     data = json.loads(out.read_text())
     a = data["analysis"]
@@ -274,20 +280,10 @@ def test_a_node_killed_while_reading_a_shared_filesystem_leaves_its_passes_to_an
     assert local.returncode == 0, local.stderr
     timeout = 120
     with RayCluster({"head": {}, "a": {}, "b": {}}, tmp_path) as cluster:
-        out = tmp_path / "ray.json"
-        driver = subprocess.Popen([str(RLPROF), "report", str(root), "--ray", cluster.address, "--timeout",
-                                   str(timeout), "--json", str(out), "-o", str(tmp_path / "ray.html")],
-                                  cwd=tmp_path, env=ray_environment(), stderr=subprocess.PIPE, text=True)
-        said = []
-        for line in driver.stderr:
-            said.append(line)
-            if "reading each where it lies" in line:
-                break
-        cluster.remove("a")  # a worker node (the head keeps the cluster): it holds passes as every node does
-        rest = driver.stderr.read()
-        rc = driver.wait(timeout=timeout + 60)
-    assert rc == 0, "".join(said) + rest
-    data = json.loads(out.read_text())
+        # a worker node (the head keeps the cluster): it holds passes as every node does
+        rc, said, _took = report_killing(cluster, str(root), "a", tmp_path, timeout)
+    assert rc == 0, said
+    data = json.loads((tmp_path / "ray.json").read_text())
     a = data["analysis"]
     assert a["unread"] == [] and sum(a["traces_per_node"].values()) == 16, a
     went = [n for n in data["notes"] if "went away while reading it" in n]
