@@ -41,8 +41,10 @@ def section(steps: list[dict[str, Any]]) -> str:
     for row in shown:
         tail = row["tail"]
         span = _rollout(row)[tail["rank"]]["span_ms"]
-        bars[_label(row)] = {"full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"]}
+        bars[step_label(row["global_step"], row["directory"])] = {
+            "full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"]}
     newest = shown[-1]
+    newest_label = step_label(newest["global_step"], newest["directory"])
     tail = newest["tail"]
     record = _rollout(newest)[tail["rank"]]
     tail_from = 1.0 - tail["tail_ms"] / record["span_ms"] if record["span_ms"] else None
@@ -62,17 +64,13 @@ def section(steps: list[dict[str, Any]]) -> str:
         "<table id=rollout-steps><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>",
         *(_row(row, fleet) for row in reversed(shown)),
         "</table>",
-        f"<h3>The running batch over {escape(step_label(newest['global_step'], newest['directory']))}</h3>"
+        f"<h3>The running batch over {escape(newest_label)}</h3>"
         "<p class=muted>Each rank from its own first iteration to its last; the dashed line is where the tail "
         "began on the rank the step waited on.</p>",
         charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(_rollout(newest).items())},
-                         tail_from, f"running batch over {step_label(newest['global_step'], newest['directory'])}"),
+                         tail_from, f"running batch over {newest_label}"),
     ]
     return "".join(parts)
-
-
-def _label(row: dict[str, Any]) -> str:
-    return f"step {row['global_step']}" if row["global_step"] is not None else "no step"
 
 
 def _row(row: dict[str, Any], fleet: bool) -> str:

@@ -276,7 +276,7 @@ class ProfilerController:
             return
         try:
             seconds = recording.park(cause)
-            s.count_stop(seconds, off_engine_thread=bool(getattr(recording.backend, "detached", False)))
+            s.count_stop(seconds, off_engine_thread=recording.stopped_off_engine_thread)
         except Exception as e:
             self._fail(s, e)
             return
@@ -321,7 +321,7 @@ class ProfilerController:
         try:
             seconds = recording.stop()
             if seconds is not None:  # None: parked, no profiler was running
-                s.count_stop(seconds, off_engine_thread=bool(getattr(recording.backend, "detached", False)))
+                s.count_stop(seconds, off_engine_thread=recording.stopped_off_engine_thread)
         except Exception as e:
             s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)

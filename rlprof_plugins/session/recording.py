@@ -156,6 +156,12 @@ class Recording:
         """Whether a chunk runs that ``park`` may end (a chunked recording, a backend that chunks)."""
         return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self.backend)
 
+    @property
+    def stopped_off_engine_thread(self) -> bool:
+        """Whether the profiler's latest stop (a park's, or the last) post-processed off the engine thread
+        (``backends.detached_stop``); a rotation's never does."""
+        return bool(getattr(self.backend, "detached", False))
+
     def park(self, cause: str = IDLE) -> float:
         """End the running chunk (engine thread) and start none until a later iteration (``resume``).
         ``IDLE``: the engine is about to wait for work; a profiler running through the wait would record

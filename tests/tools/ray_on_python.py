@@ -4,7 +4,7 @@ Ray needs one Python across a cluster, so this makes a virtual environment of
 that Python (``--python``, for example a 3.13 interpreter) with Ray 2.60 and
 the wheel built from this tree, starts a two-node cluster of it on the loopback
 (``tests/helpers/ray_cluster.py``), and runs ``rlprof report --ray`` there over
-verl's replica layout (``tests/unit/test_fleet_report.py``'s fixture). Its JSON
+verl's replica layout (``tests/ray/test_report_on_ray.py``'s ``fleet``). Its JSON
 must be the local report's, made by the vLLM environment's Python over the same
 root. Exit 0 when it is. ``make ray-python`` runs it with Python 3.13.
 
@@ -26,7 +26,7 @@ sys.path.append(str(REPO))
 
 from tests.helpers.installed import TEST_PATH  # noqa: E402
 from tests.helpers.ray_cluster import RAY_ENV, comparable  # noqa: E402
-from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch  # noqa: E402
+from tests.ray.test_report_on_ray import fleet  # noqa: E402
 
 RAY = "ray==2.60.0"
 
@@ -51,11 +51,7 @@ def main() -> int:
     version = subprocess.run([str(python), "-V"], capture_output=True, text=True, check=True).stdout.strip()
     base = args.work / "run"
     shutil.rmtree(base, ignore_errors=True)
-    root = base / "save_path"
-    for replica in REPLICAS:
-        for step in (5, 6):
-            copy_step(FIXTURE, root / replica / f"global_step_{step}", step)
-    stretch(root / REPLICAS[1] / "global_step_6", 1.6)
+    root = fleet(base, ["node0"])  # the whole layout under base/all (its copy for node0 unused here)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONPATH"}
     env.update(RAY_ENV, PYTHONPATH=str(TEST_PATH), PYTHONSAFEPATH="1")
     cluster = subprocess.Popen([str(python), "-m", "tests.helpers.ray_cluster", json.dumps({"head": {}, "a": {}})],
