@@ -1,10 +1,13 @@
 """A rollout step's long tail on a live server (``metrics/tail.py``), against what the client saw.
 
-Four requests sent at once, as a rollout sends its prompts: three of ``SHORT`` tokens and one of ``LONG``.
+Four requests sent at once, as a rollout sends its prompts: three of ``SHORT`` tokens and one of ``LONG``, all
+streamed, so a short answer's last token reaches the client along the same path and with the same delay as the
+long request's token of the same iteration (a whole answer sent at its end can arrive iterations late on a busy
+server).
 Once the three end, the long one runs alone: the engine's batch falls from four to one, below half of its peak
 for good, and the step's tail is the time only that request ran. The step's record in the step log must say
 so: a peak batch of four, the tail's iterations the tokens the long request (streamed) received after the last
-short answer (one an iteration, within three: the answers reach the client a moment apart), and the
+short answer's last token (one an iteration, within three: the pieces reach the client a moment apart), and the
 tail's length what the client measured from the last short answer to the long one's last token (within 10%,
 or two iterations). The step is recorded by a session too, so the flight recorder never holds it
 against the steps before it (a session's step is no baseline), and the tail holds for traced steps.
@@ -56,8 +59,9 @@ def check_tail(server, step: int) -> dict:
         if k == 0:
             long_tokens.extend(streamed(server, LONG))
         else:
-            server.complete(max_tokens=SHORT)
-        ended[k] = time.perf_counter()
+            pieces = streamed(server, SHORT)
+            assert pieces[-1][1] == SHORT, pieces[-1]
+            ended[k] = pieces[-1][0]  # when its last token arrived
 
     traffic = [threading.Thread(target=one, args=(k,)) for k in range(4)]
     for t in traffic:
@@ -68,7 +72,7 @@ def check_tail(server, step: int) -> dict:
     mark(server, step + 1)
     tail = step_record(Path(server.trace_dir), step)["tail"]
     last_short = max(ended[k] for k in (1, 2, 3))
-    alone_ms = (long_tokens[-1][0] - last_short) * 1e3  # from the last short answer to the long one's last token
+    alone_ms = (long_tokens[-1][0] - last_short) * 1e3  # from the last short token to the long one's last token
     before = max((done for at, done in long_tokens if at <= last_short), default=0)
     alone_tokens = LONG - before  # what the long request generated alone: one token an iteration
     iteration_ms = tail["tail_ms"] / max(tail["tail_iterations"], 1)
