@@ -15,3 +15,4 @@ IN_PROCESS_CALLS = "rlprof sessions from SGLang's in-process calls"
 # vLLM's "profiler": "cuda" where the platform has no CUDA (NVTX ranges only: backends.cuda_profiler)
 CUDA_PROFILER_ANYWHERE = "the cuda profiler's NVTX ranges on a platform without CUDA"
 TRAINER_STEPS = "global-step folders from the trainer's weights version (verl)"
+RL_PHASES = "RL phases timed per step and rank (weight updates, cache resets, pause and resume, sleep and wake-up)"

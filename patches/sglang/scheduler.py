@@ -18,7 +18,7 @@ workers:
 - from the idle hook a chunked recording's running chunk ends, so no profiler
   records the idle loop's busy polling (``ProfilerController.idle``);
 - every batch that runs the model is timed into the scheduler's step metrics
-  (``STEP_METRICS``, the hook of the same shape vLLM's ``worker_hooks`` makes),
+  (``step_metrics.STEP_METRICS``, the hook of the same shape vLLM's ``worker_hooks`` makes),
   recorded or not; the RL step follows the scheduler's own copy of the weight
   version (``weight_reader.scheduler_reader``: read each batch, parsed only
   when it changed) and every start that names a ``global_step``.
@@ -41,41 +41,17 @@ import sys
 from typing import Any
 
 from rlprof_plugins._log import logger
-from rlprof_plugins.config.launch_config import from_environment
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
-from rlprof_plugins.trace.format.naming import sglang_rank_label
 
 from ..base import Patch
 from ..features import STEP_WINDOWS
 from . import native_requests
-from .control import CONTROLLER_ATTR, controller_for, controller_of, parallel_of
+from .control import CONTROLLER_ATTR, controller_for, controller_of
 from .facts import MANAGER_VERSIONS, MIXIN_VERSIONS, VERSIONS
 from .iterations import iteration_info
-from .weight_reader import scheduler_reader
+from .step_metrics import STEP_METRICS, step_recorder
 from .wire import decode_command
-
-
-# ---- step metrics --------------------------------------------------------
-def _step_metrics_place(manager: Any, source: Any) -> RecorderPlace | None:
-    """Where a scheduler's step metrics go: the server's root (``torch_profiler_dir``), under
-    its rank's label (``source``: the module that says the rank, or an object of that module), and
-    the scheduler's own copy of the weight version."""
-    config = from_environment()
-    if config is None:
-        return None
-    module = source if isinstance(source, type(sys)) else sys.modules[type(source).__module__]
-    return RecorderPlace(config.server_root(), sglang_rank_label(parallel_of(manager, module)), config.options,
-                         scheduler_reader())
-
-
-STEP_METRICS = StepMetricsHook("sglang", _step_metrics_place)
-
-
-def _step_recorder(scheduler: Any) -> Any:
-    """The scheduler's recorder, kept on its profiler manager (the scheduler itself in the mixin era)."""
-    return STEP_METRICS.recorder(getattr(scheduler, "profiler_manager", None) or scheduler, scheduler)
 
 
 def gather(manager: Any, reply: dict) -> list[dict]:
@@ -166,7 +142,7 @@ def _profile(wrapped, instance, args, kwargs):
 def _run_batch(wrapped, instance, args, kwargs):
     ctl = controller_of(instance)
     active = ctl is not None and ctl.active
-    recorder = _step_recorder(instance)
+    recorder = step_recorder(instance)
     if not active and recorder is None:
         return wrapped(*args, **kwargs)
     try:
@@ -193,7 +169,7 @@ def _run_batch(wrapped, instance, args, kwargs):
 
 
 def _on_idle(wrapped, instance, args, kwargs):
-    recorder = _step_recorder(instance)
+    recorder = step_recorder(instance)
     if recorder is not None:  # a version set while no batch runs still ends the step
         recorder.follow_version()
         recorder.idle()  # the flight recorder: the gap until the next batch is no stall

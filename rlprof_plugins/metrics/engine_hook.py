@@ -15,7 +15,11 @@ then gives the patch module the same calls on both engines:
   ``weights_version``; ``flight_dump``, the flight recorder's ring written
   now) answered, or None for a profiling command;
 - ``started(owner, command, reply)``: a start that went through names its
-  step, so iterations count for it from then on.
+  step, so iterations count for it from then on;
+- ``phase(owner, record)``: an RL phase the owner ran (``phases.timed``), kept
+  in its open step; ``command`` takes the same as ``{"op": "phase", "record":
+  ...}`` where the phase ran in another process (vLLM's engine core, for its
+  workers).
 
 Nothing here raises into the engine: a recorder that cannot be built logs one
 warning, and step metrics are off for that owner.
@@ -27,9 +31,10 @@ from typing import Any, Callable, NamedTuple
 
 from .._log import logger
 from ..config.options import ProfileOptions
+from .phases import PhaseRecord
 from .recorder import StepRecorder, recorder_for
 
-STEP_OPS = ("weight_version", "mark_step", "flight_dump")  # for the step metrics, not a profiling session
+STEP_OPS = ("weight_version", "mark_step", "flight_dump", "phase")  # for the step metrics, not a profiling session
 
 
 class RecorderPlace(NamedTuple):
@@ -62,8 +67,10 @@ class StepMetricsHook:
             place = self._locate(owner, *context)
             if place is not None:
                 recorder = recorder_for(place.root, place.rank, place.options)
-                if recorder is not None and recorder.by_version:
-                    recorder.read_version = place.read_version
+                if recorder is not None:
+                    recorder.version_reader = place.read_version  # read for a phase's record
+                    if recorder.by_version:
+                        recorder.read_version = place.read_version
         except Exception as e:  # never into the engine loop: step metrics are off for this owner
             logger.warning("rlprof: step metrics off on this %s process: %s: %s", self.engine, type(e).__name__, e)
             recorder = None
@@ -81,6 +88,11 @@ class StepMetricsHook:
             return {"ok": True, "step_metrics": False}
         if op == "flight_dump":
             return recorder.flight_dump(command.get("folder"))
+        if op == "phase":
+            record = PhaseRecord.from_json(command.get("record"))
+            if record is not None:
+                recorder.phase(record)
+            return {"ok": record is not None, "step_metrics": True, "global_step": recorder.metrics.step}
         if op == "weight_version":
             recorder.weight_version(command.get("version"))
         elif command.get("weights_version") is not None:  # a trainer integration's weight sync
@@ -95,3 +107,9 @@ class StepMetricsHook:
             recorder = self.recorder(owner, *context)
             if recorder is not None:
                 recorder.started(command.get("global_step"))
+
+    def phase(self, owner: Any, record: PhaseRecord, *context: Any) -> None:
+        """An RL phase the owner ran, into its open step (nothing where step metrics are off)."""
+        recorder = self.recorder(owner, *context)
+        if recorder is not None:
+            recorder.phase(record)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .log import SUFFIX, step_folder
+from .phases import totals as phase_totals
 from .record import BUCKETS_MS, NotARecord, StepRecord
 
 
@@ -79,7 +80,7 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
     "straggler", "ranks", "idle_ms", "started_at", "ended_at", "generation_ended_at", "rollout"}`` of one measured
     step: its slowest rank's; ``generation_ended_at`` is when its last rank's last iteration ended (wall seconds;
     None from records that do not say); ``rollout`` holds each rank's tail (``tail.TailRecord``, with
-    ``tail_share``) where its engine said its batches."""
+    ``tail_share``) where its engine said its batches; ``phases`` each rank's RL phases (``phases_of``)."""
     busy = {rank: r.busy_ms for rank, r in ranks.items()}
     slow = max(sorted(busy), key=lambda rank: busy[rank]) if busy else None
     stages: dict[str, dict[str, Any]] = {}
@@ -113,7 +114,28 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             "ended_at": max(r.ended_at for r in ranks.values()),
             "generation_ended_at": max((r.last_iteration_at for r in ranks.values() if r.last_iteration_at is not None),
                                        default=None),
-            "rollout": rollout_of(ranks)}
+            "rollout": rollout_of(ranks), "phases": phases_of(ranks)}
+
+
+def phases_of(ranks: dict[str, StepRecord]) -> dict[str, dict[str, Any]]:
+    """Each rank's RL phases of one step, where it ran any: ``{"totals": {phase: {"count", "ms"}}, "total_ms",
+    "records": [PhaseRecord as JSON, in order], "dropped", "after_generation_ms"}``. ``after_generation_ms`` is the time
+    from the rank's last iteration to the first phase after it (the trainer's turn: generation ended and the
+    engine waited for the trainer's next call); that phase's record holds it too."""
+    out = {}
+    for rank, r in sorted(ranks.items()):
+        if not r.phases and not r.phases_dropped:
+            continue
+        records = [p.to_json() for p in r.phases]
+        last = r.last_iteration_at
+        first = next((k for k, p in enumerate(r.phases) if last is not None and p.started_at >= last), None)
+        after = round((r.phases[first].started_at - last) * 1e3, 3) if first is not None else None
+        if first is not None:
+            records[first]["after_generation_ms"] = after
+        out[rank] = {"totals": phase_totals(r.phases), "total_ms": round(sum(p.ms for p in r.phases), 3),
+                     "records": records, "dropped": r.phases_dropped,
+                     "after_generation_ms": after}
+    return out
 
 
 def rollout_of(ranks: dict[str, StepRecord]) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .phases import PhaseRecord
 from .tail import TailRecord
 
 # upper bounds (ms) of the iteration-time buckets of every record (``counts``); the last is +inf.
@@ -94,7 +95,9 @@ class StepRecord:
     seconds (``started_at`` the first iteration's start, ``ended_at`` when the step was handed over, which is when
     the next one began, ``last_iteration_at`` its last iteration's end: where the rank's generation ended);
     ``busy_ms`` is the time inside iterations, ``idle_ms`` between them; ``tail`` is how full the
-    engine ran and the step's long tail (``tail.TailRecord``; None where the engine did not say its batches)."""
+    engine ran and the step's long tail (``tail.TailRecord``; None where the engine did not say its batches);
+    ``phases`` the RL phases the rank ran while the step was open (``phases.PhaseRecord``, in order;
+    ``phases_dropped`` those past ``phases.MAX_PER_STEP``)."""
 
     global_step: int | None
     step_source: str | None
@@ -107,6 +110,8 @@ class StepRecord:
     stages: dict[str, StageRecord]
     tail: TailRecord | None = None
     last_iteration_at: float | None = None
+    phases: list[PhaseRecord] = field(default_factory=list)
+    phases_dropped: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = {"global_step": self.global_step, "step_source": self.step_source, "rank": self.rank,
@@ -117,6 +122,10 @@ class StepRecord:
             out["tail"] = self.tail.to_json()
         if self.last_iteration_at is not None:
             out["last_iteration_at"] = self.last_iteration_at
+        if self.phases:
+            out["phases"] = [p.to_json() for p in self.phases]
+        if self.phases_dropped:
+            out["phases_dropped"] = self.phases_dropped
         return out
 
     def encode(self) -> str:
@@ -138,7 +147,9 @@ class StepRecord:
                    iterations=_number(data, "iterations", int), busy_ms=_number(data, "busy_ms"),
                    idle_ms=_number(data, "idle_ms"),
                    stages={str(stage): StageRecord.from_json(t) for stage, t in stages.items()},
-                   tail=TailRecord.from_json(data.get("tail")), last_iteration_at=_optional(data, "last_iteration_at"))
+                   tail=TailRecord.from_json(data.get("tail")), last_iteration_at=_optional(data, "last_iteration_at"),
+                   phases=[p for p in map(PhaseRecord.from_json, _listed(data.get("phases"))) if p is not None],
+                   phases_dropped=_number(data, "phases_dropped", int))
 
     @classmethod
     def decode(cls, line: str) -> "StepRecord":
@@ -165,7 +176,9 @@ class StepRecord:
                           idle_ms=round(self.idle_ms + other.idle_ms, 3), stages=stages,
                           tail=other.tail or self.tail,  # the part the step ended in holds its tail
                           last_iteration_at=max((t for t in (self.last_iteration_at, other.last_iteration_at)
-                                                 if t is not None), default=None))
+                                                 if t is not None), default=None),
+                          phases=sorted(self.phases + other.phases, key=lambda p: p.started_at),
+                          phases_dropped=self.phases_dropped + other.phases_dropped)
 
 
 @dataclass
@@ -185,6 +198,8 @@ class RankTotals:
     last_tail_share: float | None = None  # ... and its share of the step's span
     anomalies: dict[str, int] = field(default_factory=dict)  # the flight recorder's dumps, "reason/stage": count
     dropped_dumps: dict[str, int] = field(default_factory=dict)  # dumps dropped for want of room, by reason
+    phase_ms: dict[str, float] = field(default_factory=dict)  # the RL phases' time (``phases``), by phase
+    phase_counts: dict[str, int] = field(default_factory=dict)  # ... and how many ran (kept ones and dropped)
 
     def count_anomaly(self, reason: str, stage: str | None) -> None:
         key = f"{reason}/{stage or 'all'}"
@@ -204,13 +219,17 @@ class RankTotals:
         self.idle_ms += record.idle_ms
         for stage, t in record.stages.items():
             self.stages.setdefault(stage, StageRecord()).add(t)
+        for p in record.phases:
+            self.phase_ms[p.phase] = round(self.phase_ms.get(p.phase, 0.0) + p.ms, 3)
+            self.phase_counts[p.phase] = self.phase_counts.get(p.phase, 0) + 1
 
     def encode(self) -> str:
         return json.dumps({"rank": self.rank, "global_step": self.global_step, "last_step": self.last_step,
                            "steps": self.steps, "busy_ms": round(self.busy_ms, 3), "idle_ms": round(self.idle_ms, 3),
                            "last_busy_ms": round(self.last_busy_ms, 3), "last_tail_ms": self.last_tail_ms,
                            "last_tail_share": self.last_tail_share, "anomalies": self.anomalies,
-                           "dropped_dumps": self.dropped_dumps,
+                           "dropped_dumps": self.dropped_dumps, "phase_ms": self.phase_ms,
+                           "phase_counts": self.phase_counts,
                            "stages": {stage: t.totals_json() for stage, t in self.stages.items()}})
 
     @classmethod
@@ -228,13 +247,26 @@ class RankTotals:
                    idle_ms=_number(data, "idle_ms"), last_busy_ms=_number(data, "last_busy_ms"),
                    last_tail_ms=_optional(data, "last_tail_ms"), last_tail_share=_optional(data, "last_tail_share"),
                    stages={str(s): StageRecord.from_json(t) for s, t in (data.get("stages") or {}).items()},
-                   anomalies=_counts(data.get("anomalies")), dropped_dumps=_counts(data.get("dropped_dumps")))
+                   anomalies=_counts(data.get("anomalies")), dropped_dumps=_counts(data.get("dropped_dumps")),
+                   phase_ms=_numbers(data.get("phase_ms")),
+                   phase_counts=_counts(data.get("phase_counts")))
 
 
 def _optional(data: dict, key: str) -> float | None:
     """A number a state file may lack (an older file, a step whose engine did not say its batches)."""
     value = data.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _listed(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """A state file's numbers by name (anything else in it read as nothing)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _counts(value: Any) -> dict[str, int]:

@@ -6,7 +6,8 @@ telling where the RL step moves: a start request naming its
 ``global_step``, the engine's weight version (``step_source:
 weight_version``: version + ``trainer_step_offset``, as for traced steps),
 a trainer integration's weight sync (verl's ``set_global_steps``: the same
-sum), or an explicit mark. Every call is guarded: a failure is logged once and
+sum), or an explicit mark; and the RL phases the engine runs between
+generations (``phase``: a ``phases.PhaseRecord``). Every call is guarded: a failure is logged once and
 step metrics stop for this rank; serving never sees it.
 """
 
@@ -25,6 +26,7 @@ from ..stages import IterationInfo
 from .flight import FlightRecorder
 from .flight_dump import DumpWriter
 from .log import StepLog
+from .phases import PhaseRecord
 from .record import StepRecord
 from .timer import StepMetrics
 
@@ -47,6 +49,8 @@ class StepRecorder:
         self.offset = options.trainer_step_offset
         self.by_version = options.step_source == WEIGHT_VERSION
         self._version: Any = object()  # the last weight version seen
+        self.version_seen: Any = None  # the same, for the phases' records (None before any)
+        self.version_reader: Callable[[], Any] | None = None  # where a phase reads it, if this process keeps it
         self.read_version: Callable[[], Any] | None = None  # where the engine reads it each iteration, if it does
         self.failed: str | None = None
         atexit.register(self.close)  # the open step is written when the engine process ends
@@ -131,9 +135,11 @@ class StepRecorder:
     # ---- where the RL step moves ----------------------------------------
     def weight_version(self, version: Any) -> None:
         """The engine's weight version now (cheap when unchanged); a step only with ``weight_version``."""
-        if not self.by_version or version == self._version or self.failed is not None:
+        if version == self._version:
             return
-        self._version = version
+        self._version = self.version_seen = version
+        if not self.by_version or self.failed is not None:
+            return
         choice = step_of(version, self.offset)
         if choice.global_step is not None:
             self._set(choice.global_step, "weight_version")
@@ -151,6 +157,27 @@ class StepRecorder:
             logger.warning("rlprof: the engine's weight version cannot be read (%s): steps follow starts only", e)
             return
         self.weight_version(version)
+
+    def phase(self, record: PhaseRecord) -> None:
+        """An RL phase that ran on this rank (``phases.timed``), stamped with the weight version seen last, into
+        the open step; on the thread that runs the engine's iterations. The gap it held since the last
+        iteration was the trainer's work, never a stall of the flight recorder's."""
+        self.idle()
+        if self.failed is not None:
+            return
+        try:
+            if record.weight_version is None:
+                version = self.version_seen
+                if self.version_reader is not None:
+                    try:
+                        version = self.version_reader()
+                    except Exception:  # the version seen last stands
+                        pass
+                if version is not None:
+                    record.weight_version = str(version)
+            self.metrics.phase(record)
+        except Exception as e:
+            self._fail(e)
 
     def started(self, global_step: Any) -> None:
         """A start request named its step (any step source): iterations count for it from now on."""

@@ -20,6 +20,9 @@ waits on one. The series (no label grows with the step number):
 - ``rlprof_rollout_tail_seconds{rank}`` and ``rlprof_rollout_tail_ratio{rank}``: the newest
   finished step's long tail (``tail``: the time after the running batch fell below half of its
   peak for good), and its share of the step's span;
+- ``rlprof_rl_phase_seconds_total{phase,rank}`` and ``rlprof_rl_phases_total{phase,rank}``: the
+  time in each RL phase between generations (``phases``: weight updates, cache resets, pause,
+  resume, sleep, wake-up) and how many ran;
 - ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
   (``flight``), by what triggered them;
 - ``rlprof_anomalies_dropped_total{reason,rank}``: its dumps dropped because
@@ -75,6 +78,11 @@ class StepSeries:
                                  "after its running batch fell below half of its peak for good", labels=["rank"])
         tail_ratio = GaugeMetricFamily("rlprof_rollout_tail_ratio", "The newest finished RL step's long tail, as a "
                                        "share of the step's span (0 to 1)", labels=["rank"])
+        phase_time = CounterMetricFamily("rlprof_rl_phase_seconds", "Time in RL phases between generations (weight "
+                                         "updates, cache resets, pause, resume, sleep, wake-up), by phase",
+                                         labels=["phase", "rank"])
+        phase_count = CounterMetricFamily("rlprof_rl_phases", "RL phases run between generations, by phase",
+                                          labels=["phase", "rank"])
         anomalies = CounterMetricFamily("rlprof_anomalies", "Flight recorder dumps written, by what triggered them "
                                         "(slow_iteration, stall, slow_step, requested)",
                                         labels=["reason", "stage", "rank"])
@@ -87,6 +95,9 @@ class StepSeries:
                 anomalies.add_metric([reason, stage or "all", rank], count)
             for reason, count in sorted(state.dropped_dumps.items()):
                 dropped.add_metric([reason, rank], count)
+            for phase, ms in sorted(state.phase_ms.items()):
+                phase_time.add_metric([phase, rank], ms / 1000.0)
+                phase_count.add_metric([phase, rank], state.phase_counts.get(phase, 0))
             if state.last_step is not None:
                 step.add_metric([rank], state.last_step)
             if isinstance(state.global_step, int) and not isinstance(state.global_step, bool):
@@ -107,7 +118,8 @@ class StepSeries:
                 times.add_metric([stage, rank], cumulative, t.total_ms / 1000.0)
                 tokens.add_metric([stage, "prompt", rank], t.prefill_tokens)
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
-        yield from (step, current, times, tokens, steps, busy, idle, last, tail, tail_ratio, anomalies, dropped)
+        yield from (step, current, times, tokens, steps, busy, idle, last, tail, tail_ratio, phase_time, phase_count,
+                    anomalies, dropped)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

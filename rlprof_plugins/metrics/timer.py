@@ -10,7 +10,8 @@ generated tokens and the batch sizes; and the rank's busy time (inside
 iterations) and idle time (between them). When the step changes (a new
 weight version, a start naming ``global_step``, ``mark_step``) the finished
 step goes to the ``sink`` as one ``record.StepRecord`` (``log.StepLog`` writes it
-off the engine thread).
+off the engine thread). The RL phases the rank runs meanwhile (``phases``) are
+kept in the step open when they start.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from bisect import bisect_left
 from typing import Any, Callable
 
 from ..stages import DECODE, PREFILL, IterationInfo
+from .phases import MAX_PER_STEP, PhaseRecord
 from .record import BUCKETS_MS, StageRecord, StepRecord
 from .tail import StepTail
 
@@ -63,6 +65,8 @@ class StepMetrics:
         self._started: int | None = None
         self._last_end: int | None = None
         self._first_wall: float | None = None
+        self._phases: list[PhaseRecord] = []
+        self._phases_dropped = 0
 
     def begin(self) -> None:
         now = self._clock()
@@ -100,6 +104,17 @@ class StepMetrics:
         if info is not None:
             self._tail.add(started, now, batch, prefill + decode)
 
+    def phase(self, record: PhaseRecord) -> None:
+        """An RL phase that ran on this rank, kept in the open step; one that ran inside a phase kept before
+        (a cache reset a weight update did itself) is dropped in favour of it."""
+        inner = [p for p in self._phases if record.holds(p)]
+        if inner:
+            self._phases = [p for p in self._phases if p not in inner]
+        if len(self._phases) < MAX_PER_STEP:
+            self._phases.append(record)
+        else:
+            self._phases_dropped += 1
+
     def set_step(self, step: int | None, source: str) -> None:
         """The RL step from now on; the one before is finished (if it ran any iteration)."""
         if step == self.step:
@@ -110,10 +125,13 @@ class StepMetrics:
             self._on_step(step)
 
     def flush(self) -> None:
-        """Hand the open step's record to the sink and start it afresh (a step with no iteration: nothing)."""
-        if not self._stages:
+        """Hand the open step's record to the sink and start it afresh (a step with no iteration and no phase:
+        nothing)."""
+        if not self._stages and not self._phases and not self._phases_dropped:
             return
         wall = self._wall()
+        if self._first_wall is None and self._phases:  # a step of phases alone starts with its first
+            self._first_wall = self._phases[0].started_at
         # the last iteration's end on the wall clock: the step's numbers were timed on the engine's own clock
         last = None if self._last_end is None else round(wall - (self._clock() - self._last_end) / 1e9, 3)
         record = StepRecord(global_step=self.step, step_source=self.source, rank=self.rank,
@@ -122,6 +140,6 @@ class StepMetrics:
                             iterations=sum(t.iterations for t in self._stages.values()),
                             busy_ms=round(self._busy_ns / 1e6, 3), idle_ms=round(self._idle_ns / 1e6, 3),
                             stages={stage: t.record() for stage, t in sorted(self._stages.items())},
-                            tail=self._tail.record())
+                            tail=self._tail.record(), phases=self._phases, phases_dropped=self._phases_dropped)
         self._reset()
         self._sink(record)

@@ -185,7 +185,8 @@ def write_json(built: Built, path: Path) -> None:
 def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
     whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage),
-    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``) and, with ``--compare``,
+    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``), ``phases.csv`` (each RL phase a rank ran
+in a step: ``phase_rows``) and, with ``--compare``,
     ``compare.csv``; ranks, operators and iterations of the steps the page details (``steps.DETAILED``, the
     newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
@@ -211,6 +212,7 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
                                                                       row.get("iteration_device", []))],
         "python": [r for row in steps for r in flame.csv_rows(row)],
         "rollout": rollout_rows(steps),
+        "phases": phase_rows(steps),
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)
@@ -241,3 +243,16 @@ def rollout_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                                  "tail_iterations", "tail_tokens")},
                          **{f"occupancy_{k}": b for k, b in enumerate(r.get("occupancy") or [], 1)}})
     return rows
+
+
+
+def phase_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row per RL phase each rank ran in a step (``metrics/phases.py``): the step, the rank, the phase, the
+    engine's call, when it started (wall seconds), how long it took, the weight version and what was asked;
+    the first phase after the rank's last iteration also says how long the engine waited for it
+    (``after_generation_ms``: the trainer's turn)."""
+    return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
+             "rank": rank, **{k: p.get(k) for k in ("phase", "call", "started_at", "ms", "weight_version", "detail",
+                                                   "after_generation_ms")}}
+            for row in steps for rank, mine in sorted(((row.get("measured") or {}).get("phases") or {}).items())
+            for p in mine.get("records", [])]

@@ -27,10 +27,11 @@ CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"
 STATE_SUFFIX = ".rlprof-state"  # a reader's own state between runs (the step logs read so far)
 # a row's shape: entries of another rlprof release (or an older shape) are recomputed
-VERSION = [6, __version__]  # 3: rows hold operators by stage, unreadable files, sources; 4: device time as a
+VERSION = [7, __version__]  # 3: rows hold operators by stage, unreadable files, sources; 4: device time as a
 # partition (rank, stage, iteration), missing ranks in one line, ranks assumed for traces that record none;
 # 5: Python frames per stage (``stage_python``); 6: measured steps hold each rank's tail and when its generation
-# ended, and their briefs when each replica's generation began and ended
+# ended, and their briefs when each replica's generation began and ended; 7: measured steps hold each rank's RL
+# phases
 
 
 def fingerprint(directory: Path, traces: list[Path]) -> list[list]:

@@ -16,7 +16,10 @@ COLOURS = {"prefill": "#d95f02", "decode": "#1b9e77", "all": "#7570b3", "pause":
            "between": "#cfcfcf", "iterations": "#1b9e77", "cpu_ops": "#66a61e", "cpu_comm": "#e6ab02",
            "compute": "#1b9e77", "communication": "#e6ab02", "memcpy": "#7570b3", "idle": "#cfcfcf",
            "exposed communication": "#e6ab02", "exposed memcpy": "#7570b3",
-           "allocated": "#1f78b4", "reserved": "#a6cee3", "full batches": "#1b9e77", "tail": "#d95f02"}
+           "allocated": "#1f78b4", "reserved": "#a6cee3", "full batches": "#1b9e77", "tail": "#d95f02",
+           # a step's RL phases (``metrics/phases.py``) after its generation
+           "waiting for the trainer": "#cfcfcf", "weight_update": "#7570b3", "cache_reset": "#e6ab02",
+           "resume": "#66a61e", "sleep": "#a6761d", "wake_up": "#1f78b4"}
 PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")  # one a rank
 MAX_BARS = 600  # an iteration timeline draws at most this many bars (the slowest iteration of each bucket)
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
@@ -137,17 +140,22 @@ def _buckets(iterations: list[list]) -> list[list]:
 
 
 def stacked(rows: dict[str, dict[str, float]], parts: list[str], label: str, width: int = 760) -> str:
-    """A horizontal bar per row (a rank), split into ``parts`` (milliseconds), on one scale."""
-    left, bar_h, gap, top = 80, 18, 8, 24
+    """A horizontal bar per row (a rank), split into ``parts`` (milliseconds), on one scale; the legend wraps
+    onto as many lines as its parts need."""
+    left, bar_h, gap = 80, 18, 8
+    legend, x, y = [], left, 4
+    for part in parts:  # each label as wide as its text (about 6.5 px a character)
+        step = max(120, 24 + 7 * len(part))
+        if x > left and x + step > width:
+            x, y = left, y + 16
+        legend.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{colour(part)}"/>'
+                      f'<text x="{x + 14}" y="{y + 9}">{escape(part.replace("_", " "))}</text>')
+        x += step
+    top = y + 20
     height = top + len(rows) * (bar_h + gap) + 6
     total = max((sum(r.get(p, 0.0) for p in parts) for r in rows.values()), default=0.0) or 1.0
     plot_w = width - left - 20
-    body = []
-    x = left
-    for part in parts:  # the legend: each label as wide as its text (about 6.5 px a character)
-        body.append(f'<rect x="{x}" y="4" width="10" height="10" fill="{colour(part)}"/>'
-                    f'<text x="{x + 14}" y="13">{escape(part.replace("_", " "))}</text>')
-        x += max(120, 24 + 7 * len(part))
+    body = legend
     for k, (name, r) in enumerate(rows.items()):
         y, x = top + k * (bar_h + gap), float(left)
         body.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{escape(name)}</text>')

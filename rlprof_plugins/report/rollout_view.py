@@ -1,16 +1,18 @@
-"""The page's "Rollout steps" section: where each of the newest measured steps' generation time went.
+"""The page's "Rollout steps" section: where each of the newest measured steps' time went.
 
 A rollout sends every prompt at once: the engine runs batches at least half
 as full as its peak for a while, then a few long responses keep it running
 nearly empty until the last one ends (the tail, ``metrics/tail.py``). For the
 newest ``SHOWN`` steps that the step metrics measured, the section draws one
 bar a step split into those two parts, on the rank whose tail was longest
-(the rank the step waited on), a table of the same numbers with, in a fleet,
+(the rank the step waited on), followed, where the step ran any, by the wait
+for the trainer's next call and the RL phases that rank ran
+(``metrics/phases.py``); a table of the same numbers with, in a fleet,
 the replica-time lost waiting for the last replica (``fleet.replicas_waiting``),
 and the running batch over the newest step's span on every rank.
 
 Every number here is one the JSON holds under the same step (``tail``,
-``measured.rollout``, ``replicas_waiting``): this module only draws them.
+``measured.rollout``, ``measured.phases``, ``replicas_waiting``): this module only draws them.
 """
 
 from __future__ import annotations
@@ -19,16 +21,23 @@ import json
 from html import escape
 from typing import Any
 
+from ..metrics.phases import PHASES
 from . import charts
 from .step_section import cell
 from .summary import step_label
 
 SHOWN = 20  # the newest steps the section shows
+WAITING = "waiting for the trainer"  # from the rank's last iteration to its first RL phase after it
 
 
 def _rollout(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each rank's tail record of a step (empty where its step logs said no batches)."""
     return (row.get("measured") or {}).get("rollout") or {}
+
+
+def _phases(row: dict[str, Any], rank: str) -> dict[str, Any]:
+    """One rank's RL phases of a step (``reader.phases_of``; empty where it ran none)."""
+    return ((row.get("measured") or {}).get("phases") or {}).get(rank) or {}
 
 
 def section(steps: list[dict[str, Any]]) -> str:
@@ -37,32 +46,46 @@ def section(steps: list[dict[str, Any]]) -> str:
     if not shown:
         return ""
     fleet = any(row.get("replicas_waiting") for row in shown)
+    phased = any(_phases(row, row["tail"]["rank"]) for row in shown)
     bars = {}
     for row in shown:
         tail = row["tail"]
         span = _rollout(row)[tail["rank"]]["span_ms"]
+        mine = _phases(row, tail["rank"])
         bars[step_label(row["global_step"], row["directory"])] = {
-            "full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"]}
+            "full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"],
+            WAITING: mine.get("after_generation_ms") or 0.0,
+            **{phase: t["ms"] for phase, t in (mine.get("totals") or {}).items()}}
+    parts = ["full batches", "tail"]
+    if phased:
+        present = {phase for bar in bars.values() for phase in bar}
+        parts += [WAITING] + [p for p in PHASES if p in present] + sorted(present - set(PHASES) - {
+            "full batches", "tail", WAITING})
     newest = shown[-1]
     newest_label = step_label(newest["global_step"], newest["directory"])
     tail = newest["tail"]
     record = _rollout(newest)[tail["rank"]]
     tail_from = 1.0 - tail["tail_ms"] / record["span_ms"] if record["span_ms"] else None
     head = ["step", "rank", "peak batch", "generation ms", "tail ms", "tail share", "tail iterations"]
+    head += ["waiting for the trainer ms", "RL phases ms"] if phased else []
     head += ["replica-time lost waiting ms", "its share"] if fleet else []
-    parts = [
-        "<h2 id=rollout>Rollout steps: where generation's time went</h2>"
+    html = [
+        f"<h2 id=rollout>Rollout steps: where {'each step' if phased else 'generation'}'s time went</h2>"
         "<p class=muted>Each step's generation, from its first iteration to its last, on the rank whose tail was "
         "longest: the time the engine ran batches at least half as full as the step's peak, then the tail, where a "
         "few long responses kept it running nearly empty until the last one ended. A long tail is time the trainer "
         "waits on a few requests: partial rollouts, a response length cap or rebalancing prompts across replicas "
         "shorten it."
+        + (" After generation, the time the engine waited for the trainer's next call, then the RL phases it ran "
+           "before the next step (weight updates, cache resets, pause and resume, sleep and wake-up)." if phased
+           else "")
         + (" In a fleet, the replica-time lost is what every replica spent idle from its own last iteration to "
            "the step's last replica's end, and its share of all replicas' time over the step." if fleet else "")
         + "</p>",
-        charts.stacked(bars, ["full batches", "tail"], "generation per step: full batches and the tail"),
+        charts.stacked(bars, parts, "each step: full batches, the tail" + (", then the trainer's turn and the "
+                                                                          "RL phases" if phased else "")),
         "<table id=rollout-steps><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>",
-        *(_row(row, fleet) for row in reversed(shown)),
+        *(_row(row, fleet, phased) for row in reversed(shown)),
         "</table>",
         f"<h3>The running batch over {escape(newest_label)}</h3>"
         "<p class=muted>Each rank from its own first iteration to its last; the dashed line is where the tail "
@@ -70,10 +93,10 @@ def section(steps: list[dict[str, Any]]) -> str:
         charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(_rollout(newest).items())},
                          tail_from, f"running batch over {newest_label}"),
     ]
-    return "".join(parts)
+    return "".join(html)
 
 
-def _row(row: dict[str, Any], fleet: bool) -> str:
+def _row(row: dict[str, Any], fleet: bool, phased: bool) -> str:
     tail = row["tail"]
     record = _rollout(row)[tail["rank"]]
     cells = [f"<td data-field=global_step data-value='{json.dumps(row['global_step'])}'>"
@@ -84,6 +107,10 @@ def _row(row: dict[str, Any], fleet: bool) -> str:
              cell(record["span_ms"], f"measured.rollout.{tail['rank']}.span_ms"),
              cell(tail["tail_ms"], "tail.tail_ms"), cell(tail["share_pct"], "tail.share_pct", unit="%"),
              cell(tail["tail_iterations"], "tail.tail_iterations")]
+    if phased:
+        mine, at = _phases(row, tail["rank"]), f"measured.phases.{tail['rank']}"
+        cells += [cell(mine.get("after_generation_ms"), f"{at}.after_generation_ms"),
+                  cell(mine.get("total_ms"), f"{at}.total_ms")]
     if fleet:
         waiting = row.get("replicas_waiting") or {}
         cells += [cell(waiting.get("lost_ms"), "replicas_waiting.lost_ms"),

@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics.reader import read_steps, rollout_of
+from ..metrics.phases import longest as longest_phases
+from ..metrics.reader import phases_of, read_steps, rollout_of
 from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
 from ..store.servers import replicas_of
@@ -79,7 +80,8 @@ def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Pa
                 "sources": sorted({st.source for st in stats if st.source}),
                 "unreadable": [st.error for st in every if st.error],
                 "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list),
-                "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None}
+                "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None,
+                "phases": longest_phases(phases_of(measured.get(global_step, {}))) if global_step is not None else {}}
         iterations = slowest_iterations(stats)
         numbers = stage_numbers(iterations, stats)
         counts = {stage: n["iterations"] for stage, n in numbers.items()}
@@ -155,6 +157,10 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append(f"{label}: the rollout's tail {tail['tail_ms']:,.1f} ms, {tail['share_pct']:g}% of generation "
                          f"({tail['tail_iterations']} iterations after the running batch fell below half of its peak of "
                          f"{tail['peak_batch']}), on {tail['rank']}")
+        if step.get("phases"):
+            lines.append(f"{label}: RL phases " + ", ".join(
+                f"{name.replace('_', ' ')} {p['ms']:,.1f} ms ({p['count']}x, on {p['rank']})"
+                for name, p in step["phases"].items()))
         if step["sources"] and step["sources"] != ["rlprof"]:
             lines.append(f"{label}: iterations read from " + ", ".join(SOURCE_TITLES[s] for s in step["sources"]))
         for error in step["unreadable"]:

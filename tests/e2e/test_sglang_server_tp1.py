@@ -274,6 +274,20 @@ def test_a_rollout_steps_long_tail_is_the_time_its_longest_request_ran_alone(sgl
     check_tail(sglang_tp1, 38)
 
 
+def test_a_trainers_calls_between_generations_are_timed_into_the_step(sglang_tp1):
+    """A weight update from disk (the cache flush it does itself is part of it), a cache flush, a pause and a
+    resume: each one phase of the step, inside the window the caller saw (tests/helpers/rl_phases.py)."""
+    from tests.helpers.rl_phases import check_phases
+    from tests.helpers.vllm_server import TINY_MODEL
+
+    phases = check_phases(sglang_tp1, 72, [
+        ("/update_weights_from_disk", {"model_path": str(TINY_MODEL)}), ("/flush_cache", {}),
+        ("/pause_generation", {"mode": "in_place"}), ("/continue_generation", {"torch_empty_cache": False})],
+        [("weight_update", "update_weights_from_disk"), ("cache_reset", "flush_cache"),
+         ("pause", "pause_generation"), ("resume", "continue_generation")])
+    assert phases[2]["detail"] == "mode=in_place"
+
+
 def test_the_flight_recorder_writes_what_went_wrong_and_nothing_else(sglang_tp1, tmp_path):
     """Last in the module: the flight recorder ran with the defaults through all of the above with no dump; then a
     stopped scheduler, a requested dump and a slow step, each written and reported (tests/helpers/flight.py; this

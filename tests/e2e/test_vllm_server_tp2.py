@@ -209,3 +209,17 @@ def test_a_start_without_a_step_records_at_the_engines_weight_version(server_tp2
     traces = rank_traces(folder)
     assert sorted(traces) == ["rank0", "rank1"]
     assert all(iteration_indices(load_trace(p)) == [0, 1, 2] for p in traces.values())
+
+
+def test_a_trainers_calls_between_generations_are_timed_into_each_ranks_step(server_tp2):
+    """A weight reload through collective_rpc, a prefix-cache reset, a pause that keeps requests and a resume (vLLM's
+    dev-mode and RL routes): each one phase of the step on both ranks, inside the window the caller saw
+    (tests/helpers/rl_phases.py)."""
+    from tests.helpers.rl_phases import check_phases
+
+    phases = check_phases(server_tp2, 73, [
+        ("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", {}),
+        ("/pause?mode=keep", {}), ("/resume", {})],
+        [("weight_update", "collective_rpc:reload_weights"), ("cache_reset", "reset_prefix_cache"),
+         ("pause", "pause_scheduler"), ("resume", "resume_scheduler")], ranks=2)
+    assert phases[2]["detail"] == "mode=keep"

@@ -134,6 +134,29 @@ def test_a_gap_while_the_engine_is_busy_is_a_stall(tmp_path):
     assert found[0]["baseline_ms"] == 300.0  # the limit it was held against
 
 
+def test_an_rl_phase_between_iterations_is_the_trainers_time_not_a_stall(tmp_path):
+    """A weight update that holds the engine thread past ``stall_seconds`` right after an iteration (the engine
+    never said it waits for work): its phase tells the flight recorder, whether it is timed in the rank's own
+    process (told as it starts, SGLang's scheduler) or delivered once done (vLLM's engine core to its workers),
+    and no dump is written; a gap with no phase after it still is a stall."""
+    from rlprof_plugins.metrics import phases
+
+    r = recorder(tmp_path)
+    iterate(r, 30)
+    phases.timed(phases.WEIGHT_UPDATE, "update_weights_from_disk", lambda: time.sleep(0.6), r.phase,
+                 starting=r.idle)
+    iterate(r, 5)
+    phases.timed(phases.WEIGHT_UPDATE, "collective_rpc:update_weights", lambda: time.sleep(0.6), r.phase)
+    iterate(r, 5)
+    time.sleep(0.5)  # past after_seconds: a dump would be on disk by now
+    assert dumps(tmp_path, timeout=0.1, at_least=0) == []
+    time.sleep(0.6)
+    iterate(r, 1)
+    found = dumps(tmp_path)
+    r.close()
+    assert [a["reason"] for a in found] == ["stall"], found
+
+
 def test_a_long_prompt_among_short_ones_is_its_work_not_an_anomaly(tmp_path):
     """RL batches mix prompt lengths: a 4,000-token prefill after 40-token ones takes longer because it is
     larger (here 50x the time for 100x the tokens), and no dump is written."""

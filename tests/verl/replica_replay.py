@@ -13,9 +13,11 @@ Each session records a short rollout. Prints ``RESULT {json}``: each
 session's files under ``save_path`` when its stop returned.
 
 With ``--no-profile``, verl's sequence when no profile is asked for: a weight
-sync (``set_global_steps(N)``), a rollout, the next sync, and so on, with no
-start or stop at all; the result holds every step log line written under
-``save_path`` (``steps/<rank>.jsonl``), as the engine wrote them.
+sync (``set_global_steps(N)``), a rollout, the calls verl makes of the server
+between rollouts (``BETWEEN_ROLLOUTS``: verl's own methods that run on a CPU),
+the next sync, and so on, with no start or stop at all; the result holds every
+step log line written under ``save_path`` (``steps/<rank>.jsonl``), as the
+engine wrote them.
 
     python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate | --no-profile]
 """
@@ -71,6 +73,12 @@ async def replay(engine: str, model: str, save_path: Path, relocate: bool) -> di
 
 
 NODE_IP = "127.0.0.2"
+# verl's server methods a trainer calls between rollouts, each as (method, args), that run on a CPU: on vLLM a
+# weight reload through verl's collective_rpc and its cache reset (its abort_all_requests passes vLLM 0.32 an
+# argument it no longer takes; sleep and wake-up need a GPU); on SGLang the pause (mode "abort": the tokenizer
+# manager aborts the requests, no scheduler pauses), cache flush and resume around a weight sync
+BETWEEN_ROLLOUTS = {"vllm": (("collective_rpc", ("reload_weights",)), ("clear_kv_cache", ())),
+                    "sglang": (("abort_all_requests", ()), ("clear_kv_cache", ()), ("resume_generation", ()))}
 SYNCED_VERSIONS = (1, 2, 3)  # weights versions verl syncs, one rollout after each (steps 2, 3, 4 at offset 1)
 
 
@@ -86,6 +94,8 @@ async def replay_without_profile(engine: str, model: str, save_path: Path) -> di
         for version in SYNCED_VERSIONS:
             await actor.set_global_steps.remote(version)
             tokens[version] = await actor.rollout.remote(2)
+            for method, args in BETWEEN_ROLLOUTS[engine]:
+                await getattr(actor, method).remote(*args)
         await actor.set_global_steps.remote(SYNCED_VERSIONS[-1] + 1)  # the next sync: the last step is written
         for _ in range(100):  # the step log is appended off the engine thread
             if len(step_lines(save_path)) >= len(SYNCED_VERSIONS):

@@ -124,8 +124,9 @@ def unprofiled(tmp_path_factory):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_synced_step_is_measured_with_no_profile(unprofiled, engine):
-    """verl calls set_global_steps after each weight sync and nothing else: every rollout's numbers
-    land under its own step (weights version + trainer_step_offset 1), none under no step."""
+    """verl calls set_global_steps after each weight sync and no profiling method: every rollout's numbers
+    land under its own step (weights version + trainer_step_offset 1), none under no step; the calls verl makes
+    of the server between rollouts are that step's RL phases, after its generation."""
     from tests.verl.replica_replay import SYNCED_VERSIONS
 
     result = unprofiled[engine]
@@ -139,3 +140,9 @@ def test_every_synced_step_is_measured_with_no_profile(unprofiled, engine):
         assert line["step_source"] == "verl weights version", line
         assert line["iterations"] >= 6, line  # a prefill and the decodes of two 6-token requests at least
         assert line["busy_ms"] > 0, line
+        expected = {"vllm": [("weight_update", "collective_rpc:reload_weights"), ("cache_reset", "reset_prefix_cache")],
+                    # verl pauses SGLang with mode "abort", which the tokenizer manager carries out by aborting the
+                    # requests itself: no scheduler pauses, so no rank has a pause phase
+                    "sglang": [("cache_reset", "flush_cache"), ("resume", "continue_generation")]}[engine]
+        assert [(p["phase"], p["call"]) for p in line.get("phases", [])] == expected, line
+        assert all(p["started_at"] >= line["last_iteration_at"] for p in line["phases"]), line
