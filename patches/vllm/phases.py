@@ -18,6 +18,7 @@ channel to the workers is the engine core thread's alone.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -44,8 +45,6 @@ def _to_workers(engine: Any, record: PhaseRecord) -> None:
 
 def _timed(engine: Any, phase: str, call: str, wrapped, args, kwargs, detail: str | None = None):
     """vLLM's call, its answer unchanged; a future answered is timed until it is done."""
-    import time
-
     started_at, started = time.time(), time.perf_counter()
     out = wrapped(*args, **kwargs)
     engine_thread = threading.get_ident()
