@@ -331,6 +331,7 @@ def test_bursts_with_idle_gaps_record_no_idle_engine(server_tp1):
     print("bursty vLLM:", json.dumps(numbers))
 
 
+@pytest.mark.extended  # CI runs SGLang's (tests/e2e/test_sglang_server_tp1.py): the same check, the same helper
 def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(server_tp1):
     """The soak's short variant (the hundred-step one: ``tests/e2e/test_soak.py``): ten sampled-stacks steps back
     to back under streaming traffic, every one ``done``, every request answered, the process tree within 64 MB of
