@@ -12,7 +12,8 @@ SGLang with ``--enable-metrics``) carries rlprof's series, and a real
 Prometheus scraping it answers ``rlprof_global_step`` with 6 on each rank (the
 newest step finished: version 6 ended step 6), ``rlprof_current_step`` with 7,
 and every query of the Grafana dashboard with data (a requested flight recorder dump first, ``rlprof
-dump``: one folder, a trace per rank, so the anomalies panel has its series).
+dump``: one folder, a trace per rank, so the anomalies panel has its series; a cache reset after version
+2's traffic, an RL phase on every rank, so the phases panel has its series).
 Then the trainer marks steps itself (``RolloutProfiler.mark_step``, ``rlprof
 step``), as one that versions nothing would.
 """
@@ -49,6 +50,9 @@ def drive(server, root) -> dict:
             assert start.status_code == 200 and start.json().get("global_step") == 4, start.text
         for _ in range(2):
             server.complete(max_tokens=6)
+        if version == 2:  # a trainer's cache reset between rollouts: an RL phase (the dashboard's phases panel)
+            reset = server.post("/flush_cache" if server.name == "SGLang" else "/reset_prefix_cache", {})
+            assert reset.status_code == 200, reset.text
         if version == 3:
             if server.name != "SGLang":
                 assert server.post("/stop_profile", {}).status_code == 200
@@ -86,6 +90,8 @@ def scraped(server, tmp_path, ranks: int) -> None:
         assert {float(r["value"][1]) for r in current} == {7.0}, current
         decode = prometheus.wait_for('sum(rlprof_iteration_seconds_count{stage="decode"})')
         assert float(decode[0]["value"][1]) > 0
+        resets = prometheus.wait_for('rlprof_rl_phases_total{phase="cache_reset"}')  # one on every rank
+        assert len(resets) == ranks and {float(r["value"][1]) for r in resets} == {1.0}, resets
         for title, expression in dashboard_queries():  # every panel of docs/grafana/rlprof-steps.json has data
             assert prometheus.wait_for(expression), title
     finally:
