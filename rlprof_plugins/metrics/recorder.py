@@ -102,10 +102,11 @@ class StepRecorder:
         return {"ok": True, "flight_recorder": True, "global_step": anomaly.global_step, "rank": self.metrics.rank}
 
     def _finished(self, record: StepRecord) -> None:
-        """A finished step: to the log, and to the flight recorder (slow against the steps before?)."""
+        """A finished step: to the log, and to the flight recorder (slow against the steps before?); a step
+        of RL phases alone ran no iteration, so it is neither judged nor a baseline."""
         self.log.put(record)
         flight = self.flight
-        if flight is not None:
+        if flight is not None and record.iterations:
             try:
                 means = {stage: t.total_ms / t.iterations for stage, t in record.stages.items() if t.iterations}
                 flight.step_finished(record.global_step, record.busy_ms, means)

@@ -1,7 +1,8 @@
 """The RL phases a trainer runs between generations, on a live server, against what the caller saw.
 
-The step is named (``/profile_step``), one request is generated, then the trainer's calls follow one at a
-time, each timed by the client from just before its request to just after its answer: the step's record in
+The step is named (``/profile_step``) and the trainer's calls follow one at a time, as between two rollouts
+(a step of phases alone: no iteration, so the flight recorder neither judges it nor holds later steps against
+it), each timed by the client from just before its request to just after its answer: the step's record in
 every rank's step log must hold one phase per call, in order, each with the engine's call, starting inside
 the client's window and lasting no longer than it. A call the engine makes inside another (the cache flush a
 weight update does itself) is the outer one's.
@@ -33,7 +34,6 @@ def check_phases(server, step: int, calls: list[tuple[str, dict]], expected: lis
     """``calls`` in step ``step`` (``step + 1`` ends it) on a server of ``ranks`` ranks; the first rank's phases of
     the step, each rank's ``expected`` (phase, call)."""
     mark(server, step)
-    server.complete(max_tokens=4)
     windows = timed_calls(server, calls)
     mark(server, step + 1)
     root = Path(server.trace_dir)

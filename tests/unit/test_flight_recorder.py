@@ -157,6 +157,28 @@ def test_an_rl_phase_between_iterations_is_the_trainers_time_not_a_stall(tmp_pat
     assert [a["reason"] for a in found] == ["stall"], found
 
 
+def test_steps_of_rl_phases_alone_are_no_baseline_for_a_slow_step(tmp_path):
+    """Three steps of a trainer's calls and no iteration (weight syncs between rollouts) after three rollouts:
+    the next rollout, several times as long, is still held against the rollouts (their median, not the phases'
+    zero busy time) and dumped."""
+    from rlprof_plugins.metrics import phases
+
+    r = recorder(tmp_path, step=1, floor_ms=1000, min_interval_seconds=0.01)
+    for step in (2, 3, 4):
+        iterate(r, 20)
+        r.mark(step)
+    for step in (5, 6, 7):
+        phases.timed(phases.WEIGHT_UPDATE, "update_weights_from_disk", lambda: None, r.phase)
+        r.mark(step)
+    iterate(r, 20, 0.02)  # step 7: the same iterations, each ~7x as long
+    r.mark(8)
+    found = dumps(tmp_path)
+    r.close()
+    assert [(a["reason"], a["global_step"]) for a in found] == [("slow_step", 7)], found
+    steps = [json.loads(line) for line in (tmp_path / "steps" / "rank0.jsonl").read_text().splitlines()]
+    assert [s["iterations"] for s in steps if s["global_step"] in (5, 6)] == [0, 0]  # written all the same
+
+
 def test_a_long_prompt_among_short_ones_is_its_work_not_an_anomaly(tmp_path):
     """RL batches mix prompt lengths: a 4,000-token prefill after 40-token ones takes longer because it is
     larger (here 50x the time for 100x the tokens), and no dump is written."""
