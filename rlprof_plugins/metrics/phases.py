@@ -82,13 +82,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def in_order(names: Any) -> list[str]:
+    """``names`` in ``PHASES`` order, any other name (a later release's phase) after them, sorted."""
+    present = set(names)
+    return [p for p in PHASES if p in present] + sorted(present - set(PHASES))
+
+
 def totals(records: list[PhaseRecord]) -> dict[str, dict[str, float]]:
     """``{phase: {"count", "ms"}}`` of one rank's records, in ``PHASES`` order."""
     out: dict[str, dict[str, float]] = {}
-    for name in PHASES + tuple(sorted({r.phase for r in records} - set(PHASES))):
+    for name in in_order(r.phase for r in records):
         mine = [r for r in records if r.phase == name]
-        if mine:
-            out[name] = {"count": len(mine), "ms": round(sum(r.ms for r in mine), 3)}
+        out[name] = {"count": len(mine), "ms": round(sum(r.ms for r in mine), 3)}
     return out
 
 
@@ -100,7 +105,7 @@ def longest(by_rank: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for phase, t in mine.get("totals", {}).items():
             if phase not in out or t["ms"] > out[phase]["ms"]:
                 out[phase] = {"ms": t["ms"], "count": t["count"], "rank": rank}
-    return {phase: out[phase] for phase in PHASES + tuple(sorted(set(out) - set(PHASES))) if phase in out}
+    return {phase: out[phase] for phase in in_order(out)}
 
 
 def timed(phase: str, call: str, run: Callable[[], Any], deliver: Callable[[PhaseRecord], None],

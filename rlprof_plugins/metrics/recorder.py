@@ -30,6 +30,8 @@ from .phases import PhaseRecord
 from .record import StepRecord
 from .timer import StepMetrics
 
+NO_VERSION = object()  # no weight version seen yet (None is a version a caller may send)
+
 
 class StepRecorder:
     """One rank's ``StepMetrics`` and the ``StepLog`` it writes to."""
@@ -48,8 +50,7 @@ class StepRecorder:
                 logger.warning("rlprof: flight recorder off on %s: %s: %s", rank, type(e).__name__, e)
         self.offset = options.trainer_step_offset
         self.by_version = options.step_source == WEIGHT_VERSION
-        self._version: Any = object()  # the last weight version seen
-        self.version_seen: Any = None  # the same, for the phases' records (None before any)
+        self._version: Any = NO_VERSION  # the last weight version seen
         self.version_reader: Callable[[], Any] | None = None  # where a phase reads it, if this process keeps it
         self.read_version: Callable[[], Any] | None = None  # where the engine reads it each iteration, if it does
         self.failed: str | None = None
@@ -138,7 +139,7 @@ class StepRecorder:
         """The engine's weight version now (cheap when unchanged); a step only with ``weight_version``."""
         if version == self._version:
             return
-        self._version = self.version_seen = version
+        self._version = version
         if not self.by_version or self.failed is not None:
             return
         choice = step_of(version, self.offset)
@@ -168,7 +169,7 @@ class StepRecorder:
             return
         try:
             if record.weight_version is None:
-                version = self.version_seen
+                version = None if self._version is NO_VERSION else self._version
                 if self.version_reader is not None:
                     try:
                         version = self.version_reader()

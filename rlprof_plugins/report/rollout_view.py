@@ -21,7 +21,7 @@ import json
 from html import escape
 from typing import Any
 
-from ..metrics.phases import PHASES
+from ..metrics.phases import in_order
 from . import charts
 from .step_section import cell
 from .summary import step_label
@@ -58,9 +58,7 @@ def section(steps: list[dict[str, Any]]) -> str:
             **{phase: t["ms"] for phase, t in (mine.get("totals") or {}).items()}}
     parts = ["full batches", "tail"]
     if phased:
-        present = {phase for bar in bars.values() for phase in bar}
-        parts += [WAITING] + [p for p in PHASES if p in present] + sorted(present - set(PHASES) - {
-            "full batches", "tail", WAITING})
+        parts += [WAITING] + in_order({phase for bar in bars.values() for phase in bar} - {*parts, WAITING})
     newest = shown[-1]
     newest_label = step_label(newest["global_step"], newest["directory"])
     tail = newest["tail"]
