@@ -22,7 +22,8 @@ root and for a 50-step root of small traces (the size goal: under 5 MB).
 ``--scale N,N,...`` (issue 45) measures the report against the number of
 steps instead: roots of N steps x 8 ranks of small rlprof traces (12
 iterations a rank, prefill and decode, 40 operators), for each N the cold
-run, the warm run after one more step (goal: <= 1 s), the peak memory of
+run (with ``--no-cache``, and again filling the caches of rows and passes),
+the warm run after one more step (goal: <= 1 s), the peak memory of
 each (goal: flat in N) and the page (goal: <= 5 MB) with its load time.
 
 ``--fleet R,S[;R,S...]`` (issue 55) measures the fleet view: roots of R
@@ -100,11 +101,12 @@ def scale(counts: list[int], work: Path) -> list[dict]:
         for step in range(1, n + 1):
             write_small_step(root, step)
         cold = run_child(rlprof("report", str(root), "--no-cache", "-q"))
-        run_child(rlprof("report", str(root), "-q"))  # fills the cache
+        filling = run_child(rlprof("report", str(root), "-q"), repeat=1)  # cold too, filling the caches
         write_small_step(root, n + 1)
         warm = run_child(rlprof("report", str(root), "-q"), repeat=1)
         again = run_child(rlprof("report", str(root), "-q"), repeat=3)  # nothing new: the cache alone
-        row = {"steps": n, "ranks": 8, "cold": cold, "warm_one_new_step": warm, "warm_nothing_new": again,
+        row = {"steps": n, "ranks": 8, "cold": cold, "cold_filling_cache": filling, "warm_one_new_step": warm,
+               "warm_nothing_new": again,
                **page_numbers(root / "report.html")}
         print(json.dumps({k: v for k, v in row.items()}), flush=True)
         out.append(row)

@@ -46,21 +46,34 @@ def step_range(text: str) -> tuple[int, int]:
 
 
 class Reading:
-    """Where a command's traces are read: here (``analysis.counted_here``), or on the Ray nodes holding
-    them (``on_ray``: ``compute`` runs over a stand-in root, its paths shown as ROOT)."""
+    """Where a command reads ROOT: this machine (ROOT a folder here, each step's passes run as it is read), or
+    the Ray nodes (``session``: ROOT as the nodes listed it, the planned passes run where the files lie before
+    the report is made)."""
 
-    def __init__(self, analysis, session=None) -> None:
-        self.analysis, self.session = analysis, session
+    def __init__(self, root_text: str, session=None) -> None:
+        self.root_text, self.session = root_text, session
+        self.analysis = session.analysis if session else None
 
-    def run(self, compute: Callable[[Path], Any], root: Path) -> Any:
-        return self.session.run(compute) if self.session else compute(root)
+    @property
+    def root(self):
+        """ROOT as the report reads it: a folder here, or the nodes' listing of it (``store.listing``)."""
+        return self.session.root if self.session else Path(self.root_text)
 
-    def shown(self, text: str) -> str:
-        return self.session.shown(text) if self.session else text
+    def passes(self, *, use_cache: bool = True, **plan: Any):
+        """The executor of the report's passes; on Ray, the passes ``plan`` names run first (``plan_passes``)."""
+        if self.session:
+            from ..report.plan import plan_passes
+
+            return self.session.execute(plan_passes(self.root, **plan))
+        from ..report.passes import LocalPasses
+
+        passes = LocalPasses(self.root, use_cache=use_cache)
+        self.analysis = passes.analysis
+        return passes
 
     @property
     def faulty(self) -> bool:
-        return self.analysis.faulty
+        return bool(self.analysis and self.analysis.faulty)
 
     def notes(self, said: list[str]) -> list[str]:
         """What the nodes said: faults, other releases, files differing between nodes; and each file not read
@@ -76,20 +89,17 @@ class Reading:
 @contextmanager
 def reading(args, root_text: str, progress: Callable[[str], None] | None) -> Iterator[Reading]:
     """``--ray [ADDRESS]``: join the cluster and list ROOT on every node (Ray missing: exit 2, one line);
-    else this machine, counting what it reads."""
-    from ..report.analysis import counted_here
-
+    else this machine."""
     if args.ray is None:
-        with counted_here() as analysis:
-            yield Reading(analysis)
+        yield Reading(root_text)
         return
-    from ..report.on_ray.driver import NoCluster, RayMissing, UnshowableRoot, open_session
+    from ..report.on_ray.driver import NoCluster, RayMissing, open_session
 
     try:
         with open_session(root_text, args.ray, timeout=args.timeout, use_cache=not getattr(args, "no_cache", False),
                           progress=progress) as session:
-            yield Reading(session.analysis, session)
-    except (RayMissing, UnshowableRoot) as e:
+            yield Reading(root_text, session)
+    except RayMissing as e:
         raise UsageError(str(e)) from None
     except NoCluster as e:
         raise CliError(str(e)) from None
@@ -129,15 +139,11 @@ def cmd_report(args) -> int:
         progress = progress_of(args)
         try:
             with reading(args, args.root, progress) as where:
-                # on Ray the stand-in root is made anew each run: the nodes keep the cache of each trace's pass
-                built = where.run(lambda at: build(at, steps=steps, pair=pair, progress=progress,
-                                                   use_cache=not args.no_cache and where.session is None,
-                                                   replica=args.replica, every_number=bool(args.json or args.csv)),
-                                  root)
+                passes = where.passes(use_cache=not args.no_cache, replica=args.replica, steps=steps)
+                built = build(where.root, steps=steps, pair=pair, progress=progress, use_cache=not args.no_cache,
+                              replica=args.replica, every_number=bool(args.json or args.csv), passes=passes)
                 built.notes[:0] = where.notes(built.notes)
-                built.notes = [where.shown(note) for note in built.notes]
                 built.analysis = where.analysis.as_dict()
-                built.shown = where.shown if where.session else None
                 if not built.report["steps_found"]:
                     raise CliError(f"nothing to report: {root} holds no global_step_N folder and no trace "
                                    "(nothing written)" + "".join(f"; {n}" for n in where.notes([])))

@@ -147,9 +147,8 @@ def cmd_summary(args) -> int:
     progress = progress_of(args)
     try:
         with reading(args, args.dir, progress) as where:
-            data = where.run(lambda at: summarise(at, progress=progress), root)
-            if where.session:  # the stand-in root's paths shown as ROOT
-                data = json.loads(where.shown(json.dumps(data)))
+            passes = where.passes(use_cache=False, windows=False, memory=False)
+            data = summarise(where.root, progress=progress, passes=passes)
     finally:
         if progress is not None:
             progress.close()

@@ -12,13 +12,8 @@ still travels).
 
 from __future__ import annotations
 
-import socket
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
-
-from ..trace.analysis import trace_stats as trace_stats_module
-from ..trace.format.gz import file_size
+from typing import Any
 
 
 @dataclass
@@ -46,21 +41,3 @@ class Analysis:
     def faulty(self) -> bool:
         """Something below ROOT could not be read, or a node could not list it."""
         return bool(self.unread or self.faults)
-
-
-@contextmanager
-def counted_here() -> Iterator[Analysis]:
-    """A local run's analysis: the traces this machine's passes read (``trace_stats.passes_here``)."""
-    analysis = Analysis("local", nodes=[socket.gethostname()])
-    here = trace_stats_module.passes_here
-
-    def counting(jobs, progress):
-        analysis.traces_per_node[analysis.nodes[0]] = analysis.traces_per_node.get(analysis.nodes[0], 0) + len(jobs)
-        analysis.trace_bytes += sum(file_size(path) for path, _, _ in jobs)
-        return here(jobs, progress)
-
-    token = trace_stats_module.PASSES_ELSEWHERE.set(counting)
-    try:
-        yield analysis
-    finally:
-        trace_stats_module.PASSES_ELSEWHERE.reset(token)

@@ -17,32 +17,48 @@ from pathlib import Path
 from typing import Any
 
 from ..metrics.flight_dump import TRACE_SUFFIX, read_anomalies
-from ..store.layout import STEP_DIR_PREFIX
-from ..trace.analysis.trace_stats import trace_stats
+from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX
+from ..trace.analysis.trace_stats import TraceJob
+from ..store.listing import as_path
+from .passes import LocalPasses, Passes
 from . import charts, flame
 
 VIEWS = "_anomaly_views"  # a row's key for the page's views (not in the JSON)
 
 
-def add_anomalies(row: dict[str, Any], root: Path) -> None:
-    """``row["anomalies"]``: the step's dumps (oldest first); the page's views beside them."""
+def add_anomalies(row: dict[str, Any], root: Path, passes: Passes | None = None) -> None:
+    """``row["anomalies"]``: the step's dumps (oldest first); the page's views beside them, their traces read
+    by ``passes``."""
     step = row.get("global_step")
     if step is None:
         row["anomalies"] = []
         return
-    found = read_anomalies(Path(root) / f"{STEP_DIR_PREFIX}{step}")
+    root = as_path(root)
+    passes = passes or LocalPasses(root, use_cache=False)
+    folder = root / f"{STEP_DIR_PREFIX}{step}"
+    found = read_anomalies(folder)
     row["anomalies"] = found
     if found:
-        row[VIEWS] = [window_view(Path(a["path"])) for a in found]
+        row[VIEWS] = [window_view(folder / FLIGHT_DIR / Path(a["path"]).name, passes) for a in found]
         for anomaly, view in zip(found, row[VIEWS]):  # what the report read of the window's traces
             anomaly["window_iterations"] = len(view["timeline"])
 
 
-def window_view(folder: Path) -> dict[str, Any]:
+def window_jobs(step_folder: Path) -> list[TraceJob]:
+    """The pass of each rank's trace of each of a step folder's dumps."""
+    dumps = step_folder / FLIGHT_DIR
+    return [job for dump in (sorted(dumps.iterdir()) if dumps.is_dir() else []) if dump.is_dir()
+            and not dump.name.startswith(".") for job in _jobs(dump)]
+
+
+def _jobs(dump: Path) -> list[TraceJob]:
+    return [TraceJob(path, path.name[:-len(TRACE_SUFFIX)], None) for path in sorted(dump.glob(f"*{TRACE_SUFFIX}"))]
+
+
+def window_view(folder: Path, passes: Passes) -> dict[str, Any]:
     """The dump's iterations (``[index, stage, ms, batch, rank]``, the slowest rank's per index) and the flame
     view of its samples, from each rank's trace."""
-    stats = [trace_stats(path, path.name[:-len(TRACE_SUFFIX)], None)
-             for path in sorted(folder.glob(f"*{TRACE_SUFFIX}"))]
+    stats = passes.traces(_jobs(folder), None)
     readable = [st for st in stats if st.error is None]
     slowest: dict[Any, list] = {}
     for st in readable:

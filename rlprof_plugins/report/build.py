@@ -22,6 +22,8 @@ from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from .summary import step_label
 from .anomalies import note as anomaly_note
 from .cache import StepCache
+from .passes import LocalPasses, PassCache, Passes
+from ..store.listing import ListedPath, as_path
 from .compare import compare
 from . import flame
 from ..store.servers import replicas_of
@@ -44,8 +46,9 @@ class Built:
     analysis: dict[str, Any] | None = None  # where the traces were read (``analysis``), for the JSON
     # a fleet's replica-steps that failed or lost a file and are not their step's row (its slowest replica's)
     others_unread: list[dict[str, Any]] = field(default_factory=list)
-    # the report read elsewhere (``on_ray``): its stand-in root's path shown as ROOT in what is written
-    shown: Callable[[str], str] | None = None
+    # ROOT is a folder of this machine (not a listed one, ``--ray``): the page links each step's files
+    # relative to where the page is written, else relative to ROOT
+    root_here: bool = True
 
     @property
     def nothing(self) -> bool:
@@ -67,14 +70,10 @@ class Built:
         """``to_json()`` as text, a step at a time (a fleet's 64,000 replica-steps are never one string;
         ``steps`` comes last)."""
         head = json.dumps(self._head(), indent=1)
-        yield self.text(head[:-2] + ',\n "steps": [\n')
+        yield head[:-2] + ',\n "steps": [\n'
         for k, row in enumerate(self.report["steps"]):
-            yield self.text((",\n" if k else "") + json.dumps(_step_json(row), indent=1))
+            yield (",\n" if k else "") + json.dumps(_step_json(row), indent=1)
         yield "\n]\n}\n"
-
-    def text(self, part: str) -> str:
-        """A part of what is written, as the reader should see it (``shown``)."""
-        return self.shown(part) if self.shown else part
 
     def _head(self) -> dict[str, Any]:
         out = {"root": self.report["root"], "steps_found": self.report["steps_found"], "notes": self.notes,
@@ -92,10 +91,16 @@ def _step_json(row: dict[str, Any]) -> dict[str, Any]:
 
 def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
           use_cache: bool = True, progress: Callable[[str], None] | None = None,
-          replica: str | None = None, every_number: bool = True) -> Built:
+          replica: str | None = None, every_number: bool = True, passes: Passes | None = None) -> Built:
     """The report of ``root``: one server's steps, or a fleet's side by side (``fleet``) where several
     servers' step folders lie below it; ``replica`` narrows it to one of them. Without ``every_number``
-    (the page alone: no JSON, no CSV), a fleet keeps of each replica only what the page shows."""
+    (the page alone: no JSON, no CSV), a fleet keeps of each replica only what the page shows. ``passes``
+    reads the traces and memory snapshots (``report.passes``; by default this machine, with the cache of
+    passes when ``use_cache``); ``root`` may be a listed one (``store.listing``), read with no cache."""
+    root = as_path(root)
+    listed = isinstance(root, ListedPath)
+    use_cache = use_cache and not listed
+    passes = passes or LocalPasses(root, use_cache=use_cache)
     fleet = replicas_of(root)
     if replica is not None:
         fleet = [r for r in fleet if r.name == replica]
@@ -104,15 +109,17 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
             raise NoSuchReplica(f"--replica {replica}: no such replica below {root} "
                                 f"({'replicas: ' + ', '.join(names) if names else 'it holds one server'})")
     if len(fleet) > 1:
-        report = fleet_rows(root, fleet, progress, steps=steps, use_cache=use_cache, keep=pair or (),
+        report = fleet_rows(root, fleet, passes, progress, steps=steps, use_cache=use_cache, keep=pair or (),
                             every_number=every_number, newest=NEWEST)
         cache = report.pop("cache")
     else:
         target = fleet[0].root if fleet else root  # a replica folder below the root: its steps
         cache = StepCache(target, enabled=use_cache)
-        report = step_rows(target, progress, steps=steps, cache=cache, keep=pair or ())
+        report = step_rows(target, progress, passes=passes, steps=steps, cache=cache, keep=pair or ())
         report["root"] = str(root)
-    built = Built(report, cache=cache)
+    built = Built(report, cache=cache, root_here=not listed)
+    if cache.forgotten and use_cache:  # step folders were pruned: so are their traces' passes
+        PassCache(root).forget_missing(root)
     found = [s for s in report["steps_found"] if s is not None]
     if not report["steps_found"]:
         built.notes.append(f"nothing to report: {root} holds no global_step_N folder and no trace")
@@ -173,9 +180,9 @@ def _ranges(steps: list[int]) -> str:
 
 
 def write_page(built: Built, path: Path) -> None:
-    # read elsewhere: the links to each step's files stay relative to ROOT (the files are on the nodes)
-    write_text_atomic(path, map(built.text, render_parts(built.report, built.notes, built.compared,
-                                                         page=None if built.shown else path)))
+    # a listed ROOT: the links to each step's files stay relative to ROOT (the files are on the nodes)
+    write_text_atomic(path, render_parts(built.report, built.notes, built.compared,
+                                         page=path if built.root_here else None))
 
 
 def write_json(built: Built, path: Path) -> None:
@@ -226,7 +233,7 @@ in a step: ``phase_rows``) and, with ``--compare``,
         writer.writeheader()
         writer.writerows(rows)
         path = folder / f"{name}.csv"
-        write_text_atomic(path, built.text(out.getvalue()))
+        write_text_atomic(path, out.getvalue())
         written.append(path)
     return written
 

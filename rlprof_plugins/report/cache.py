@@ -56,6 +56,7 @@ class StepCache:
         self.folder = root / CACHE_DIR
         self.enabled = enabled
         self.hits = self.misses = 0
+        self.forgotten = 0  # entries of step folders retention pruned, dropped this run
         self.write_error: str | None = None
 
     def _path(self, directory: Path) -> Path:
@@ -109,5 +110,6 @@ class StepCache:
             if entry.name not in wanted:
                 try:
                     os.unlink(entry)
+                    self.forgotten += 1
                 except OSError:
                     pass

@@ -40,6 +40,7 @@ from . import brief
 from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
 from .cache import StepCache
 from .measured_rows import MeasuredSteps, measured_row
+from .passes import Passes
 from .steps import StepsFound, in_sequence
 
 
@@ -130,8 +131,8 @@ class PageBriefs:
                               "(every replica's numbers: --json or --csv)") from None
 
 
-def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], None] | None = None, *,
-               steps: tuple[int, int] | None = None, use_cache: bool = True,
+def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Callable[[str], None] | None = None,
+               *, steps: tuple[int, int] | None = None, use_cache: bool = True,
                keep: tuple[int, ...] = (), every_number: bool = True, newest: int = 20) -> dict[str, Any]:
     """``step_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
@@ -156,7 +157,7 @@ def fleet_rows(root: Path, replicas: list[Replica], progress: Callable[[str], No
     for index, replica in enumerate(replicas):
         cache = StepCache(replica.root, enabled=use_cache)
         caches.append(cache)
-        found = StepsFound.of(replica.root, cache, steps)
+        found = StepsFound.of(replica.root, cache, steps, passes)
         found_steps.update(found.steps_found)
         warnings += [f"{replica.name}: {w}" for w in found.warnings]
         measured = found.measured
@@ -299,6 +300,10 @@ class FleetCache:
     @property
     def write_error(self) -> str | None:
         return next((c.write_error for c in self.caches if c.write_error), None)
+
+    @property
+    def forgotten(self) -> int:
+        return sum(c.forgotten for c in self.caches)
 
 
 def replicas_waiting(replicas: list[tuple[str, float | None, float | None]]) -> dict[str, Any] | None:

@@ -18,7 +18,6 @@ file that asks for any class or function is refused, not executed.
 from __future__ import annotations
 
 import pickle
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,10 +28,6 @@ MB = 1 << 20
 POINTS = 240  # timeline points per rank at most (each bucket keeps its highest allocated point)
 TOP = 8  # allocations listed at the peak
 FRAMES = 4  # frames shown per allocation, innermost first, torch's own left out
-# Where a snapshot is read when not here: a function of its path answering ``rank_memory``'s numbers or
-# raising (the report on Ray: ``report.on_ray``, each snapshot on the node holding it)
-READ_ELSEWHERE: ContextVar[Callable[[Path], dict[str, Any]] | None] = ContextVar("rlprof_memory_read_elsewhere",
-                                                                                default=None)
 _ALLOCATED = {"alloc": 1, "free_completed": -1}
 _RESERVED = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
@@ -60,15 +55,21 @@ def memory_files(directory: Path) -> list[tuple[str, Path]]:
     return [(p.stem, p) for p in sorted((directory / MEMORY).glob("*.pickle"))]
 
 
-def step_memory(directory: Path, files: list[tuple[str, Path]] | None = None) -> dict[str, dict[str, Any]]:
+def here(path: Path) -> dict[str, Any]:
+    """A snapshot's numbers, read on this machine."""
+    return rank_memory(read_snapshot(path))
+
+
+def step_memory(directory: Path, files: list[tuple[str, Path]] | None = None,
+                read: Callable[[Path], dict[str, Any]] = here) -> dict[str, dict[str, Any]]:
     """Each rank's memory over the window, by rank (``files``: ``memory_files(directory)`` where the
-    caller has it); an unreadable snapshot keeps its entry with ``error``."""
+    caller has it; ``read``: the report's executor of passes, else this machine); an unreadable snapshot
+    keeps its entry with ``error``."""
     out = {}
     for rank, path in memory_files(directory) if files is None else files:
         entry: dict[str, Any] = {"path": str(path.relative_to(directory))}
-        elsewhere = READ_ELSEWHERE.get()
         try:
-            entry.update(rank_memory(read_snapshot(path)) if elsewhere is None else elsewhere(path))
+            entry.update(read(path))
         except Exception as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         out[rank] = entry

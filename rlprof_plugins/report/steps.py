@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store import manifest
+from ..store.listing import as_path
 from ..store.layout import only_flight
 from ..trace.analysis.device_time import in_ms
 from ..trace.format.gz import file_size
@@ -36,6 +37,7 @@ from ..trace.analysis.step_numbers import (change_pct, imbalance, operator_chang
 from .summary import step_dirs
 from ..trace.analysis.trace_stats import TraceStats, stats_of
 from .cache import StepCache, fingerprint
+from .passes import LocalPasses, Passes
 from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
 from ..metrics.tail import longest_tail
@@ -50,13 +52,14 @@ DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "python", "
            "slowest_rank_iterations", "rank_busy_ms")
 
 
-def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *,
+def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *, passes: Passes | None = None,
               steps: tuple[int, int] | None = None, cache: StepCache | None = None,
               keep: tuple[int, ...] = ()) -> dict[str, Any]:
     """``{"root", "steps": [row, ...], "steps_found"}``, steps in order, those in ``steps`` (first, last)
-    only when given; ``FileNotFoundError`` for a missing root. ``cache`` keeps each step's row; the
+    only when given; ``FileNotFoundError`` for a missing root. ``passes`` reads the traces and memory
+    snapshots (``report.passes``; by default this machine, no cache of passes); ``cache`` keeps each step's row; the
     steps in ``keep`` keep their details and their operators (``_stage_ops``) for a comparison."""
-    found = StepsFound.of(root, cache, steps)
+    found = StepsFound.of(root, cache, steps, passes or LocalPasses(as_path(root), use_cache=False))
     rows = [found.row(step, directory, progress) for step, directory in found.chosen]
     return {"root": str(root), "steps": in_sequence(rows, keep), "steps_found": found.steps_found,
             "warnings": found.warnings}
@@ -67,15 +70,17 @@ class StepsFound:
     numbers), before any row is made: a fleet makes full rows only for the replicas it shows."""
 
     def __init__(self, root: Path, cache: StepCache | None, found: list, measured: dict[int, dict[str, Any]],
-                 warnings: list[str], steps: tuple[int, int] | None) -> None:
+                 warnings: list[str], steps: tuple[int, int] | None, passes: Passes) -> None:
         self.root, self.cache, self.measured, self.warnings = root, cache, measured, warnings
+        self.passes = passes
         self.logs = str(step_folder(root))
         self.steps_found = [s for s, _ in found]
         self.chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
 
     @classmethod
-    def of(cls, root: str | Path, cache: StepCache | None, steps: tuple[int, int] | None) -> "StepsFound":
-        root = Path(root)
+    def of(cls, root: str | Path, cache: StepCache | None, steps: tuple[int, int] | None,
+           passes: Passes) -> "StepsFound":
+        root = as_path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"{root}: not a directory")
         # the root itself only when it holds traces (users' own folders): an empty root has no step
@@ -88,7 +93,7 @@ class StepsFound:
         traced = {s for s, _ in found}
         found = sorted(found + [(s, None) for s in measured if s not in traced],
                        key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
-        return cls(root, cache, found, measured, warnings, steps)
+        return cls(root, cache, found, measured, warnings, steps, passes)
 
     def row(self, global_step: int | None, directory: Path | None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -96,10 +101,10 @@ class StepsFound:
         if directory is None:
             row = measured_row(global_step, self.measured[global_step], self.root, self.logs)
         else:
-            row = dict(_cached_row(global_step, directory, progress, self.cache))
+            row = dict(_cached_row(global_step, directory, progress, self.cache, self.passes))
             row["traced"], row["measured"] = True, self.measured.get(global_step)
             row["tail"] = longest_tail((row["measured"] or {}).get("rollout"))
-        add_anomalies(row, self.root)
+        add_anomalies(row, self.root, self.passes)
         return row
 
 
@@ -138,18 +143,21 @@ def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[
 
 
 def _cached_row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
-                cache: StepCache | None) -> dict[str, Any]:
+                cache: StepCache | None, passes: Passes) -> dict[str, Any]:
+    if cache is not None and not cache.enabled:
+        cache = None
     key = fingerprint(directory, trace_files(directory) + [p for _, p in memory_files(directory)]) \
         if cache is not None else []
     row = cache.get(directory, key) if cache is not None else None
     if row is None:
-        row = _row(global_step, directory, progress)
+        row = _row(global_step, directory, progress, passes)
         if cache is not None and row["state"] not in ("recording", "exporting"):
             cache.put(directory, key, row)
     return row
 
 
-def _row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None) -> dict[str, Any]:
+def _row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
+         passes: Passes) -> dict[str, Any]:
     data = manifest.read(directory) or {}
     traces = trace_files(directory)
     memory = memory_files(directory)
@@ -166,7 +174,8 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
         "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {}, "straggler": None, "imbalance": None,
         "iterations": 0, "iteration_ms_total": 0.0, "mean_ms": None, "span_ms": 0.0,
         "profiler_pauses": 0, "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [], "iteration_device": [],
-        "stage_operators": {}, "stage_python": None, "error": None, "memory": step_memory(directory, memory),
+        "stage_operators": {}, "stage_python": None, "error": None,
+        "memory": step_memory(directory, memory, passes.memory),
     }
     if data.get("state") == "failed":
         errors = [w.get("error") for w in (data.get("writers") or {}).values() if w.get("error")]
@@ -176,7 +185,7 @@ def _row(global_step: int | None, directory: Path, progress: Callable[[str], Non
     except Exception as e:  # the folder itself cannot be read: the step stays, saying why
         row["error"] = f"{type(e).__name__}: {e}"
         return row
-    every = [st for group in stats_of(p.groups, progress) for st in group]
+    every = [st for group in stats_of(p.groups, passes.traces, progress) for st in group]
     stats = [st for st in every if st.error is None]
     row["unreadable"] = [st.error for st in every if st.error]
     row["missing_ranks"] = sorted({m for g in p.groups for m in g.missing})

@@ -21,12 +21,14 @@ from ..metrics.phases import longest as longest_phases
 from ..metrics.reader import phases_of, read_steps, rollout_of
 from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
+from ..store.listing import as_path
 from ..store.servers import replicas_of
 from ..store.step_files import plan
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from ..trace.analysis.step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
 from ..trace.analysis.trace_stats import stats_of
 from ..trace.format.rank_files import missing_line
+from .passes import LocalPasses, Passes
 
 TOP = 10
 
@@ -40,19 +42,22 @@ def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
     return [(own, root)]
 
 
-def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def summarise(root: str | Path, progress: Callable[[str], None] | None = None,
+              passes: Passes | None = None) -> dict[str, Any]:
     """Every step below ``root``; a fleet's output (several servers' step folders below it: verl's replica
-    folders, a folder per server, servers sharing a directory) gives each replica's steps, named."""
-    root = Path(root)
+    folders, a folder per server, servers sharing a directory) gives each replica's steps, named. ``passes``
+    reads the traces (``report.passes``; by default this machine)."""
+    root = as_path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
+    passes = passes or LocalPasses(root, use_cache=False)
     replicas = replicas_of(root)
     if len(replicas) <= 1:
-        return _summarise(replicas[0].root if replicas else root, progress, root=root)
+        return _summarise(replicas[0].root if replicas else root, passes, progress, root=root)
     out: dict[str, Any] = {"root": str(root), "steps": [], "unplaced": [], "missing": [], "assumed": [],
                            "replicas": [r.name for r in replicas]}
     for replica in replicas:
-        mine = _summarise(replica.root, progress, root=root)
+        mine = _summarise(replica.root, passes, progress, root=root)
         out["steps"] += [{**step, "replica": replica.name} for step in mine["steps"]]
         out["unplaced"] += mine["unplaced"]
         out["missing"] += [{**m, "replica": replica.name} for m in mine["missing"]]
@@ -61,7 +66,7 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -
     return out
 
 
-def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
+def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
     steps_out = []
     unplaced, missing, assumed = [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
@@ -74,7 +79,7 @@ def _summarise(server: Path, progress: Callable[[str], None] | None, *, root: Pa
                      "line": missing_line(g), "label": step_label(global_step, directory)}
                     for g in p.groups if g.missing]
         assumed += [{"label": step_label(global_step, directory), "rank": a} for a in p.assumed]
-        every = [st for group in stats_of(p.groups, progress) for st in group]
+        every = [st for group in stats_of(p.groups, passes.traces, progress) for st in group]
         stats = [st for st in every if st.error is None]
         step = {"global_step": global_step, "directory": str(directory), "stages": [],
                 "sources": sorted({st.source for st in stats if st.source}),

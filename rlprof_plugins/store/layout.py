@@ -78,7 +78,7 @@ def step_folders(root: Path) -> list[tuple[int, Path]]:
 def only_flight(folder: Path) -> bool:
     """Whether a step folder holds nothing but the flight recorder's dumps (``flight/``): no session wrote it."""
     try:
-        return {n for n in os.listdir(folder) if not n.startswith(".")} == {FLIGHT_DIR}  # (empty: a step starting)
+        return {p.name for p in folder.iterdir() if not p.name.startswith(".")} == {FLIGHT_DIR}  # (empty: a step starting)
     except OSError:
         return False
 

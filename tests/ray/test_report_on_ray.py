@@ -8,8 +8,9 @@ so a trace can only be read on the node that holds it. The traces are verl's
 replica layout built from real vLLM TP=2 traces (``test_fleet_report``).
 
 In ``make test``: without Ray, exit 2 and one line naming the extra; one node
-giving the local report's JSON (report and summary), its node cache on the
-second run, and no Ray connection off the loopback. In ``make test-extended``
+giving the local report's JSON (report and summary) for a ROOT named with
+quotes, ``&``, ``<>`` and spaces, its node cache on the second run, and no
+Ray connection off the loopback. In ``make test-extended``
 (each starts a cluster of its own): three nodes holding a replica each give the
 local report's steps, replicas, slowest replica and rank times; a filesystem
 all nodes share is read once, spread over them; a corrupt trace, a node that
@@ -36,6 +37,7 @@ from tests.helpers.loopback import Connections, ss_available
 from tests.helpers.ray_cluster import RAY_PATH, RayCluster, comparable, ray_environment
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch
+from tests.unit.test_report_on_ray_parts import AWKWARD
 from tests.verl import site
 
 RLPROF = Path(sys.executable).parent / "rlprof"
@@ -114,12 +116,6 @@ def test_ray_is_imported_by_the_command_with_ray_alone_never_by_the_plugins(tmp_
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
-def test_a_root_the_outputs_could_not_show_as_it_is_is_refused_naming_it(tmp_path):
-    done = run(["report", f"{tmp_path}/<node>", "--ray", "127.0.0.2:1", "-o", str(tmp_path / "r.html")], tmp_path)
-    assert done.returncode == 2 and "--ray: ROOT" in done.stderr and "<node>" in done.stderr
-    assert not (tmp_path / "r.html").exists()
-
-
 def test_an_address_where_nothing_answers_exits_1_at_once(tmp_path):
     root = fleet(tmp_path, ["node0"])
     with socket.socket() as s:
@@ -147,15 +143,16 @@ def test_an_address_that_takes_connections_but_is_no_cluster_ends_within_the_tim
 
 @pytest.mark.skipif(not ss_available(), reason="needs ss (iproute2)")
 def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback(tmp_path):
-    root = fleet(tmp_path, ["node0"])
-    local, local_json = report_json(str(root), tmp_path, "local")
+    """ROOT named as users name folders (quotes, ``&``, ``<>``, spaces): shown as written, read the same."""
+    root = fleet(tmp_path / AWKWARD, ["node0"])
+    local, local_json = report_json(str(root), tmp_path, "local", "--no-cache")  # leaves the cache of passes empty
     assert local.returncode == 0, local.stderr
     with RayCluster({"head": {}}, tmp_path) as cluster, Connections(cluster.proc.pid, os.getpid()) as seen:
         first, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address)
         second, again = report_json(str(root), tmp_path, "again", "--ray", cluster.address)
         summary = run(["summary", str(root), "--json", "--ray", cluster.address], tmp_path)
     assert first.returncode == 0, first.stderr
-    assert comparable(on_ray) == comparable(local_json)
+    assert comparable(on_ray) == comparable(local_json) and on_ray["root"] == local_json["root"] == str(root)
     traces = local_json["analysis"]["traces_per_node"]
     a = on_ray["analysis"]
     assert a["engine"] == "ray" and len(a["nodes"]) == 1

@@ -15,6 +15,7 @@ import pytest
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.report.build import build
 from rlprof_plugins.report.cache import CACHE_DIR
+from rlprof_plugins.report.passes import PASSES_DIR, eval_key
 from tests.helpers.browser import cells_match_json, open_page
 from tests.unit.test_report_steps import FIXTURE, slowest_by_stage
 from tests.unit.test_chunks import record
@@ -73,10 +74,19 @@ def test_a_second_run_reads_only_what_changed(root):
     third = build(root)
     assert (third.cache.hits, third.cache.misses) == (1, 2)
     assert [s["global_step"] for s in third.to_json()["steps"]] == [3, 4, 5]
-    shutil.rmtree(root / "global_step_5")  # pruned: its entry goes too
+    passes = root / CACHE_DIR / PASSES_DIR  # each trace's pass, kept apart from the rows
+    assert {_cached_file(p).split("/")[0] for p in passes.iterdir()} == {f"global_step_{s}" for s in (3, 4, 5)}
+    shutil.rmtree(root / "global_step_5")  # pruned: its entry goes too, and its traces' passes
     build(root)
     assert sorted(p.name for p in (root / CACHE_DIR).iterdir()) == ["global_step_3.rlprof-cache",
-                                                                    "global_step_4.rlprof-cache"]
+                                                                    "global_step_4.rlprof-cache", PASSES_DIR]
+    kept = [_cached_file(p) for p in passes.iterdir()]
+    assert {rel.split("/")[0] for rel in kept} == {"global_step_3", "global_step_4"} and len(kept) == len(set(kept))
+
+
+def _cached_file(entry: Path) -> str:
+    """The trace a pass cache entry was read from (its path under the root)."""
+    return eval_key(entry.read_bytes().partition(b"\n")[0])[1][0]
 
 
 def test_a_root_it_cannot_write_its_cache_to_is_reported_and_read_in_full(root, tmp_path):

@@ -1,5 +1,6 @@
 """The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's listing, the
-stand-in root laid out from listings, the pass with its node cache, and what a blob may hold.
+listed root made of listings (``store.listing``), the report planned, executed and rendered over it (the
+local report's JSON, no file opened by the renderer), the pass with its cache, and what a blob may hold.
 
 The cluster itself (Ray's nodes, node affinity, a node killed, a node without rlprof) is
 tests/ray/test_report_on_ray.py.
@@ -7,20 +8,30 @@ tests/ray/test_report_on_ray.py.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
+import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.report.on_ray import node, wire
-from rlprof_plugins.report.on_ray.mirror import Tree
-from rlprof_plugins.trace.analysis.trace_stats import TraceStats, trace_stats
+from rlprof_plugins.report import wire
+from rlprof_plugins.report.analysis import Analysis
+from rlprof_plugins.report.build import build, write_csv, write_json, write_page
+from rlprof_plugins.report.on_ray import node
+from rlprof_plugins.report.passes import PASSES_DIR, PlannedPasses
+from rlprof_plugins.report.plan import plan_passes
+from rlprof_plugins.report.summary import summarise
+from rlprof_plugins.store.listing import Listing, ListedPath, NotCarried
+from rlprof_plugins.trace.analysis.trace_stats import TraceStats
 from rlprof_plugins.trace.format import naming
 from rlprof_plugins.store.step_files import plan
 from tests.helpers.installed import REPO
+from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch
+from tests.unit.test_flight_recorder import dumps, iterate, recorder
 
 FIXTURES = REPO / "tests" / "fixtures"
 RANKLESS = FIXTURES / "gpu-published" / "two-ranks-of-128"  # host_pid names: the rank is in the header only
@@ -67,34 +78,36 @@ def test_a_root_template_is_read_as_each_node_expands_it(root, monkeypatch):
     assert listed(root.parent / "none")["exists"] is False
 
 
-def test_the_stand_in_root_plans_as_the_real_one_with_no_trace_event_in_it(root, tmp_path):
-    tree = Tree()
-    tree.add("node-a", listed(root))
-    mirror = tmp_path / "mirror"
-    tree.lay_out(mirror)
+def test_a_listed_root_plans_as_the_real_one_and_never_reads_this_machines_disk(root):
+    listing = Listing(str(root))
+    listing.add("node-a", listed(root))
     for step in ("global_step_3", "global_step_4"):
-        real, stand_in = plan(root / step), plan(mirror / step)
-        assert [(g.stage, [(rf.label, rf.path.name) for rf in g.inputs], g.missing) for g in stand_in.groups] == \
+        real, from_listing = plan(root / step), plan(listing.root / step)
+        assert [(g.stage, [(rf.label, rf.path.name) for rf in g.inputs], g.missing) for g in from_listing.groups] == \
                [(g.stage, [(rf.label, rf.path.name) for rf in g.inputs], g.missing) for g in real.groups]
-        assert stand_in.assumed == real.assumed
-    for rel, held in tree.files.items():
-        st = os.stat(mirror / rel)
-        assert (st.st_size, st.st_mtime_ns) == (held.size, held.mtime_ns)
-        if held.kind == "trace":
-            assert os.stat(mirror / rel).st_blocks * 512 < max(held.size, 1 << 16)  # sparse
-            assert trace_stats(mirror / rel, "rank0", None).iterations == 0  # no event of the real one
+        assert from_listing.assumed == real.assumed
+        assert all(isinstance(rf.path, ListedPath) and str(rf.path).startswith(str(root))
+                   for g in from_listing.groups for rf in g.inputs)
+    trace = next(p for p in (listing.root / "global_step_3" / "ranks").iterdir() if p.name.endswith(".gz"))
+    assert trace.stat().st_size == (root / trace.relative_to(listing.root)).stat().st_size
+    with pytest.raises(NotCarried):  # a trace is read only by its pass, where it lies
+        trace.read_bytes()
+    with pytest.raises(TypeError):  # no __fspath__: nothing hands a listed path to this machine's open()
+        open(trace, "rb")
+    with pytest.raises(ValueError):
+        listing.root / ".." / "secret.txt"
 
 
 def test_a_file_every_node_lists_alike_is_one_file_and_a_differing_one_is_named(root):
-    tree = Tree()
-    tree.add("node-a", listed(root))
-    tree.add("node-b", listed(root))
-    assert all(held.nodes == ["node-a", "node-b"] for held in tree.files.values())
+    listing = Listing(str(root))
+    listing.add("node-a", listed(root))
+    listing.add("node-b", listed(root))
+    assert all(held.nodes == ["node-a", "node-b"] for held in listing.files.values())
     changed = root / "global_step_3" / "manifest.json"
     os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
-    tree.add("node-c", listed(root))
-    assert tree.files["global_step_3/manifest.json"].nodes == ["node-c"]
-    assert len(tree.conflicts) == 1 and "node-c" in tree.conflicts[0] and "manifest.json" in tree.conflicts[0]
+    listing.add("node-c", listed(root))
+    assert listing.files["global_step_3/manifest.json"].nodes == ["node-c"]
+    assert len(listing.conflicts) == 1 and "node-c" in listing.conflicts[0] and "manifest.json" in listing.conflicts[0]
 
 
 def test_a_pass_is_kept_on_its_node_until_its_file_changes(root):
@@ -117,7 +130,7 @@ def test_a_task_never_reads_outside_root_and_a_blob_holds_nothing_executable(roo
     evil = zlib.compress(pickle.dumps(os.system))
     with pytest.raises(wire.WireError):  # JSON only: a pickle is no answer, and nothing in it runs
         wire.unpack(evil)
-    cache = root / ".rlprof-report-cache" / node.PASSES_DIR
+    cache = root / ".rlprof-report-cache" / PASSES_DIR
     rel = "global_step_3/ranks/" + next((root / "global_step_3" / "ranks").iterdir()).name
     node.trace_pass(str(root), rel, "rank0", None, True)
     entry = next(cache.iterdir())
@@ -127,18 +140,116 @@ def test_a_task_never_reads_outside_root_and_a_blob_holds_nothing_executable(roo
     assert not cached and wire.unpack(blob).iterations > 0
 
 
-def test_a_listed_path_that_leads_out_of_the_stand_in_tree_is_refused_and_named(tmp_path):
-    tree = Tree()
-    tree.add("node-a", {"files": [["../../etc/evil", 3, 1, "file"], ["/abs/evil", 3, 1, "file"],
-                                  ["global_step_1/ok.json", 2, 1, "file"]],
-                        "contents": {"../../etc/evil": b"bad", "/abs/evil": b"bad", "global_step_1/ok.json": b"{}"}})
-    assert list(tree.files) == ["global_step_1/ok.json"]
-    assert len(tree.conflicts) == 2 and all("leads out of ROOT" in c for c in tree.conflicts)
-    base = tmp_path / "stand-in"
-    base.mkdir()
-    tree.lay_out(base)
-    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
-        "stand-in/global_step_1/ok.json"]
+def test_a_listed_path_that_leads_out_of_root_is_refused_and_named():
+    listing = Listing("/nodes/root")
+    listing.add("node-a", {"files": [["../../etc/evil", 3, 1, "file"], ["/abs/evil", 3, 1, "file"],
+                                     ["global_step_1/ok.json", 2, 1, "file"]],
+                           "contents": {"../../etc/evil": b"bad", "/abs/evil": b"bad", "global_step_1/ok.json": b"{}"}})
+    assert list(listing.files) == ["global_step_1/ok.json"]
+    assert len(listing.conflicts) == 2 and all("leads out of ROOT" in c for c in listing.conflicts)
+    assert [str(p) for p in listing.root.iterdir()] == ["/nodes/root/global_step_1"]
+    assert (listing.root / "global_step_1" / "ok.json").read_text() == "{}"
+
+
+# a ROOT as users name folders: quotes, an ampersand, angle brackets and spaces
+AWKWARD = 'it\'s a "fleet" & <all> of it'
+
+
+def awkward_root(tmp_path: Path) -> Path:
+    """verl's layout, three replicas of two steps (real vLLM TP=2 traces), one replica's step 4 manifest-less,
+    replica 0's step 3 the slowest, with a flight recorder dump and a memory snapshot beside its traces."""
+    root = tmp_path / AWKWARD
+    for replica in REPLICAS:
+        for step in (3, 4):
+            copy_step(FIXTURE, root / replica / f"global_step_{step}", step)
+    stretch(root / REPLICAS[0] / "global_step_3", 1.5)
+    bare = root / REPLICAS[2] / "global_step_4"
+    (bare / "manifest.json").unlink()
+    shutil.rmtree(bare / "frontend")
+    memory = root / REPLICAS[0] / "global_step_3" / "memory"
+    memory.mkdir()
+    (memory / "rank0.pickle").write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=4))
+    r = recorder(root / REPLICAS[0], step=3)
+    iterate(r, 30)
+    r.flight_dump("20261127-000000-requested-001")
+    dumps(root / REPLICAS[0])
+    r.close()
+    return root
+
+
+def nodes_passes(root: Path, listing: Listing, **plan: object) -> PlannedPasses:
+    """The planned passes run as a node runs them (``node.trace_pass``, ``node.memory_pass``), no cache."""
+    planned = plan_passes(listing.root, **plan)
+    traces = {(job.path.rel, job.rank, job.stage): wire.unpack(node.trace_pass(str(root), job.path.rel, job.rank,
+                                                                               job.stage, False)[0])
+              for job in planned.traces}
+    memory = {path.rel: wire.unpack(node.memory_pass(str(root), path.rel)) for path in planned.memory}
+    return PlannedPasses(Analysis("ray"), traces, memory)
+
+
+class Opened:
+    """Every file and folder this process opens or lists below ``root`` while ``watching`` (audit events)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.watching, self.seen = str(root), False, []
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if self.watching and event in ("open", "os.listdir", "os.scandir") and args and \
+                isinstance(args[0], (str, bytes, os.PathLike)) and os.fsdecode(args[0]).startswith(self.root):
+            self.seen.append((event, os.fsdecode(args[0])))
+
+
+def test_the_report_over_the_nodes_listings_is_the_local_one_and_its_renderer_opens_no_file(tmp_path):
+    root = awkward_root(tmp_path)
+    local = build(root, use_cache=False)
+    listing = Listing(str(root))
+    listing.add("node-a", listed(root))
+    passes = nodes_passes(root, listing)
+    assert len(passes.traces_read) == 3 * 2 * 2 + 1 and len(passes.memory_read) == 1  # + the dump's window
+    opened = Opened(root)
+    opened.watching = True
+    try:
+        build(root, use_cache=False)
+    finally:
+        opened.watching = False
+    assert any(event == "open" for event, _ in opened.seen)  # the check sees a local report's reads
+    opened.seen.clear()
+    opened.watching = True
+    try:
+        on_nodes = build(listing.root, passes=passes)
+        summary = summarise(listing.root, passes=passes)
+    finally:
+        opened.watching = False
+    assert opened.seen == []  # the renderer read the listing and the passes' results, nothing of ROOT
+    assert on_nodes.to_json() == local.to_json()
+    assert summary == summarise(root)
+    assert on_nodes.to_json()["root"] == str(root)
+    out = tmp_path / "out"
+    out.mkdir()
+    for built, name in ((local, "local"), (on_nodes, "nodes")):
+        write_json(built, out / f"{name}.json")
+        write_page(built, out / f"{name}.html")
+        (out / name).mkdir()
+        write_csv(built, out / name)
+    assert json.loads((out / "nodes.json").read_text()) == json.loads((out / "local.json").read_text())
+    assert all((out / "nodes" / p.name).read_text() == p.read_text() for p in (out / "local").iterdir())
+    page = (out / "nodes.html").read_text()
+    assert "&lt;all&gt;" in page and "<all>" not in page  # ROOT as written, escaped as the page escapes text
+    step = next(s for s in on_nodes.to_json()["steps"] if s["global_step"] == 3)
+    assert step["replica"] == REPLICAS[0] and step["ranks"] == ["rank0", "rank1"] and step["iterations"] > 0
+    assert [a["window_iterations"] for a in step["anomalies"]] == [30]  # the dump's window, read by its pass
+    assert "error" not in step["memory"]["rank0"] and step["memory"]["rank0"]["entries"] == 0
+
+
+def test_a_pass_the_plan_lacks_is_named_unread_never_empty_numbers(tmp_path):
+    root = awkward_root(tmp_path)
+    listing = Listing(str(root))
+    listing.add("node-a", listed(root))
+    passes = nodes_passes(root, listing, steps=(3, 3))  # a plan of step 3 alone
+    built = build(listing.root, passes=passes)
+    unread = [n for n in built.notes if "no pass was planned" in n]
+    assert unread and all("global_step_4" in n for n in unread)
 
 
 def test_a_task_failure_says_whether_its_node_went_away_in_one_line():

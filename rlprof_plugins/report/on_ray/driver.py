@@ -1,12 +1,12 @@
-"""The machine running ``rlprof report --ray``: join the cluster, list ROOT on every node, read each trace
-where it lies, and run the report over the answers.
+"""The machine running ``rlprof report --ray``: join the cluster, list ROOT on every node, and run the
+report's passes where the files lie.
 
-``Session.run(compute)`` runs a report function (``build``, ``summarise``)
-twice over the stand-in root (``mirror``): first to learn which traces and
-memory snapshots it reads (each answered empty), then, once every node has
-answered those passes, for real. So the report on Ray is the local report's
-own code on the same files, and gives the same numbers; only the passes ran
-elsewhere.
+``Session.list_root`` merges every alive node's listing into one
+``store.listing.Listing``; the report is planned over that listing's root
+(``report.plan``), ``Session.execute`` runs each planned pass as a Ray task
+on a node that holds its file, and the report is made once over the same
+listed root, its passes answered from what the nodes returned
+(``passes.PlannedPasses``). ROOT is shown as the user wrote it.
 
 Every wait has a deadline (``timeout``): a node that does not list in time,
 dies while reading, or cannot import rlprof, and a trace whose pass fails,
@@ -20,25 +20,21 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import shutil
 import socket
 import sys
 import threading
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ... import __version__
-from ...trace.analysis import trace_stats as trace_stats_module
-from ...trace.analysis.trace_stats import TraceStats
-from .. import memory as memory_module
+from ...store.listing import Listing, ListedPath
 from ..analysis import Analysis
+from ..passes import PlannedPasses
+from ..plan import PassPlan
+from ..wire import unpack
 from .failures import TaskFailure, why_failed
-from .mirror import Tree
-from .wire import unpack
 
 EXTRA = "rlprof-plugins[ray]"
 DEFAULT_TIMEOUT = 600.0
@@ -50,15 +46,6 @@ class RayMissing(RuntimeError):
 
 class NoCluster(RuntimeError):
     """No Ray cluster could be joined at the address."""
-
-
-# ROOT is shown in place of the stand-in root's path inside the JSON, the page and the CSVs as they are
-# written (``Session.shown``): a ROOT holding what those formats escape could not stand there as it is
-NOT_IN_ROOT = '\'"\\<>&\n'
-
-
-class UnshowableRoot(ValueError):
-    """A ROOT template with a character ``NOT_IN_ROOT`` names."""
 
 
 def import_ray():
@@ -139,8 +126,7 @@ class Session:
         self.analysis = Analysis("ray")
         self._notes: list[str] = []
         self.ray_said = RaysOwnMessages()
-        self.tree = Tree()
-        self.mirror = Path(tempfile.mkdtemp(prefix="rlprof-ray-"))
+        self.listing = Listing(root_text)
         self.nodes: dict[str, Node] = {}
         self.runs_rlprof: set[str] = set()  # node names whose listing ran rlprof's own
         self._list, self._trace, self._memory = _remote_functions(ray)
@@ -181,61 +167,24 @@ class Session:
                                       "its passes are its own release's")
                 self._notes += [f"node {name}: {line}" for line in listed["skipped"]]
             if listed.get("exists"):
-                self.tree.add(name, listed)
-        self._notes += self.tree.conflicts
-        self.tree.lay_out(self.mirror)
+                self.listing.add(name, listed)
+        self._notes += self.listing.conflicts
         self.analysis.seconds["listing"] = round(time.monotonic() - started, 3)
-        traces = [h for h in self.tree.files.values() if h.kind == "trace"]
-        holders = {n for h in self.tree.files.values() for n in h.nodes}
+        traces = [h for h in self.listing.files.values() if h.kind == "trace"]
+        holders = {n for h in self.listing.files.values() for n in h.nodes}
         self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) ({sum(h.size for h in traces) / 1e6:,.0f} MB) "
                  f"below {self.root_text}; reading each where it lies")
 
-    # ---- the report, twice -----------------------------------------------------------------------
-    def run(self, compute: Callable[[Path], Any]) -> Any:
-        """``compute(stand-in root)``: first to learn what it reads, then with every pass answered."""
-        wanted: dict[tuple, None] = {}
-        memories: dict[str, None] = {}
+    @property
+    def root(self) -> ListedPath:
+        """ROOT as the nodes listed it, shown as the user wrote it: what the report is planned and made over."""
+        return self.listing.root
 
-        def learn(jobs, _progress):
-            for path, rank, stage in jobs:
-                wanted[(self._rel(path), rank, stage)] = None
-            return [TraceStats(rank, stage, path) for path, rank, stage in jobs]
-
-        def learn_memory(path: Path) -> dict[str, Any]:
-            memories[self._rel(path)] = None
-            return {}
-
-        with _elsewhere(learn, learn_memory):
-            compute(self.mirror)
-        answers, memory = self._read(list(wanted), list(memories))
-        started = time.monotonic()
-
-        def answer(jobs, _progress):
-            out = []
-            for path, rank, stage in jobs:
-                st = answers.get((self._rel(path), rank, stage))
-                if isinstance(st, TraceStats):
-                    st.path = path
-                    out.append(st)
-                else:
-                    fresh = TraceStats(rank, stage, path)
-                    fresh.error = st or f"{self._rel(path)}: not read"
-                    out.append(fresh)
-            return out
-
-        def answer_memory(path: Path) -> dict[str, Any]:
-            got = memory.get(self._rel(path))
-            if not isinstance(got, dict):
-                raise RuntimeError(got or "not read")
-            return got
-
-        with _elsewhere(answer, answer_memory):
-            result = compute(self.mirror)
-        self.analysis.seconds["report"] = round(time.monotonic() - started, 3)
-        return result
-
-    def _rel(self, path: Path) -> str:
-        return str(Path(path).relative_to(self.mirror))
+    def execute(self, plan: PassPlan) -> PlannedPasses:
+        """Every planned pass, each on a node that holds its file; their results, to answer the report."""
+        traces = [(job.path.rel, job.rank, job.stage) for job in plan.traces]
+        answers, memory = self._read(traces, [path.rel for path in plan.memory])
+        return PlannedPasses(self.analysis, answers, memory)
 
     # ---- the passes ------------------------------------------------------------------------------
     def _read(self, traces: list[tuple], memories: list[str]) -> tuple[dict[tuple, Any], dict[str, Any]]:
@@ -254,7 +203,7 @@ class Session:
         tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
 
         def place(rel: str, job: Any) -> str | None:
-            held = self.tree.files.get(rel)
+            held = self.listing.files.get(rel)
             able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof and n not in gone
                     and n not in tried.get(job, ())]
             if not able:
@@ -282,11 +231,11 @@ class Session:
             refs[ref] = (kind, job, node)
             return ref
 
-        for job in sorted(traces, key=lambda j: -(self.tree.files[j[0]].size if j[0] in self.tree.files else 0)):
+        for job in sorted(traces, key=lambda j: -(self.listing.files[j[0]].size if j[0] in self.listing.files else 0)):
             if submit("trace", job) is None:
                 answers[job] = self._unread(job[0], self._holders(job[0]), "no node that holds it can run rlprof")
             else:
-                self.analysis.trace_bytes += self.tree.files[job[0]].size
+                self.analysis.trace_bytes += self.listing.files[job[0]].size
         for rel in memories:
             if submit("memory", rel) is None:
                 memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
@@ -327,7 +276,7 @@ class Session:
         return answers, memory
 
     def _holders(self, rel: str) -> str:
-        held = self.tree.files.get(rel)
+        held = self.listing.files.get(rel)
         return ", ".join(held.nodes) if held else "no node"
 
     def _unread(self, rel: str, node: str, reason: str) -> str:
@@ -368,23 +317,6 @@ class Session:
                 pass
             yield ref, refs[ref], TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
 
-    def shown(self, text: str) -> str:
-        """``text`` with the stand-in root's path put back as ROOT."""
-        return text.replace(str(self.mirror), self.root_text)
-
-    def close(self) -> None:
-        shutil.rmtree(self.mirror, ignore_errors=True)
-
-
-@contextmanager
-def _elsewhere(passes, memory) -> Iterator[None]:
-    token = trace_stats_module.PASSES_ELSEWHERE.set(passes)
-    token_memory = memory_module.READ_ELSEWHERE.set(memory)
-    try:
-        yield
-    finally:
-        trace_stats_module.PASSES_ELSEWHERE.reset(token)
-        memory_module.READ_ELSEWHERE.reset(token_memory)
 
 
 class RaysOwnMessages:
@@ -446,10 +378,6 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     ray = import_ray()
     import logging
 
-    if any(c in root_text for c in NOT_IN_ROOT):
-        raise UnshowableRoot(f"--ray: ROOT {root_text!r} holds one of {NOT_IN_ROOT!r}, which the report could not "
-                             "show as it is: name the folder without them")
-
     kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
     if join_from(address):
         kwargs["_node_ip_address"] = join_from(address)
@@ -471,6 +399,5 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
         session.list_root()
         yield session
     finally:
-        session.close()
         ray.shutdown()
         sys.stdout, sys.stderr = streams

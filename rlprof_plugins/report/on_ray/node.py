@@ -15,14 +15,13 @@ flight recorder notes): a trace or a memory snapshot travels only as its
 pass's summary. Traces in folders without a manifest carry the rank and
 world size their header records (``distributedInfo``: what places them).
 
-Each trace's summary is kept on the node that read it, in
-``ROOT/.rlprof-report-cache/passes/`` (as the local report keeps its rows
-there), valid while the file's size and time hold.
+Each trace's summary is kept on the node that read it, in the cache of
+passes a local report keeps too (``passes.PassCache``), valid while the
+file's size and time hold.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import time
@@ -31,15 +30,12 @@ from typing import Any
 
 from ... import __version__
 from ...store.layout import MEMORY
-from ...atomic_files import write_bytes_atomic
 from ...store.manifest import MANIFEST
 from ...trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, trace_distributed
 from ...store.step_files import TRACE_SUFFIXES
-from ..cache import CACHE_DIR, SUFFIX, VERSION
-from .wire import pack, unpack
+from ..wire import pack
 
 SMALL = 4 << 20  # files up to this size travel whole in the listing (manifests, claims, notes); JSON of any size
-PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the node that read it
 
 
 def resolve(root_text: str) -> Path:
@@ -118,30 +114,14 @@ def listing(root_text: str) -> bytes:
 
 
 def trace_pass(root_text: str, rel: str, rank: str, stage: str | None, use_cache: bool) -> tuple[bytes, bool, float]:
-    """One trace's summary (``trace_stats``), packed, whether the node's cache answered, and the seconds
-    the pass took here; its ``path`` is ROOT-relative."""
-    from ...trace.analysis.trace_stats import trace_stats
+    """One trace's summary (``trace_stats``), packed, whether the node's cache of passes answered
+    (``passes.PassCache``), and the seconds the pass took here; its ``path`` is ROOT-relative."""
+    from ..passes import cached_trace_pass
 
     started = time.perf_counter()
     root = resolve(root_text)
-    path = inside(root, rel)
-    st = os.stat(path)
-    key = [rel, rank, stage, st.st_size, st.st_mtime_ns]
-    cached = _cache_path(root, rel, rank, stage)
-    if use_cache:
-        blob = _cached(cached, key)
-        if blob is not None:
-            return blob, True, time.perf_counter() - started
-    stats = trace_stats(path, rank, stage)
-    stats.path = Path(rel)
-    blob = pack(stats)
-    if use_cache and stats.error is None:
-        try:
-            os.makedirs(cached.parent, exist_ok=True)
-            write_bytes_atomic(cached, _entry(key, blob))
-        except OSError:
-            pass  # a read-only ROOT: the pass is still returned
-    return blob, False, time.perf_counter() - started
+    blob, cached = cached_trace_pass(root, inside(root, rel), rank, stage, use_cache)
+    return blob, cached, time.perf_counter() - started
 
 
 def memory_pass(root_text: str, rel: str) -> bytes:
@@ -153,28 +133,3 @@ def memory_pass(root_text: str, rel: str) -> bytes:
         return pack(rank_memory(read_snapshot(path)))
     except Exception as e:
         return pack({"error": f"{type(e).__name__}: {e}"})
-
-
-def _cache_path(root: Path, rel: str, rank: str, stage: str | None) -> Path:
-    name = hashlib.sha1(f"{rel}\0{rank}\0{stage}".encode()).hexdigest()
-    return root / CACHE_DIR / PASSES_DIR / f"{name}{SUFFIX}"
-
-
-def _entry(key: list, blob: bytes) -> bytes:
-    """The key's line (what the file was read from), then the blob."""
-    return repr([VERSION, key]).encode("utf-8", "backslashreplace") + b"\n" + blob
-
-
-def _cached(path: Path, key: list) -> bytes | None:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    head, _, blob = data.partition(b"\n")
-    if head != repr([VERSION, key]).encode("utf-8", "backslashreplace"):
-        return None
-    try:
-        unpack(blob)  # a damaged entry counts as absent
-    except Exception:
-        return None
-    return blob

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple, Protocol
 
 from ..format import codec
 from ..format.clock import ts_ns
@@ -244,28 +243,38 @@ def _place(st: TraceStats, windows: list[tuple], placed: _Placed, kind: str, ins
         bucket[placed.by_id[name]] = us
 
 
-# Where the passes run when not here: a function given every (path, rank, stage) of a step and the
-# progress callback, answering each one's ``TraceStats`` in order (the report on Ray, each trace on the node
-# holding it; the local report's count of what it read: ``report.analysis``)
-PASSES_ELSEWHERE: ContextVar[Callable[[list[tuple[Path, str, str | None]], Callable[[str], None] | None],
-                                      list[TraceStats]] | None] = ContextVar("rlprof_trace_passes", default=None)
+class TraceJob(NamedTuple):
+    """One trace's pass as a step asks for it: the file, the rank it records, the stage it holds."""
+
+    path: Path
+    rank: str
+    stage: str | None
 
 
-def stats_of(groups: list, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
-    """``trace_stats`` of every worker trace of a step, per group (``passes_here``, or where
-    ``PASSES_ELSEWHERE`` sends them)."""
-    jobs = [(g_index, rf.path, rf.label, g.stage) for g_index, g in enumerate(groups)
+class TracePasses(Protocol):
+    """Whatever runs a step's trace passes and answers each job's ``TraceStats``, in order: this machine
+    (``passes_here``), or the passes a report ran beforehand where the traces lie (``report.passes``)."""
+
+    def __call__(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]: ...
+
+
+def step_jobs(groups: list) -> list[tuple[int, TraceJob]]:
+    """The pass of each worker trace of a step's merge groups (``rank_files.MergeGroup``), with its group."""
+    return [(g_index, TraceJob(rf.path, rf.label, g.stage)) for g_index, g in enumerate(groups)
             for rf in g.inputs if rf.role == "worker"]
-    passes = PASSES_ELSEWHERE.get() or passes_here
-    stats = passes([(path, label, stage) for _, path, label, stage in jobs], progress)
+
+
+def stats_of(groups: list, passes: TracePasses, progress: Callable[[str], None] | None) -> list[list[TraceStats]]:
+    """``trace_stats`` of every worker trace of a step, per group, as ``passes`` answers them."""
+    jobs = step_jobs(groups)
+    stats = passes([job for _, job in jobs], progress)
     out: list[list[TraceStats]] = [[] for _ in groups]
-    for (g_index, *_), st in zip(jobs, stats):
+    for (g_index, _), st in zip(jobs, stats):
         out[g_index].append(st)
     return out
 
 
-def passes_here(jobs: list[tuple[Path, str, str | None]], progress: Callable[[str], None] | None
-                ) -> list[TraceStats]:
+def passes_here(jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
     """``trace_stats`` of each (path, rank, stage) on this machine: in processes (one per trace, up to the
     cores) when the step is large."""
     processes = processes_for(len(jobs), sum(file_size(path) for path, _, _ in jobs))

@@ -192,6 +192,6 @@ class GzipWriter:
 
 def file_size(path: Path) -> int:
     try:
-        return os.path.getsize(path)
+        return os.path.getsize(path) if isinstance(path, (str, os.PathLike)) else path.stat().st_size
     except OSError:
         return 0

@@ -1,0 +1,77 @@
+"""Benchmark: the local report's cache of passes, against the report with its cache of rows alone.
+
+Input: a root of ``--steps`` global-step folders (default 60), each a copy of a real vLLM TP=2 CPU step
+(tests/fixtures/vllm-0.32-cpu-tp2, two rank traces). In one process, three rounds, the median of each:
+
+- **cold**: ``build`` with no cache yet, filling the caches (rows and passes, as ``rlprof report`` does
+  by default), against the same with the cache of rows alone (``LocalPasses(use_cache=False)``);
+- **one rank rewritten**: then every step's rank 1 file touched (a late rank, a rewrite), and the report
+  again: each step's row is read again, its rank 0 pass answered by the cache of passes.
+
+Usage: ``python benchmarks/bench_pass_cache.py [--steps N] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rlprof_plugins.report.build import build  # noqa: E402
+from rlprof_plugins.report.cache import CACHE_DIR  # noqa: E402
+from rlprof_plugins.report.passes import LocalPasses  # noqa: E402
+from tests.unit.test_fleet_report import FIXTURE, copy_step  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rlprof-bench-passes-"))
+    root = work / "root"
+    try:
+        for step in range(1, args.steps + 1):
+            copy_step(FIXTURE, root / f"global_step_{step}", step)
+        seconds: dict[str, list[float]] = {}
+        for _round in range(3):
+            for case in ("rows and passes", "rows alone"):
+                shutil.rmtree(root / CACHE_DIR, ignore_errors=True)
+
+                def passes():
+                    return None if case == "rows and passes" else LocalPasses(root, use_cache=False)
+
+                started = time.perf_counter()
+                build(root, use_cache=True, passes=passes())
+                seconds.setdefault(f"cold, {case}", []).append(time.perf_counter() - started)
+                for step in range(1, args.steps + 1):
+                    trace = next((root / f"global_step_{step}" / "ranks").glob("rank1.*"))
+                    st = trace.stat()
+                    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+                started = time.perf_counter()
+                build(root, use_cache=True, passes=passes())
+                seconds.setdefault(f"one rank rewritten, {case}", []).append(time.perf_counter() - started)
+        out = {"steps": args.steps, "ranks": 2, "trace_bytes": sum(p.stat().st_size for p in root.rglob("rank*.gz")),
+               "median_seconds": {k: round(sorted(v)[1], 3) for k, v in seconds.items()},
+               "runs": {k: [round(s, 3) for s in v] for k, v in seconds.items()}}
+        m = out["median_seconds"]
+        out["ratios"] = {"cold": round(m["cold, rows and passes"] / m["cold, rows alone"], 3),
+                         "one rank rewritten": round(m["one rank rewritten, rows and passes"]
+                                                     / m["one rank rewritten, rows alone"], 3)}
+        print(json.dumps(out, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The report's passes: the one way any part of ``rlprof report`` and ``summary`` reads a trace or a memory snapshot.
+
+The report runs in three stages:
+
+- **plan** (``plan.plan_passes``): from ROOT's listing and its manifests,
+  every pass the report needs: each worker trace of each step, each flight
+  recorder window's traces, each memory snapshot;
+- **execute**: an executor runs the passes: ``LocalPasses`` on this
+  machine, in this process or a pool of processes as each step is read;
+  the Ray driver (``on_ray.driver``) on the nodes that hold the files,
+  all before the report is made, its results answered by ``PlannedPasses``;
+- **render** (``build``, ``summary``): the rows, the page, the JSON and the
+  CSVs, made from ROOT's small files and the passes' results, with ROOT as
+  the user wrote it.
+
+A pass's result is kept in ``ROOT/.rlprof-report-cache/passes/`` on the
+machine that ran it (``PassCache``), keyed by the file's path under ROOT,
+the rank and stage it is read as, its size and its modification time: the
+same entry answers a local report and a Ray node reading a shared root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from ..atomic_files import write_bytes_atomic
+from ..store.listing import ListedPath
+from ..trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
+from ..trace.format.gz import file_size
+from .._parallel import pool, processes_for
+from .analysis import Analysis
+from .cache import CACHE_DIR, SUFFIX, VERSION
+from .memory import rank_memory, read_snapshot
+from .wire import pack, unpack
+
+PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
+# a local report reads a trace smaller than this again rather than keep its pass: writing the entry costs
+# about what reading the trace does (docs/performance.md, "The step report at scale")
+SMALLEST_KEPT = 32 << 10
+
+
+class Passes(Protocol):
+    """An executor of the report's passes, as the renderer asks for them."""
+
+    analysis: Analysis
+
+    def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
+        """Each job's ``TraceStats``, in order (an unreadable trace: ``error`` set)."""
+
+    def memory(self, path: Any) -> dict[str, Any]:
+        """A memory snapshot's numbers (``memory.rank_memory``); raises when it cannot be read."""
+
+
+# ---- the one cache of passes --------------------------------------------------------------------
+class PassCache:
+    """Each trace pass's packed result (``wire``) below ``root``, valid while the file's size and time hold."""
+
+    def __init__(self, root: Path) -> None:
+        self.folder = Path(root) / CACHE_DIR / PASSES_DIR
+
+    @staticmethod
+    def key(rel: str, rank: str, stage: str | None, size: int, mtime_ns: int) -> list:
+        return [rel, rank, stage, size, mtime_ns]
+
+    def _path(self, rel: str, rank: str, stage: str | None) -> Path:
+        name = "\0".join((rel, rank, str(stage))).encode()
+        return self.folder / f"{hashlib.sha1(name).hexdigest()}{SUFFIX}"
+
+    def get(self, key: list) -> bytes | None:
+        """The entry's packed result (what a node sends back), None when absent, stale or damaged."""
+        got = self._entry(key)
+        return got[0] if got else None
+
+    def get_stats(self, key: list) -> TraceStats | None:
+        """The entry's result as ``TraceStats`` (what a local report reads), None as ``get``."""
+        got = self._entry(key)
+        return got[1] if got else None
+
+    def _entry(self, key: list) -> tuple[bytes, Any] | None:
+        try:
+            data = self._path(*key[:3]).read_bytes()
+        except OSError:
+            return None
+        head, _, blob = data.partition(b"\n")
+        if head != _head(key):
+            return None
+        try:
+            value = unpack(blob)  # a damaged entry counts as absent
+        except Exception:
+            return None
+        return (blob, value) if isinstance(value, TraceStats) else None
+
+    def forget_missing(self, root: Path) -> None:
+        """Drop the entries of files no longer below ``root`` (retention pruned their step folders)."""
+        for entry in self.folder.glob(f"*{SUFFIX}") if self.folder.is_dir() else []:
+            try:
+                with open(entry, "rb") as f:
+                    head = f.readline()
+                rel = eval_key(head)[1][0]
+                if not (root / rel).exists():
+                    os.unlink(entry)
+            except (OSError, ValueError, IndexError, TypeError):
+                continue
+
+    def put(self, key: list, blob: bytes) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(self._path(*key[:3]), _head(key) + b"\n" + blob)
+        except OSError:
+            pass  # a read-only ROOT: the pass is still answered
+
+
+def eval_key(head: bytes) -> list:
+    """An entry's first line read back: ``[VERSION, key]`` (plain literals only)."""
+    import ast
+
+    return ast.literal_eval(head.decode("utf-8", "backslashreplace").strip())
+
+
+def _head(key: list) -> bytes:
+    """An entry's first line: what the file was read from, and by which release's shape of results."""
+    return repr([VERSION, key]).encode("utf-8", "backslashreplace")
+
+
+def key_of(root: Path, path: Path, rank: str, stage: str | None) -> list:
+    """The cache key of ``path``'s pass as ``rank`` and ``stage`` (``OSError`` when it cannot be read)."""
+    st = os.stat(path)
+    return PassCache.key(os.path.relpath(path, root), rank, stage, st.st_size, st.st_mtime_ns)
+
+
+def cached_trace_pass(root: Path, path: Path, rank: str, stage: str | None, use_cache: bool,
+                      report: bool = False) -> tuple[bytes, bool]:
+    """One trace's pass, packed, and whether the cache of passes below ``root`` answered it; the result's
+    ``path`` is the file's path under ``root``. What a Ray node runs."""
+    key = key_of(root, path, rank, stage)
+    rel = key[0]
+    if use_cache:
+        blob = PassCache(root).get(key)
+        if blob is not None:
+            return blob, True
+    stats = trace_stats(path, rank, stage, report)
+    stats.path = Path(rel)
+    blob = pack(stats)
+    if use_cache and stats.error is None:
+        PassCache(root).put(key, blob)
+    return blob, False
+
+
+def _local_pass(cache_root: Path | None, path: Path, rank: str, stage: str | None, report: bool) -> TraceStats:
+    """A pass in this process or a pool's: ``trace_stats``, through the cache below ``cache_root`` when given."""
+    if cache_root is None:
+        return trace_stats(path, rank, stage, report)
+    try:
+        key = key_of(cache_root, path, rank, stage)
+    except OSError:
+        return trace_stats(path, rank, stage, report)
+    cache = PassCache(cache_root)
+    stats = cache.get_stats(key)
+    if stats is not None:
+        stats.path = path
+        return stats
+    stats = trace_stats(path, rank, stage, report)
+    if stats.error is None:
+        kept = stats.path
+        stats.path = Path(key[0])  # kept as a node keeps it: the path under ROOT
+        cache.put(key, pack(stats))
+        stats.path = kept
+    return stats
+
+
+# ---- executors -------------------------------------------------------------------------------------
+class LocalPasses:
+    """The passes on this machine, as each step is read: in this process, or in a pool of processes (one
+    per trace, up to the cores) when the step is large. Counts what it read (``analysis``)."""
+
+    def __init__(self, root: Path, use_cache: bool = True) -> None:
+        self.root = Path(root)
+        self.use_cache = use_cache
+        self.analysis = Analysis("local", nodes=[_host()])
+
+    def _cache_root(self, path: Path) -> Path | None:
+        """The root whose pass cache keeps ``path``'s pass: the report's root, where the trace lies below it
+        and is large enough to be worth keeping (``SMALLEST_KEPT``)."""
+        if not self.use_cache or file_size(path) < SMALLEST_KEPT:
+            return None
+        try:
+            Path(path).relative_to(self.root)
+        except ValueError:
+            return None
+        return self.root
+
+    def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
+        host = self.analysis.nodes[0]
+        self.analysis.traces_per_node[host] = self.analysis.traces_per_node.get(host, 0) + len(jobs)
+        size = sum(file_size(job.path) for job in jobs)
+        self.analysis.trace_bytes += size
+        processes = processes_for(len(jobs), size)
+        report = progress is not None
+        if report and jobs:
+            progress(f"reading {len(jobs)} traces ({size / 1e6:,.0f} MB) with "
+                     + (f"{processes} processes" if processes > 1 else "one process"))
+        calls = [(self._cache_root(job.path), job.path, job.rank, job.stage, report) for job in jobs]
+        if processes > 1:
+            with pool(processes) as workers:
+                return list(workers.map(_local_pass, *zip(*calls)))
+        return [_local_pass(*call) for call in calls]
+
+    def memory(self, path: Path) -> dict[str, Any]:
+        return rank_memory(read_snapshot(path))
+
+
+@dataclass
+class PlannedPasses:
+    """The passes of a plan executed beforehand (on Ray: on the nodes that hold the files), answered by the
+    file's path under ROOT. A pass the plan did not hold, or that was not read, answers with the reason."""
+
+    analysis: Analysis
+    traces_read: dict[tuple[str, str, str | None], TraceStats | str] = field(default_factory=dict)
+    memory_read: dict[str, dict[str, Any] | str] = field(default_factory=dict)
+
+    def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
+        out = []
+        for job in jobs:
+            rel = _rel(job.path)
+            got = self.traces_read.get((rel, job.rank, job.stage), f"{rel}: not read (no pass was planned for it)")
+            if isinstance(got, TraceStats):
+                stats = got
+                stats.path = job.path
+            else:
+                stats = TraceStats(job.rank, job.stage, job.path)
+                stats.error = got
+            out.append(stats)
+        return out
+
+    def memory(self, path: Any) -> dict[str, Any]:
+        got = self.memory_read.get(_rel(path), "not read (no pass was planned for it)")
+        if not isinstance(got, dict):
+            raise RuntimeError(got)
+        return got
+
+
+def _rel(path: Any) -> str:
+    if not isinstance(path, ListedPath):
+        raise TypeError(f"{path}: planned passes answer paths of a listed root")
+    return path.rel
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
