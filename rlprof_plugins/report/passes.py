@@ -95,16 +95,23 @@ class PassCache:
         return (blob, value) if isinstance(value, TraceStats) else None
 
     def forget_missing(self, root: Path) -> None:
-        """Drop the entries of files no longer below ``root`` (retention pruned their step folders)."""
+        """Drop the entries of files no longer below ``root`` (retention pruned their step folders), and
+        entries too damaged to say which file they were read from."""
         for entry in self.folder.glob(f"*{SUFFIX}") if self.folder.is_dir() else []:
             try:
                 with open(entry, "rb") as f:
                     head = f.readline()
-                rel = eval_key(head)[1][0]
-                if not (root / rel).exists():
-                    os.unlink(entry)
-            except (OSError, ValueError, IndexError, TypeError):
+            except OSError:
                 continue
+            try:
+                gone = not (root / entry_key(head)[1][0]).exists()
+            except Exception:  # not a key this cache wrote: nothing can use the entry
+                gone = True
+            if gone:
+                try:
+                    os.unlink(entry)
+                except OSError:
+                    pass
 
     def put(self, key: list, blob: bytes) -> None:
         try:
@@ -114,7 +121,7 @@ class PassCache:
             pass  # a read-only ROOT: the pass is still answered
 
 
-def eval_key(head: bytes) -> list:
+def entry_key(head: bytes) -> list:
     """An entry's first line read back: ``[VERSION, key]`` (plain literals only)."""
     import ast
 

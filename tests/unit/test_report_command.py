@@ -15,7 +15,7 @@ import pytest
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.report.build import build
 from rlprof_plugins.report.cache import CACHE_DIR
-from rlprof_plugins.report.passes import PASSES_DIR, eval_key
+from rlprof_plugins.report.passes import PASSES_DIR, entry_key
 from tests.helpers.browser import cells_match_json, open_page
 from tests.unit.test_report_steps import FIXTURE, slowest_by_stage
 from tests.unit.test_chunks import record
@@ -76,6 +76,7 @@ def test_a_second_run_reads_only_what_changed(root):
     assert [s["global_step"] for s in third.to_json()["steps"]] == [3, 4, 5]
     passes = root / CACHE_DIR / PASSES_DIR  # each trace's pass, kept apart from the rows
     assert {_cached_file(p).split("/")[0] for p in passes.iterdir()} == {f"global_step_{s}" for s in (3, 4, 5)}
+    (passes / "damaged.rlprof-cache").write_bytes(b"[7, ['global_step_3/ranks\n")  # no key: dropped with them
     shutil.rmtree(root / "global_step_5")  # pruned: its entry goes too, and its traces' passes
     build(root)
     assert sorted(p.name for p in (root / CACHE_DIR).iterdir()) == ["global_step_3.rlprof-cache",
@@ -86,7 +87,7 @@ def test_a_second_run_reads_only_what_changed(root):
 
 def _cached_file(entry: Path) -> str:
     """The trace a pass cache entry was read from (its path under the root)."""
-    return eval_key(entry.read_bytes().partition(b"\n")[0])[1][0]
+    return entry_key(entry.read_bytes().partition(b"\n")[0])[1][0]
 
 
 def test_a_root_it_cannot_write_its_cache_to_is_reported_and_read_in_full(root, tmp_path):
