@@ -17,7 +17,6 @@ the same file (a filesystem they share) before it is named unread.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import socket
@@ -54,16 +53,6 @@ def import_ray():
     except ImportError:
         raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'") from None
     return ray
-
-
-def join_from(address: str) -> str | None:
-    """The address to join from: the cluster's own when it is a loopback one (Ray would put this machine's
-    network address in its place), else Ray's choice."""
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    try:
-        return host if ipaddress.ip_address(host).is_loopback else None
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -379,8 +368,6 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     import logging
 
     kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
-    if join_from(address):
-        kwargs["_node_ip_address"] = join_from(address)
     _check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address, min(timeout, PROBE_SECONDS))
     joined: list[BaseException | None] = []
     joining = threading.Thread(target=lambda: joined.append(_init(ray, kwargs)), daemon=True,
