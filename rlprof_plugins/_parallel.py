@@ -30,7 +30,7 @@ def processes_for(items: int, total_bytes: int) -> int:
     return max(1, min(items, usable_cores()))
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """A worker must not outlive the tool (killed by a timeout, say): an
     orphaned worker waits on its queue for good, or goes on writing. Linux's
     parent-death signal ends it with its parent; a parent gone before the
@@ -48,4 +48,4 @@ def _die_with_parent(parent: int) -> None:
 
 def pool(processes: int) -> Executor:
     return ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
+                               initializer=die_with_parent, initargs=(os.getpid(),))

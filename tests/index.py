@@ -22,6 +22,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     # the report's `analysis` and its run on Ray: through `rlprof report/summary --json [--ray]` in a child
     "rlprof_plugins.report.analysis": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
     "rlprof_plugins.report.on_ray.driver": ("tests/ray/test_report_on_ray.py",),
+    "rlprof_plugins.report.on_ray.cluster": ("tests/ray/test_report_on_ray.py",),  # the report's Ray process
     "rlprof_plugins.backends.npu_options": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.npu_profiler": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),

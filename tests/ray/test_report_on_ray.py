@@ -9,8 +9,9 @@ replica layout built from real vLLM TP=2 traces (``test_fleet_report``).
 
 In ``make test``: without Ray, exit 2 and one line naming the extra; one node
 giving the local report's JSON (report and summary) for a ROOT named with
-quotes, ``&``, ``<>`` and spaces, its node cache on the second run, and no
-Ray connection off the loopback. In ``make test-extended``
+quotes, ``&``, ``<>`` and spaces, its node cache on the second run, no Ray
+connection off the loopback, and (``summary`` called in a Python process)
+that process's streams left in place and Ray never imported there. In ``make test-extended``
 (each starts a cluster of its own): three nodes holding a replica each give the
 local report's steps, replicas, slowest replica and rank times; a filesystem
 all nodes share is read once, spread over them; a corrupt trace, a node that
@@ -89,6 +90,38 @@ def report_killing(cluster: RayCluster, root: str, node: str, cwd: Path, timeout
     return rc, "".join(said), time.monotonic() - started
 
 
+# ``rlprof summary --ray`` called in a Python process whose streams are objects of its own, watched while it
+# runs: they must stay in place (Ray joins from a process of the report's own), and Ray is never imported here.
+IN_PROCESS = """
+import json, sys, threading, time
+from rlprof_plugins.cli.command import main
+
+class Kept:
+    def __init__(self):
+        self.text = []
+    def write(self, text):
+        self.text.append(text)
+        return len(text)
+    def flush(self):
+        pass
+
+out, err, replaced, running = Kept(), Kept(), [], True
+def watch():
+    while running:
+        if sys.stdout is not out or sys.stderr is not err:
+            replaced.append(repr((sys.stdout, sys.stderr)))
+        time.sleep(0.002)
+sys.stdout, sys.stderr = out, err
+watcher = threading.Thread(target=watch)
+watcher.start()
+rc = main(sys.argv[1:])
+running = False
+watcher.join()
+sys.__stdout__.write(json.dumps({"rc": rc, "replaced": replaced[:3], "ray_imported": "ray" in sys.modules,
+                                 "out": "".join(out.text), "err": "".join(err.text)}))
+"""
+
+
 def loopback_only(connections: Connections) -> None:
     assert connections.lines, "ss saw no connection of the cluster or the driver: the check checked nothing"
     assert not connections.elsewhere, f"Ray connections off the loopback: {connections.elsewhere}"
@@ -150,7 +183,9 @@ def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback
     with RayCluster({"head": {}}, tmp_path) as cluster, Connections(cluster.proc.pid, os.getpid()) as seen:
         first, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address)
         second, again = report_json(str(root), tmp_path, "again", "--ray", cluster.address)
-        summary = run(["summary", str(root), "--json", "--ray", cluster.address], tmp_path)
+        in_process = subprocess.run([sys.executable, "-c", IN_PROCESS, "summary", str(root), "--json", "--ray",
+                                     cluster.address], cwd=tmp_path, env=ray_environment(), capture_output=True,
+                                    text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     assert comparable(on_ray) == comparable(local_json) and on_ray["root"] == local_json["root"] == str(root)
     traces = local_json["analysis"]["traces_per_node"]
@@ -160,9 +195,12 @@ def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback
     assert a["trace_bytes"] == local_json["analysis"]["trace_bytes"] and 0 < a["bytes_returned"] < a["trace_bytes"]
     assert a["node_cache_hits"] == 0 and again["analysis"]["node_cache_hits"] == 12
     assert comparable(again) == comparable(local_json)
-    assert summary.returncode == 0, summary.stderr
+    assert in_process.returncode == 0, in_process.stderr
+    summary = json.loads(in_process.stdout)
+    assert summary["rc"] == 0, summary["err"]
+    assert summary["replaced"] == [] and not summary["ray_imported"]
     local_summary = run(["summary", str(root), "--json"], tmp_path, ray=False)
-    assert comparable(json.loads(summary.stdout)) == comparable(json.loads(local_summary.stdout))
+    assert comparable(json.loads(summary["out"])) == comparable(json.loads(local_summary.stdout))
     loopback_only(seen)
 
 

@@ -1,6 +1,7 @@
 """The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's listing, the
 listed root made of listings (``store.listing``), the report planned, executed and rendered over it (the
-local report's JSON, no file opened by the renderer), the pass with its cache, and what a blob may hold.
+local report's JSON, no file opened by the renderer), the pass with its cache, what a blob may hold, and
+the pipe between the report's process and its Ray process.
 
 The cluster itself (Ray's nodes, node affinity, a node killed, a node without rlprof) is
 tests/ray/test_report_on_ray.py.
@@ -13,6 +14,8 @@ import os
 import pickle
 import shutil
 import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from rlprof_plugins.report import wire
 from rlprof_plugins.report.analysis import Analysis
 from rlprof_plugins.report.build import build, write_csv, write_json, write_page
 from rlprof_plugins.report.on_ray import node
+from rlprof_plugins.report.on_ray.channel import ChannelClosed, ChannelTimeout, Kind, Receiver, send
 from rlprof_plugins.report.passes import PASSES_DIR, PlannedPasses
 from rlprof_plugins.report.plan import plan_passes
 from rlprof_plugins.report.summary import summarise
@@ -200,11 +204,26 @@ class Opened:
             self.seen.append((event, os.fsdecode(args[0])))
 
 
+def sent_back(listing: Listing) -> Listing:
+    """The merged listing as the report's process receives it from its Ray process (``channel``)."""
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "wb") as pipe_in:
+        writer = threading.Thread(target=send, args=(pipe_in, Kind.LISTED), kwargs={"listing": listing.as_plain()})
+        writer.start()
+        kind, fields = Receiver(read_end).receive(time.monotonic() + 60)
+        writer.join()
+    os.close(read_end)
+    assert kind is Kind.LISTED
+    return Listing.from_plain(fields["listing"])
+
+
 def test_the_report_over_the_nodes_listings_is_the_local_one_and_its_renderer_opens_no_file(tmp_path):
     root = awkward_root(tmp_path)
     local = build(root, use_cache=False)
-    listing = Listing(str(root))
-    listing.add("node-a", listed(root))
+    merged = Listing(str(root))
+    merged.add("node-a", listed(root))
+    listing = sent_back(merged)
+    assert listing.files == merged.files and listing.contents == merged.contents and listing.contents
     passes = nodes_passes(root, listing)
     assert len(passes.traces_read) == 3 * 2 * 2 + 1 and len(passes.memory_read) == 1  # + the dump's window
     opened = Opened(root)
@@ -250,6 +269,24 @@ def test_a_pass_the_plan_lacks_is_named_unread_never_empty_numbers(tmp_path):
     built = build(listing.root, passes=passes)
     unread = [n for n in built.notes if "no pass was planned" in n]
     assert unread and all("global_step_4" in n for n in unread)
+
+
+def test_the_channel_carries_messages_of_any_size_and_says_when_the_other_end_is_silent_or_gone():
+    read_end, write_end = os.pipe()
+    answers = Receiver(read_end)
+    big = "x" * (1 << 20)  # past the pipe's buffer: read while it is written
+    with os.fdopen(write_end, "wb") as pipe_in:
+        writer = threading.Thread(target=lambda: [send(pipe_in, Kind.SAY, text=big), send(pipe_in, Kind.JOINED)])
+        writer.start()
+        assert answers.receive(time.monotonic() + 60) == (Kind.SAY, {"text": big})
+        assert answers.receive(time.monotonic() + 60) == (Kind.JOINED, {})
+        writer.join()
+        with pytest.raises(ChannelTimeout):
+            answers.receive(time.monotonic() + 0.2)
+        pipe_in.write(b"\0\0")  # half of a length, then the writer ends
+    with pytest.raises(ChannelClosed):
+        answers.receive(time.monotonic() + 60)
+    os.close(read_end)
 
 
 def test_a_task_failure_says_whether_its_node_went_away_in_one_line():

@@ -1,390 +1,195 @@
-"""The machine running ``rlprof report --ray``: join the cluster, list ROOT on every node, and run the
-report's passes where the files lie.
+"""The report's side of ``rlprof report --ray``: a Ray process of its own joins the cluster, lists ROOT on
+every node and runs the report's passes where the files lie.
 
-``Session.list_root`` merges every alive node's listing into one
-``store.listing.Listing``; the report is planned over that listing's root
-(``report.plan``), ``Session.execute`` runs each planned pass as a Ray task
-on a node that holds its file, and the report is made once over the same
-listed root, its passes answered from what the nodes returned
-(``passes.PlannedPasses``). ROOT is shown as the user wrote it.
+``open_session`` starts that process (``cluster``), which is the one to
+import Ray and call ``ray.init``; this process never does, so nothing Ray
+does (its imports, its threads, what its driver prints) touches the
+command's own streams or state. The two talk over pipes (``channel``).
+``Session`` is what the report sees: ROOT as the nodes listed it
+(``root``, a ``store.listing.ListedPath``, shown as the user wrote it),
+``execute`` to run the planned passes on the nodes, and the ``analysis``
+and ``notes`` of where each was read.
 
-Every wait has a deadline (``timeout``): a node that does not list in time,
-dies while reading, or cannot import rlprof, and a trace whose pass fails,
-are named (``unread``, ``faults``) by file and node; the report keeps what
-the other nodes read. A pass whose node dies goes to another node that holds
-the same file (a filesystem they share) before it is named unread.
+What Ray's driver prints in the Ray process (a raylet's last log lines
+when a node dies: dozens of lines) arrives on a pipe; each message's first
+line is kept among the report's notes (``RaysOwnMessages``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import json
 import os
 import re
-import socket
+import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
-from ... import __version__
-from ...store.listing import Listing, ListedPath
+from ...store.listing import ListedPath, Listing
 from ..analysis import Analysis
 from ..passes import PlannedPasses
 from ..plan import PassPlan
-from ..wire import unpack
-from .failures import TaskFailure, why_failed
+from .channel import FAILURES, ChannelClosed, ChannelTimeout, Kind, NoCluster, RayMissing, Receiver, send
 
 EXTRA = "rlprof-plugins[ray]"
 DEFAULT_TIMEOUT = 600.0
+# The Ray process keeps its own deadlines (``--timeout``); one silent this much longer is stuck, and ended.
+GRACE_SECONDS = 30.0
+
+__all__ = ["DEFAULT_TIMEOUT", "NoCluster", "RayMissing", "Session", "open_session"]
 
 
-class RayMissing(RuntimeError):
-    """Ray is not installed where the command runs."""
+class RaysOwnMessages:
+    """The Ray process's standard output and error, read as they come: the first line of each of Ray's
+    messages (up to five) for the report's notes, and the last lines, to say why the process ended if it
+    ended before its time."""
 
+    _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
-class NoCluster(RuntimeError):
-    """No Ray cluster could be joined at the address."""
+    def __init__(self, stream: BinaryIO) -> None:
+        self.firsts: list[str] = []
+        self.last: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True, name="rlprof-ray-output")
+        self._thread.start()
 
+    def _read(self, stream: BinaryIO) -> None:
+        with stream:
+            for raw in stream:
+                line = self._COLOUR.sub("", raw.decode("utf-8", "replace")).rstrip()
+                if line.strip() and not line[0].isspace() and line not in self.firsts and len(self.firsts) < 5:
+                    self.firsts.append(line.strip())
+                self.last = (self.last + [line])[-5:]
 
-def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'") from None
-    return ray
-
-
-@dataclass
-class Node:
-    id: str
-    ip: str
-    cpus: float
-
-    @property
-    def name(self) -> str:
-        return f"{self.ip}/{self.id[:8]}"
-
-
-def _remote_functions(ray):
-    """The tasks, sent by value so a node that cannot import rlprof still answers: each imports the
-    node's own rlprof and calls it; the listing falls back to names and sizes alone."""
-
-    def list_root(root_text: str) -> bytes:
-        try:
-            from rlprof_plugins.report.on_ray.node import listing
-        except Exception as e:  # no rlprof (or a broken one) on this node: name what it holds all the same
-            import json
-            import os
-            import zlib
-
-            files, root = [], os.path.abspath(os.path.expanduser(os.path.expandvars(root_text)))
-            for top, dirs, names in os.walk(root):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
-                for name in names:
-                    path = os.path.join(top, name)
-                    if os.path.isfile(path) and not os.path.islink(path):
-                        st = os.stat(path)
-                        kind = "trace" if name.endswith((".trace.json", ".trace.json.gz")) else "file"
-                        files.append([os.path.relpath(path, root), st.st_size, st.st_mtime_ns, kind])
-            # the wire's own format (``wire.pack``: compressed JSON), written without rlprof
-            return zlib.compress(json.dumps({"import_error": f"{type(e).__name__}: {e}", "files": files,
-                                             "exists": os.path.isdir(root), "root": root}).encode(), 6)
-        return listing(root_text)
-
-    def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
-        from rlprof_plugins.report.on_ray.node import trace_pass
-
-        return trace_pass(root_text, rel, rank, stage, use_cache)
-
-    def read_memory(root_text: str, rel: str) -> bytes:
-        from rlprof_plugins.report.on_ray.node import memory_pass
-
-        return memory_pass(root_text, rel)
-
-    return ray.remote(list_root), ray.remote(read_trace), ray.remote(read_memory)
+    def join(self, seconds: float) -> None:
+        self._thread.join(seconds)
 
 
 class Session:
-    """One report's use of the cluster: joined in ``open_session``, left when it ends."""
+    """One report's use of the cluster, through the Ray process: made by ``open_session`` once ROOT is listed."""
 
-    def __init__(self, ray, root_text: str, *, timeout: float, use_cache: bool,
-                 progress: Callable[[str], None] | None) -> None:
-        self.ray, self.root_text, self.timeout, self.use_cache = ray, root_text, timeout, use_cache
-        self.say = progress or (lambda _message: None)
+    def __init__(self, process: subprocess.Popen, answers: Receiver, ray_said: RaysOwnMessages, *, address: str,
+                 timeout: float, progress: Callable[[str], None] | None) -> None:
+        self._process, self._answers, self.ray_said = process, answers, ray_said
+        self.address, self.timeout = address, timeout
+        self.say = progress or (lambda _text: None)
         self.analysis = Analysis("ray")
+        self.listing: Listing | None = None
         self._notes: list[str] = []
-        self.ray_said = RaysOwnMessages()
-        self.listing = Listing(root_text)
-        self.nodes: dict[str, Node] = {}
-        self.runs_rlprof: set[str] = set()  # node names whose listing ran rlprof's own
-        self._list, self._trace, self._memory = _remote_functions(ray)
-
-    @property
-    def notes(self) -> list[str]:
-        """What the listings said (other releases, what was skipped, files differing between nodes), and
-        the first line of each message Ray printed meanwhile."""
-        return self._notes + [f"Ray said: {line[:240]}" for line in self.ray_said.firsts]
-
-    # ---- listing -------------------------------------------------------------------------------
-    def list_root(self) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        started = time.monotonic()
-        for n in self.ray.nodes():
-            if n.get("Alive"):
-                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
-                self.nodes[node.name] = node
-        self.say(f"Ray: {len(self.nodes)} alive node(s); listing {self.root_text} on each")
-        refs = {self._list.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node.id, soft=False)).remote(self.root_text): name for name, node in self.nodes.items()}
-        for ref, name, outcome in self._gather(refs, started + self.timeout, "listing"):
-            if isinstance(outcome, TaskFailure):
-                self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome.reason}")
-                continue
-            self.analysis.bytes_returned += len(outcome)
-            listed = unpack(outcome)
-            if "import_error" in listed:
-                self.analysis.faults.append(f"node {name}: cannot run rlprof ({listed['import_error']})"
-                                            + (f"; it holds {len(listed['files'])} file(s) below {listed['root']}, "
-                                               "named unread" if listed["files"] else ""))
-            else:
-                self.runs_rlprof.add(name)
-                if listed["version"] != __version__:
-                    self.analysis.versions[name] = listed["version"]
-                    self._notes.append(f"node {name} runs rlprof {listed['version']}, this machine {__version__}: "
-                                      "its passes are its own release's")
-                self._notes += [f"node {name}: {line}" for line in listed["skipped"]]
-            if listed.get("exists"):
-                self.listing.add(name, listed)
-        self._notes += self.listing.conflicts
-        self.analysis.seconds["listing"] = round(time.monotonic() - started, 3)
-        traces = [h for h in self.listing.files.values() if h.kind == "trace"]
-        holders = {n for h in self.listing.files.values() for n in h.nodes}
-        self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) ({sum(h.size for h in traces) / 1e6:,.0f} MB) "
-                 f"below {self.root_text}; reading each where it lies")
 
     @property
     def root(self) -> ListedPath:
         """ROOT as the nodes listed it, shown as the user wrote it: what the report is planned and made over."""
         return self.listing.root
 
+    @property
+    def notes(self) -> list[str]:
+        """What the listings and passes said (other releases, what was skipped, files differing between
+        nodes, passes read on another node), and the first line of each message Ray printed meanwhile."""
+        return self._notes + [f"Ray said: {line[:240]}" for line in self.ray_said.firsts]
+
     def execute(self, plan: PassPlan) -> PlannedPasses:
         """Every planned pass, each on a node that holds its file; their results, to answer the report."""
-        traces = [(job.path.rel, job.rank, job.stage) for job in plan.traces]
-        answers, memory = self._read(traces, [path.rel for path in plan.memory])
-        return PlannedPasses(self.analysis, answers, memory)
+        send(self._process.stdin, Kind.READ, traces=[(job.path.rel, job.rank, job.stage) for job in plan.traces],
+             memory=[path.rel for path in plan.memory])
+        fields = self.wait_for(Kind.READ, time.monotonic() + self.timeout + GRACE_SECONDS, "reading")
+        return PlannedPasses(self.analysis, fields["traces"], fields["memory"])
 
-    # ---- the passes ------------------------------------------------------------------------------
-    def _read(self, traces: list[tuple], memories: list[str]) -> tuple[dict[tuple, Any], dict[str, Any]]:
-        """Each pass on a node holding its file, the least loaded first. A pass whose node dies (or leaves the
-        cluster) goes to another live holder of the same file (a shared filesystem), once per holder; with none
-        left, the file is named unread with the node and the reason."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        started = time.monotonic()
-        load: dict[str, int] = {}
-        answers: dict[tuple, Any] = {}
-        memory: dict[str, Any] = {}
-        refs: dict[Any, tuple] = {}
-        again: list[Any] = []  # refs of passes given to another holder while the others are gathered
-        gone: set[str] = set()  # nodes that died or left during the passes
-        tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
-
-        def place(rel: str, job: Any) -> str | None:
-            held = self.listing.files.get(rel)
-            able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof and n not in gone
-                    and n not in tried.get(job, ())]
-            if not able:
-                return None
-            node = min(able, key=lambda n: (load.get(n, 0), n))
-            load[node] = load.get(node, 0) + held.size
-            tried.setdefault(job, set()).add(node)
-            return node
-
-        def options(node: str, cpus: float = 1.0):
-            return dict(num_cpus=min(cpus, self.nodes[node].cpus), max_retries=1,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
-
-        def submit(kind: str, job: Any) -> Any:
-            """The pass's task on a holder of its file (None: no holder is left to ask)."""
-            rel = job[0] if kind == "trace" else job
-            node = place(rel, (kind, job))
-            if node is None:
-                return None
-            if kind == "trace":
-                self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
-                ref = self._trace.options(**options(node)).remote(self.root_text, *job, self.use_cache)
-            else:
-                ref = self._memory.options(**options(node)).remote(self.root_text, rel)
-            refs[ref] = (kind, job, node)
-            return ref
-
-        for job in sorted(traces, key=lambda j: -(self.listing.files[j[0]].size if j[0] in self.listing.files else 0)):
-            if submit("trace", job) is None:
-                answers[job] = self._unread(job[0], self._holders(job[0]), "no node that holds it can run rlprof")
-            else:
-                self.analysis.trace_bytes += self.listing.files[job[0]].size
-        for rel in memories:
-            if submit("memory", rel) is None:
-                memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
-        for _ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading", again):
-            rel = job[0] if kind == "trace" else job
-            if isinstance(outcome, TaskFailure):
-                if outcome.node_gone:
-                    gone.add(node)
-                    if kind == "trace":
-                        self.analysis.traces_per_node[node] -= 1
-                    other = submit(kind, job)
-                    if other is not None:  # another live holder of the same file reads it
-                        again.append(other)
-                        self._notes.append(f"{rel}: node {node} went away while reading it ({outcome.reason}); "
-                                           f"read on node {refs[other][2]}")
-                        continue
-                reason = self._unread(rel, node, outcome.reason)
-                if kind == "trace":
-                    answers[job] = reason
-                else:
-                    memory[job] = reason
-                continue
-            if kind == "memory":
-                self.analysis.bytes_returned += len(outcome)
-                got = unpack(outcome)
-                memory[job] = got if "error" not in got else self._unread(job, node, got["error"])
-                continue
-            blob, cached, seconds = outcome
-            self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
-            self.analysis.bytes_returned += len(blob)
-            self.analysis.node_cache_hits += int(cached)
-            st = answers[job] = unpack(blob)
-            if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
-                st.error = self._unread(job[0], node, st.error)
-        self.analysis.traces_per_node = {n: k for n, k in self.analysis.traces_per_node.items() if k > 0}
-        self.analysis.nodes = sorted(self.analysis.traces_per_node)
-        self.analysis.seconds["passes"] = round(time.monotonic() - started, 3)
-        return answers, memory
-
-    def _holders(self, rel: str) -> str:
-        held = self.listing.files.get(rel)
-        return ", ".join(held.nodes) if held else "no node"
-
-    def _unread(self, rel: str, node: str, reason: str) -> str:
-        self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
-        return f"{rel}: not read on node {node}: {reason}"
-
-    def _gather(self, refs: dict[Any, Any], deadline: float, what: str,
-                again: list[Any] | None = None) -> Iterator[tuple[Any, Any, Any]]:
-        """``(ref, its tag, its value or its TaskFailure)`` for each ref, as they finish; refs the caller puts in
-        ``again`` (and in ``refs``) while it handles one are gathered too. Those unfinished at the deadline are
-        cancelled and answered as timed out."""
-        ray = self.ray
-        pending = list(refs)
-        done = 0
-        said = time.monotonic()
-        while pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
-            for ref in ready:
-                done += 1
-                try:
-                    value = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
-                except Exception as e:  # the task failed, its node died, its worker crashed
-                    value = why_failed(e)
-                yield ref, refs[ref], value
-            if again:
-                pending += again
-                again.clear()
-            if time.monotonic() - said >= 5.0:
-                said = time.monotonic()
-                self.say(f"Ray: {what}: {done} of {len(refs)} answered")
-        for ref in pending:
+    def wait_for(self, kind: Kind, deadline: float, what: str) -> dict[str, Any]:
+        """The Ray process's next message of ``kind``, its progress lines said on the way; its failure to join,
+        its end, or its silence past ``deadline`` raised as ``NoCluster``."""
+        while True:
             try:
-                ray.cancel(ref, force=True)
-            except Exception:
-                pass
-            yield ref, refs[ref], TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
+                got, fields = self._answers.receive(deadline)
+            except ChannelTimeout:
+                raise NoCluster(self._silent(what)) from None
+            except ChannelClosed:
+                raise NoCluster(self._ended(what)) from None
+            if got is Kind.SAY:
+                self.say(fields["text"])
+            elif got is Kind.FAILED:
+                raise FAILURES[fields["error"]](fields["message"])
+            elif got is kind:
+                self._take_account(fields)
+                return fields
 
+    def _take_account(self, fields: dict[str, Any]) -> None:
+        """The Ray process's account of where passes ran, kept in this session's one ``Analysis``."""
+        if "analysis" in fields:
+            for field in dataclasses.fields(Analysis):
+                if field.name in fields["analysis"]:
+                    setattr(self.analysis, field.name, fields["analysis"][field.name])
+        if "notes" in fields:
+            self._notes = list(fields["notes"])
 
+    def _silent(self, what: str) -> str:
+        if what == "joining":  # ray.init waits on a cluster that does not answer, with no end of its own
+            return f"--ray {self.address}: the cluster did not answer within --timeout {self.timeout:g} s"
+        if what == "starting":
+            return f"--ray {self.address}: the Ray process did not start within --timeout {self.timeout:g} s"
+        return (f"--ray {self.address}: the Ray process said nothing while {what} for "
+                f"{self.timeout + GRACE_SECONDS:g} s; ended")
 
-class RaysOwnMessages:
-    """Ray's driver prints its cluster's errors (a raylet's last log lines when a node dies: dozens of lines)
-    on ``sys.stdout`` from a thread of its own; while the report runs (it prints nothing itself until it
-    ends: its progress has a stream of its own) they are kept here, and each message's first line is said
-    once among the report's notes."""
+    def _ended(self, what: str) -> str:
+        try:
+            code = self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self.ray_said.join(5)
+        last = " | ".join(line.strip() for line in self.ray_said.last if line.strip())
+        return (f"--ray {self.address}: the Ray process ended while {what} (exit status {code})"
+                + (f": {last[-400:]}" if last else ""))
 
-    _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
-
-    def __init__(self) -> None:
-        self.firsts: list[str] = []
-        self._line_start = True
-
-    def write(self, text: str) -> int:
-        for line in text.splitlines(keepends=True):
-            if self._line_start and line.strip() and not line[0].isspace():
-                first = self._COLOUR.sub("", line).strip()
-                if first not in self.firsts and len(self.firsts) < 5:
-                    self.firsts.append(first)
-            self._line_start = line.endswith("\n")
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-
-PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
-
-
-def _check_reachable(address: str, seconds: float) -> None:
-    """A ``host:port`` that takes no TCP connection has no cluster: said now (``ray.init`` would wait on
-    it for good)."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or "://" in address:
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
-    except OSError as e:
-        raise NoCluster(f"--ray {address}: no Ray cluster to join (nothing answers there: {e.strerror or e})") from None
-
-
-def _init(ray, kwargs: dict[str, Any]) -> BaseException | None:
-    try:
-        ray.init(**kwargs)
-    except Exception as e:
-        return e
-    return None
+    def close(self, *, leave: bool) -> None:
+        """``leave``: let the Ray process leave the cluster and end (ended if it does not in time); else (a
+        failure, an interrupt) end it now."""
+        try:
+            self._process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._process.wait(timeout=GRACE_SECONDS if leave else 0)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self.ray_said.join(5)
+        os.close(self._answers.fd)
 
 
 @contextmanager
 def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFAULT_TIMEOUT, use_cache: bool = True,
                  progress: Callable[[str], None] | None = None) -> Iterator[Session]:
     """Join the Ray cluster at ``address`` (``auto``: the one this machine belongs to, as ``ray.init``
-    finds it), list ROOT on every alive node, and leave the cluster when done."""
-    ray = import_ray()
-    import logging
-
-    kwargs: dict[str, Any] = {"address": address, "logging_level": logging.ERROR, "log_to_driver": False}
-    _check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address, min(timeout, PROBE_SECONDS))
-    joined: list[BaseException | None] = []
-    joining = threading.Thread(target=lambda: joined.append(_init(ray, kwargs)), daemon=True,
-                               name="rlprof-ray-init")
-    joining.start()
-    joining.join(timeout)
-    if not joined:  # ray.init waits on a cluster that does not answer, with no end of its own
-        raise NoCluster(f"--ray {address}: the cluster did not answer within --timeout {timeout:g} s")
-    if joined[0] is not None:
-        e = joined[0]
-        raise NoCluster(f"--ray {address}: no Ray cluster to join ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
-    session = Session(ray, root_text, timeout=timeout, use_cache=use_cache, progress=progress)
-    streams = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = session.ray_said
+    finds it) from a Ray process of the report's own, list ROOT on every alive node, and leave the cluster
+    when done."""
+    if importlib.util.find_spec("ray") is None:
+        raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'")
+    read_end, write_end = os.pipe()
+    order = {"root": root_text, "address": address, "timeout": timeout, "use_cache": use_cache,
+             "parent": os.getpid()}
     try:
-        session.list_root()
-        yield session
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rlprof_plugins.report.on_ray.cluster", str(write_end), json.dumps(order)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_end,))
+    except BaseException:
+        os.close(read_end)
+        raise
     finally:
-        ray.shutdown()
-        sys.stdout, sys.stderr = streams
+        os.close(write_end)
+    session = Session(process, Receiver(read_end), RaysOwnMessages(process.stdout), address=address,
+                      timeout=timeout, progress=progress)
+    try:
+        started = time.monotonic()
+        session.wait_for(Kind.JOINING, started + timeout, "starting")
+        session.wait_for(Kind.JOINED, time.monotonic() + timeout, "joining")
+        listed = session.wait_for(Kind.LISTED, time.monotonic() + timeout + GRACE_SECONDS, "listing")
+        session.listing = Listing.from_plain(listed["listing"])
+        yield session
+    except BaseException:
+        session.close(leave=False)
+        raise
+    session.close(leave=True)
+
