@@ -4,4 +4,4 @@ May import: the floors below it that ``patches/__init__`` states (patch modules:
 ``base``, what every engine's patches share; helpers: the same less patch modules), and the core.
 """
 
-PATCH_MODULES = ('server_args', 'scheduler', 'phases', 'http', 'tokenizer', 'engine')
+PATCH_MODULES = ('server_args', 'scheduler', 'phases', 'http', 'tokenizer', 'request_times', 'engine')

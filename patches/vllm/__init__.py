@@ -4,4 +4,4 @@ May import: the floors below it that ``patches/__init__`` states (patch modules:
 ``base``, what every engine's patches share; helpers: the same less patch modules), and the core.
 """
 
-PATCH_MODULES = ('profiler_config', 'worker', 'cuda_profiler', 'engine_core', 'phases', 'engine_profile', 'async_llm', 'api_router')
+PATCH_MODULES = ('profiler_config', 'worker', 'cuda_profiler', 'engine_core', 'phases', 'engine_profile', 'async_llm', 'request_times', 'api_router')

@@ -12,6 +12,7 @@ refused with one warning), so the table cannot claim what is not tested.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -142,7 +143,8 @@ def markdown() -> str:
 
         for v in releases:
             names = [p.name for p in ALL_PATCHES if p.engine == engine and p.supports(v)]
-            lines.append(f"- {v}: " + ", ".join(f"`{n}`" for n in names))
+            lines += textwrap.wrap(f"- {v}: " + ", ".join(f"`{n}`" for n in names), width=110,
+                                   subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
         lines += ["", "How to configure profiling:", ""]
         for spec, text in HOW_TO_CONFIGURE[engine]:
             lines.append(f"- {title} `{spec or 'newer'}`: {text}")

@@ -5,7 +5,8 @@ One room, from the engine thread to ``/metrics`` and the report:
 ``record`` (the step record and a rank's running totals: one typed
 definition, one encoder, one decoder), ``timer`` (the engine thread's
 aggregates: two clock reads and a few additions an iteration), ``tail`` (a
-rollout step's long tail and how full the engine ran), ``recorder``
+rollout step's long tail and how full the engine ran), ``requests`` (the
+requests that held a step, kept by the engine's frontend), ``recorder``
 (a rank's timer and log, following the RL step: a weight version, a start, a
 mark; guarded), ``engine_hook`` (the one hook of the same shape each engine's
 patch module wires it with), ``log`` (one JSON line per finished step per

@@ -34,11 +34,10 @@ class StepLog:
 
     def __init__(self, folder: str | Path, rank: str, max_bytes: int = MAX_BYTES) -> None:
         self.path = Path(folder) / f"{rank}{SUFFIX}"
-        self.max_bytes = max_bytes
+        self.lines = LineFile(self.path, max_bytes)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self.written = 0
         self.error: str | None = None
-        self._checked = False
         self.state = RankTotals(rank)
         self._thread = threading.Thread(target=self._run, name=f"rlprof-step-log-{rank}", daemon=True)
         self._thread.start()
@@ -74,7 +73,7 @@ class StepLog:
             kind, value = message
             try:
                 if kind == "record":
-                    self._append(value.encode())
+                    self.lines.append(value.encode())
                     self.written += 1
                     self.state.add(value)
                 elif kind == "anomaly":
@@ -89,7 +88,17 @@ class StepLog:
                     log.warning("rlprof: step metrics not written to %s: %s", self.path, e)
                 self.error = f"{type(e).__name__}: {e}"
 
-    def _append(self, line: str) -> None:
+
+
+class LineFile:
+    """A file of JSON lines, appended a whole line per write (``O_APPEND``), rotated once (``<name>.1``) past
+    ``max_bytes`` so it stays bounded however long the run; a line a crash left torn is ended first."""
+
+    def __init__(self, path: Path, max_bytes: int = MAX_BYTES) -> None:
+        self.path, self.max_bytes = path, max_bytes
+        self._checked = False
+
+    def append(self, line: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if self.path.stat().st_size + len(line) > self.max_bytes:
@@ -108,10 +117,14 @@ class StepLog:
 
 
 def _write_state(state: RankTotals, path: Path) -> None:
-    """The state file replaced whole (a scrape never reads half of one)."""
+    write_atomic(path, state.encode())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """A state file replaced whole (a scrape never reads half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(state.encode())
+    temporary.write_text(text)
     os.replace(temporary, path)
 
 

@@ -23,6 +23,9 @@ waits on one. The series (no label grows with the step number):
 - ``rlprof_rl_phase_seconds_total{phase,rank}`` and ``rlprof_rl_phases_total{phase,rank}``: the
   time in each RL phase between generations (``phases``: weight updates, cache resets, pause,
   resume, sleep, wake-up) and how many ran;
+- ``rlprof_requests_finished_total{frontend}`` and ``rlprof_longest_request_seconds{frontend}``:
+  the requests each frontend saw finish, and the longest of its newest busy
+  period, end to end (``requests``: the requests that held a step);
 - ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
   (``flight``), by what triggered them;
 - ``rlprof_anomalies_dropped_total{reason,rank}``: its dumps dropped because
@@ -40,6 +43,7 @@ from typing import Any, Iterator
 from ..store.layout import STEPS_DIR
 from .log import STATE_SUFFIX
 from .record import BUCKETS_MS, NotARecord, RankTotals
+from .requests import frontend_states
 
 
 class StepSeries:
@@ -120,6 +124,17 @@ class StepSeries:
                 tokens.add_metric([stage, "generated", rank], t.decode_tokens)
         yield from (step, current, times, tokens, steps, busy, idle, last, tail, tail_ratio, phase_time, phase_count,
                     anomalies, dropped)
+        yield from self._requests(CounterMetricFamily, GaugeMetricFamily)
+
+    def _requests(self, counter: Any, gauge: Any) -> Iterator[Any]:
+        finished = counter("rlprof_requests_finished", "Requests the server's frontend saw finish", labels=["frontend"])
+        longest = gauge("rlprof_longest_request_seconds", "The longest request of the frontend's newest busy period "
+                        "(requests in flight until none were), end to end", labels=["frontend"])
+        for name, state in frontend_states(self.folder.parent).items():
+            finished.add_metric([name], state.get("requests") or 0)
+            if isinstance(state.get("longest_s"), (int, float)):
+                longest.add_metric([name], state["longest_s"])
+        yield from (finished, longest)
 
 
 def register(root: str | Path, registry: Any = None) -> StepSeries:

@@ -193,7 +193,8 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
     """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
     whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage),
     ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``), ``phases.csv`` (each RL phase a rank ran
-in a step: ``phase_rows``) and, with ``--compare``,
+in a step: ``phase_rows``), ``requests.csv`` (each measured step's longest requests: ``request_rows``) and, with
+``--compare``,
     ``compare.csv``; ranks, operators and iterations of the steps the page details (``steps.DETAILED``, the
     newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
@@ -220,6 +221,7 @@ in a step: ``phase_rows``) and, with ``--compare``,
         "python": [r for row in steps for r in flame.csv_rows(row)],
         "rollout": rollout_rows(steps),
         "phases": phase_rows(steps),
+        "requests": request_rows(steps),
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)
@@ -263,3 +265,12 @@ def phase_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                    "after_generation_ms")}}
             for row in steps for rank, mine in sorted(((row.get("measured") or {}).get("phases") or {}).items())
             for p in mine.get("records", [])]
+
+
+def request_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row per measured step and each of its longest requests (``metrics/requests.py``), ``place`` 1 the
+    longest: its id, end-to-end seconds, output and prompt tokens, time to its first token and, where the
+    engine measures it, its wait for the scheduler, with when it arrived and finished (wall seconds)."""
+    return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
+             "place": place, **request}
+            for row in steps for place, request in enumerate(row.get("requests") or [], 1)]

@@ -41,6 +41,7 @@ from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
 from .cache import StepCache
 from .measured_rows import MeasuredSteps, measured_row
 from .passes import Passes
+from ..metrics.requests import BusyPeriod, held_step
 from .steps import StepsFound, in_sequence
 
 
@@ -175,7 +176,8 @@ def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Ca
                                      "unreadable": list(row.get("unreadable") or [])})
             else:
                 place = measured.place(step)
-                row = partial(_measured_row, measured, place, step, found.root, found.logs, shared, every_number)
+                row = partial(_measured_row, measured, place, step, found.root, found.logs, shared, every_number,
+                              found.periods)
             at = per_step.get(step)
             if at is None:
                 at = per_step[step] = StepReplicas(columns)
@@ -267,13 +269,14 @@ class Ranking:
 
 
 def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str,
-                  shared: dict[tuple, list[str]], every_number: bool) -> dict[str, Any]:
+                  shared: dict[tuple, list[str]], every_number: bool, periods: list[BusyPeriod]) -> dict[str, Any]:
     """A step's row made from its slowest replica's measured numbers. The page alone (not ``every_number``)
     shows the row's own numbers, not the measured ones it carries (``measured``: the numbers whole, larger
     than the row), so those are not kept; rows naming the same ranks share one list."""
     numbers = measured.numbers_at(place)
     numbers["ranks"] = shared.setdefault(tuple(numbers["ranks"]), numbers["ranks"])
     row = measured_row(step, numbers, root, folder)
+    row["requests"] = held_step(periods, numbers)
     if not every_number:
         row["measured"] = None
     return row

@@ -9,10 +9,11 @@ bar a step split into those two parts, on the rank whose tail was longest
 for the trainer's next call and the RL phases that rank ran
 (``metrics/phases.py``); a table of the same numbers with, in a fleet,
 the replica-time lost waiting for the last replica (``fleet.replicas_waiting``),
-and the running batch over the newest step's span on every rank.
+the running batch over the newest step's span on every rank, and the requests
+that held the newest step (``requests``).
 
 Every number here is one the JSON holds under the same step (``tail``,
-``measured.rollout``, ``measured.phases``, ``replicas_waiting``): this module only draws them.
+``measured.rollout``, ``measured.phases``, ``replicas_waiting``, ``requests``): this module only draws them.
 """
 
 from __future__ import annotations
@@ -90,8 +91,32 @@ def section(steps: list[dict[str, Any]]) -> str:
         "began on the rank the step waited on.</p>",
         charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(_rollout(newest).items())},
                          tail_from, f"running batch over {newest_label}"),
+        _requests_held(newest, newest_label),
     ]
     return "".join(html)
+
+
+def _requests_held(row: dict[str, Any], label: str) -> str:
+    """The step's longest requests (``requests``, ``metrics/requests.py``), where its frontend followed them."""
+    held = row.get("requests") or []
+    if not held:
+        return ""
+    queued = any(r.get("queued_s") is not None for r in held)  # only where the engine measures it
+    head = ["request", "seconds", "output tokens", "prompt tokens", "first token s"] + (["queued s"] if queued else [])
+    rows = []
+    for k, r in enumerate(held):
+        at = f"requests.{k}"
+        rows.append(f"<tr data-step='{json.dumps(row['global_step'])}'><td class='name nw' "
+                    f"data-field={at}.request_id data-value='{escape(json.dumps(r['request_id']))}'>"
+                    f"{escape(str(r['request_id']))}</td>"
+                    + cell(r["seconds"], f"{at}.seconds") + cell(r["output_tokens"], f"{at}.output_tokens")
+                    + cell(r["prompt_tokens"], f"{at}.prompt_tokens") + cell(r["first_token_s"], f"{at}.first_token_s")
+                    + (cell(r["queued_s"], f"{at}.queued_s") if queued else "") + "</tr>")
+    return (f"<h3>The requests that held {escape(label)}</h3>"
+            "<p class=muted>The longest requests of the step, end to end, as the server's frontend timed them: the "
+            "first is the one the step's last iterations ran for.</p>"
+            "<table id=requests-held><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
+            + "".join(rows) + "</table>")
 
 
 def _row(row: dict[str, Any], fleet: bool, phased: bool) -> str:

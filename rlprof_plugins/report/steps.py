@@ -40,6 +40,7 @@ from .cache import StepCache, fingerprint
 from .passes import LocalPasses, Passes
 from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
+from ..metrics.requests import held_step, read_periods
 from ..metrics.tail import longest_tail
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory
@@ -74,6 +75,7 @@ class StepsFound:
         self.root, self.cache, self.measured, self.warnings = root, cache, measured, warnings
         self.passes = passes
         self.logs = str(step_folder(root))
+        self.periods = read_periods(root)  # the frontends' busy periods and their longest requests
         self.steps_found = [s for s, _ in found]
         self.chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
 
@@ -104,6 +106,7 @@ class StepsFound:
             row = dict(_cached_row(global_step, directory, progress, self.cache, self.passes))
             row["traced"], row["measured"] = True, self.measured.get(global_step)
             row["tail"] = longest_tail((row["measured"] or {}).get("rollout"))
+        row["requests"] = held_step(self.periods, row.get("measured"))
         add_anomalies(row, self.root, self.passes)
         return row
 

@@ -9,7 +9,8 @@ operators of the stage's iterations, per iteration. rlprof's own profiler
 pauses are counted apart, never as engine or operator time. A trace with no
 iteration annotation at all is named, not summarised as empty. Where the step
 metrics measured a traced step, its rollout's long tail (``metrics/tail.py``,
-the rank it was longest on) is given beside, as the report gives it.
+the rank it was longest on) and the requests that held it (``metrics/requests.py``)
+are given beside, as the report gives them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from ..metrics.phases import longest as longest_phases
 from ..metrics.reader import phases_of, read_steps, rollout_of
+from ..metrics.requests import held_step, read_periods
 from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
 from ..store.listing import as_path
@@ -66,11 +68,20 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None,
     return out
 
 
+def _span(records: dict[str, Any] | None) -> dict[str, float] | None:
+    """A measured step's span over its ranks' records (wall seconds); None where none measured it."""
+    if not records:
+        return None
+    return {"started_at": min(r.started_at for r in records.values()),
+            "ended_at": max(r.ended_at for r in records.values())}
+
+
 def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
     steps_out = []
     unplaced, missing, assumed = [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
     measured, _warnings = read_steps(server)  # the report names the step logs' warnings; a summary reads traces
+    periods = read_periods(server)
     for global_step, directory in step_dirs(server):
         p = plan(directory)
         unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
@@ -86,7 +97,8 @@ def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | N
                 "unreadable": [st.error for st in every if st.error],
                 "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list),
                 "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None,
-                "phases": longest_phases(phases_of(measured.get(global_step, {}))) if global_step is not None else {}}
+                "phases": longest_phases(phases_of(measured.get(global_step, {}))) if global_step is not None else {},
+                "requests": held_step(periods, _span(measured.get(global_step)) if global_step is not None else None)}
         iterations = slowest_iterations(stats)
         numbers = stage_numbers(iterations, stats)
         counts = {stage: n["iterations"] for stage, n in numbers.items()}
@@ -162,6 +174,11 @@ def render_table(summary: dict[str, Any]) -> str:
             lines.append(f"{label}: the rollout's tail {tail['tail_ms']:,.1f} ms, {tail['share_pct']:g}% of generation "
                          f"({tail['tail_iterations']} iterations after the running batch fell below half of its peak of "
                          f"{tail['peak_batch']}), on {tail['rank']}")
+        held = step.get("requests")
+        if held:
+            r = held[0]
+            lines.append(f"{label}: the longest request {r['seconds']:,.2f} s ({r['output_tokens']:,} tokens out, "
+                         f"{r['prompt_tokens']:,} in): {r['request_id']}")
         if step.get("phases"):
             lines.append(f"{label}: RL phases " + ", ".join(
                 f"{name.replace('_', ' ')} {p['ms']:,.1f} ms ({p['count']}x, on {p['rank']})"

@@ -268,7 +268,8 @@ def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(sglang_tp1)
 
 def test_a_rollout_steps_long_tail_is_the_time_its_longest_request_ran_alone(sglang_tp1):
     """Every prompt at once, one response ten times longer: the step's tail in the step log is the time that
-    response ran alone, as the client saw it (tests/helpers/rollout_tail.py)."""
+    response ran alone, as the client saw it, and the report names that response as the one that held the step
+    (tests/helpers/rollout_tail.py; this server serves no ``/metrics``)."""
     from tests.helpers.rollout_tail import check_tail
 
     check_tail(sglang_tp1, 38)

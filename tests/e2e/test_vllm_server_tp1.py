@@ -343,10 +343,11 @@ def test_ten_steps_in_a_row_under_streams_leave_the_server_as_it_was(server_tp1)
 
 def test_a_rollout_steps_long_tail_is_the_time_its_longest_request_ran_alone(server_tp1):
     """Every prompt at once, one response ten times longer: the step's tail in the step log is the time that
-    response ran alone, as the client saw it (tests/helpers/rollout_tail.py)."""
+    response ran alone, as the client saw it, and the report and ``/metrics`` name that response as the one
+    that held the step (tests/helpers/rollout_tail.py)."""
     from tests.helpers.rollout_tail import check_tail
 
-    check_tail(server_tp1, 38)
+    check_tail(server_tp1, 38, metrics=True)
 
 
 def test_the_flight_recorder_writes_what_went_wrong_and_nothing_else(server_tp1, tmp_path):

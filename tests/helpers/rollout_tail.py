@@ -9,7 +9,9 @@ for good, and the step's tail is the time only that request ran. The step's reco
 so: a peak batch of four, the tail's iterations the tokens the long request (streamed) received after the last
 short answer's last token (one an iteration, within three: the pieces reach the client a moment apart), and the
 tail's length what the client measured from the last short answer to the long one's last token (within 10%,
-or two iterations). The step is recorded by a session too, so the flight recorder never holds it
+or two iterations). The requests that held the step, as ``rlprof report`` gives them (JSON, CSV and page), are
+the long one first, with the time the client measured from sending it to its last token, then the three short
+ones. The step is recorded by a session too, so the flight recorder never holds it
 against the steps before it (a session's step is no baseline), and the tail holds for traced steps.
 """
 
@@ -48,14 +50,17 @@ def streamed(server, tokens: int) -> list[tuple[float, int]]:
     return arrived
 
 
-def check_tail(server, step: int) -> dict:
-    """The check above on ``server`` at global step ``step`` (``step + 1`` ends it); the step's tail."""
+def check_tail(server, step: int, metrics: bool = False) -> dict:
+    """The check above on ``server`` at global step ``step`` (``step + 1`` ends it); the step's tail. ``metrics``:
+    the server serves ``/metrics``, whose longest request of the frontend's newest busy period is the long one."""
     r = server.post("/start_profile", {"global_step": step})
     assert r.status_code == 200, r.text
     ended: dict[int, float] = {}
     long_tokens: list[tuple[float, int]] = []
+    sent: dict[int, float] = {}
 
     def one(k: int) -> None:
+        sent[k] = time.perf_counter()
         if k == 0:
             long_tokens.extend(streamed(server, LONG))
         else:
@@ -82,4 +87,48 @@ def check_tail(server, step: int) -> dict:
     assert abs(tail["tail_iterations"] - alone_tokens) <= 3, (tail, alone_tokens)
     assert abs(tail["tail_ms"] - alone_ms) <= max(0.1 * alone_ms, 2 * iteration_ms), (tail, alone_ms)
     assert tail["occupancy"][-1] == 1 and max(tail["occupancy"]) >= 3, tail
+    held = requests_held(server, step)
+    client_s = long_tokens[-1][0] - sent[0]
+    print(f"the requests that held step {step}: {[(r['output_tokens'], r['seconds']) for r in held]}; the long one "
+          f"{client_s:.2f} s by the client")
+    assert [r["output_tokens"] for r in held] == [LONG, SHORT, SHORT, SHORT], held
+    first = held[0]
+    assert abs(first["seconds"] - client_s) <= max(0.1 * client_s, 2 * iteration_ms / 1e3), (first, client_s)
+    assert first["prompt_tokens"] > 0 and 0 < first["first_token_s"] < first["seconds"], first
+    if metrics:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        scraped = [s.value for family in text_string_to_metric_families(server.get("/metrics").text)
+                   for s in family.samples if s.name == "rlprof_longest_request_seconds"]
+        assert [round(seconds, 6) for seconds in scraped] == [first["seconds"]], scraped  # the JSON rounds to 1 us
     return tail
+
+
+def requests_held(server, step: int) -> list[dict]:
+    """The step's longest requests as ``rlprof report --json`` gives them, once the frontend has written the
+    busy period that held them (``metrics/requests.py``), checked against the page and ``requests.csv``."""
+    import csv
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(server.trace_dir)
+    rlprof = Path(sys.executable).parent / "rlprof"
+    deadline = time.time() + 20
+    while True:
+        with tempfile.TemporaryDirectory() as out:
+            done = subprocess.run([str(rlprof), "report", str(root), "--steps", str(step), "--json", f"{out}/r.json",
+                                   "--csv", out, "-o", f"{out}/r.html", "--quiet"], capture_output=True, text=True,
+                                  timeout=300)
+            row = next((r for r in json.loads(Path(out, "r.json").read_text())["steps"] if r["global_step"] == step),
+                       {}) if Path(out, "r.json").exists() else {}
+            if row.get("requests") or time.time() > deadline:
+                assert row.get("requests"), (done.returncode, done.stderr[-2000:])
+                with open(Path(out, "requests.csv")) as f:
+                    rows = [r for r in csv.DictReader(f) if r["global_step"] == str(step)]
+                assert [int(r["output_tokens"]) for r in rows] == [r["output_tokens"] for r in row["requests"]]
+                page = Path(out, "r.html").read_text()
+                assert "id=requests-held" in page and row["requests"][0]["request_id"] in page
+                return row["requests"]
+        time.sleep(0.5)

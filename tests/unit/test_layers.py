@@ -58,7 +58,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("ground", "the vocabularies every layer speaks (errors, stages), atomic writes, the logger, the switches, work in "
      "other processes, the version",
      (f"{P}.errors", f"{P}.stages", f"{P}.atomic_files", f"{P}._log", f"{P}._env", f"{P}._child", f"{P}._parallel",
-      f"{P}._command", P)),
+      f"{P}._progress", f"{P}._command", P)),
 )
 # What may import an engine: the patches (lazily, inside the patched process) and nothing else.
 # The registry's folders (torch_npu is a backend's recorder, not an engine).

@@ -130,13 +130,13 @@ def test_each_step_is_one_record_of_its_stages_tokens_and_times():
 def test_the_log_appends_off_the_engine_thread_and_reads_back_past_a_torn_line(tmp_path):
     log = StepLog(tmp_path / "steps", "rank0")
     writer_threads = set()
-    real_append = log._append
+    real_append = log.lines.append
 
     def spy(line):
         writer_threads.add(threading.current_thread().name)
         real_append(line)
 
-    log._append = spy
+    log.lines.append = spy
     for step in (1, 2):
         log.put(record(step, started_at=1.0, ended_at=2.0, iterations=1, busy_ms=1.0))
     log.close()

@@ -25,7 +25,7 @@ from rlprof_plugins.store import step_files
 from rlprof_plugins.trace.format import codec, gz, reader
 
 from rlprof_plugins.trace.rewrite import merge
-from rlprof_plugins.trace.format.progress import Ticker
+from rlprof_plugins._progress import Ticker
 from rlprof_plugins.trace.format.reader import TraceFormatError, TraceReader
 from rlprof_plugins.trace.format.writer import PartWriter, TraceWriter
 from tests.helpers.kineto_gpu import write_gpu_rank
@@ -248,7 +248,7 @@ def _cmdline(pid: int) -> str:
 
 def test_each_tool_reports_progress_per_input(tmp_path, monkeypatch):
     """Progress lines (once a second; here on every batch) name the input and how far it is."""
-    from rlprof_plugins.trace.format import progress
+    from rlprof_plugins import _progress as progress
     from rlprof_plugins.trace.rewrite import stage_split
     from rlprof_plugins.report import summary
     from tests.helpers.synthetic_traces import write_rank_trace

@@ -39,7 +39,7 @@ from .iteration_names import SOURCES, iteration_of
 from ..format.naming import DEVICE_WORK_CATS, KINETO_2021_CATS
 from ..._parallel import pool, processes_for
 from ..format.pauses import PAUSE_CAT, PAUSE_NAME
-from ..format.progress import Ticker, to_stderr
+from ..._progress import Ticker, to_stderr
 from .python_stacks import PYTHON_CATS, PythonFrames
 from ..format.reader import TraceReader
 from .spill import SpilledColumns

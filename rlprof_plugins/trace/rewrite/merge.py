@@ -41,7 +41,7 @@ from ..format.clock import base_time_ns, first_ts_ns
 from ..format.pauses import PAUSE_CAT, PAUSE_NAME, PAUSES_KEY
 from ..format.gz import file_size
 from ..._parallel import pool, processes_for
-from ..format.progress import Progress, Ticker, to_stderr
+from ..._progress import Progress, Ticker, to_stderr
 from ..format.reader import TraceReader
 from .rename import ID_STRIDE, PID_STRIDE, RankRenamer, metadata_events, rename_batch
 from ..format.rank_files import MergeGroup, RankFile

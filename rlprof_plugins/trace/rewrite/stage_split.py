@@ -35,7 +35,7 @@ from ...stages import ITERATION_PREFIX, ITERATION_RE, STAGES
 from ..format import codec
 from ..format.gz import file_size
 from ..format.naming import TRACE_SUFFIX, is_device_event as _is_device
-from ..format.progress import Progress, Ticker
+from ..._progress import Progress, Ticker
 from ..format.reader import TraceReader
 from ..format.writer import TraceWriter
 

@@ -1,4 +1,4 @@
-"""Progress lines for the trace tools: at most one a second per input.
+"""Progress lines for the trace tools and their worker processes: at most one a second per input.
 
 Users wait on these tools over traces of tens of GB; a line each second says
 how far one input is (by its bytes read, compressed for gzip, against its
