@@ -42,8 +42,9 @@ PERIOD_SECONDS = 300.0
 
 
 class FinishedRequest(NamedTuple):
-    """One finished request's times (wall clock, seconds) and sizes. ``first_token_s``: from its arrival
-    to its first output token; ``queued_s``: its wait for the scheduler, where the engine reports it."""
+    """One finished request's times (wall clock, seconds, to the microsecond) and sizes. ``first_token_s``:
+    from its arrival to its first output token; ``queued_s``: its wait for the scheduler, where the engine
+    reports it."""
 
     request_id: str
     arrived_at: float
@@ -55,15 +56,13 @@ class FinishedRequest(NamedTuple):
 
     @property
     def seconds(self) -> float:
-        """End to end: arrival to the last token."""
-        return self.finished_at - self.arrived_at
+        """End to end: arrival to the last token (to the microsecond, the times' own precision)."""
+        return round(self.finished_at - self.arrived_at, 6)
 
     def to_json(self) -> dict[str, Any]:
-        return {"request_id": self.request_id, "arrived_at": round(self.arrived_at, 6),
-                "finished_at": round(self.finished_at, 6), "seconds": round(self.seconds, 6),
-                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
-                "first_token_s": None if self.first_token_s is None else round(self.first_token_s, 6),
-                "queued_s": None if self.queued_s is None else round(self.queued_s, 6)}
+        return {"request_id": self.request_id, "arrived_at": self.arrived_at, "finished_at": self.finished_at,
+                "seconds": self.seconds, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "first_token_s": self.first_token_s, "queued_s": self.queued_s}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FinishedRequest":
@@ -140,8 +139,9 @@ class LongestRequests:
             return  # arrived before rlprof followed this frontend
         if self._count and at - self._started_at > self.period_seconds:
             self.idle()  # traffic that never stops: a period at least this often
-        request = FinishedRequest(shown_as or request_id, arrived, at, prompt_tokens, output_tokens,
-                                  None if first is None else max(first - arrived, 0.0), queued_s)
+        request = FinishedRequest(shown_as or request_id, round(arrived, 6), round(at, 6), prompt_tokens,
+                                  output_tokens, None if first is None else round(max(first - arrived, 0.0), 6),
+                                  None if queued_s is None else round(queued_s, 6))
         if self._count == 0:
             self._started_at, self._ended_at = arrived, at
         self._started_at, self._ended_at = min(self._started_at, arrived), max(self._ended_at, at)

@@ -10,8 +10,9 @@ so: a peak batch of four, the tail's iterations the tokens the long request (str
 short answer's last token (one an iteration, within three: the pieces reach the client a moment apart), and the
 tail's length what the client measured from the last short answer to the long one's last token (within 10%,
 or two iterations). The requests that held the step, as ``rlprof report`` gives them (JSON, CSV and page), are
-the long one first, with the time the client measured from sending it to its last token, then the three short
-ones. The step is recorded by a session too, so the flight recorder never holds it
+the long one first, then the three short ones; the long one's time end to end lies between what the client saw
+of it (its first streamed token to its last) and the client's whole wait (its send to its last token), give or
+take two iterations. The step is recorded by a session too, so the flight recorder never holds it
 against the steps before it (a session's step is no baseline), and the tail holds for traced steps.
 """
 
@@ -83,7 +84,9 @@ def check_tail(server, step: int, metrics: bool = False) -> dict:
     iteration_ms = tail["tail_ms"] / max(tail["tail_iterations"], 1)
     print(f"tail at step {step}: {tail['tail_ms']:.0f} ms, {tail['tail_iterations']} iterations, peak "
           f"{tail['peak_batch']}; the long request alone {alone_ms:.0f} ms, {alone_tokens} tokens by the client")
-    assert long_tokens[-1][1] == LONG and tail["peak_batch"] == 4, (long_tokens[-1], tail)
+    # 4 when the API server hands every request over at once; under load the last one handed over can find a
+    # short answer already done: 3 still puts the long request alone below half of the peak
+    assert long_tokens[-1][1] == LONG and tail["peak_batch"] >= 3, (long_tokens[-1], tail)
     assert abs(tail["tail_iterations"] - alone_tokens) <= 3, (tail, alone_tokens)
     assert abs(tail["tail_ms"] - alone_ms) <= max(0.1 * alone_ms, 2 * iteration_ms), (tail, alone_ms)
     assert tail["occupancy"][-1] == 1 and max(tail["occupancy"]) >= 3, tail
@@ -93,14 +96,18 @@ def check_tail(server, step: int, metrics: bool = False) -> dict:
           f"{client_s:.2f} s by the client")
     assert [r["output_tokens"] for r in held] == [LONG, SHORT, SHORT, SHORT], held
     first = held[0]
-    assert abs(first["seconds"] - client_s) <= max(0.1 * client_s, 2 * iteration_ms / 1e3), (first, client_s)
+    # the frontend saw the request from after the client sent it until before its last token reached the client,
+    # and at least while its tokens streamed
+    streaming_s = long_tokens[-1][0] - long_tokens[0][0]
+    slack_s = 2 * iteration_ms / 1e3
+    assert streaming_s - slack_s <= first["seconds"] <= client_s + slack_s, (first, streaming_s, client_s)
     assert first["prompt_tokens"] > 0 and 0 < first["first_token_s"] < first["seconds"], first
     if metrics:
         from prometheus_client.parser import text_string_to_metric_families
 
         scraped = [s.value for family in text_string_to_metric_families(server.get("/metrics").text)
                    for s in family.samples if s.name == "rlprof_longest_request_seconds"]
-        assert [round(seconds, 6) for seconds in scraped] == [first["seconds"]], scraped  # the JSON rounds to 1 us
+        assert scraped == [first["seconds"]], scraped
     return tail
 
 
