@@ -93,8 +93,11 @@ class Session:
 
     def execute(self, plan: PassPlan) -> PlannedPasses:
         """Every planned pass, each on a node that holds its file; their results, to answer the report."""
-        send(self._process.stdin, Kind.READ, traces=[(job.path.rel, job.rank, job.stage) for job in plan.traces],
-             memory=[path.rel for path in plan.memory])
+        try:
+            send(self._process.stdin, Kind.READ, traces=[(job.path.rel, job.rank, job.stage) for job in plan.traces],
+                 memory=[path.rel for path in plan.memory])
+        except OSError:  # the Ray process is gone: why, from what it printed
+            raise NoCluster(self._ended("reading")) from None
         fields = self.wait_for(Kind.READ, time.monotonic() + self.timeout + GRACE_SECONDS, "reading")
         return PlannedPasses(self.analysis, fields["traces"], fields["memory"])
 
