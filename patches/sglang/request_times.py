@@ -53,11 +53,11 @@ def _handle_batch_output(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     try:
         batch = args[0] if args else kwargs["recv_obj"]
-        finishing = []
-        if any(batch.finished_reasons):  # the states go with the batch: taken before SGLang's method runs
-            states = instance.rid_to_state
-            finishing = [(i, states[rid]) for i, (rid, reason) in enumerate(zip(batch.rids, batch.finished_reasons))
-                         if reason is not None and rid in states]
+        if not any(batch.finished_reasons):  # nothing ends here, so nothing can leave the frontend idle either
+            return wrapped(*args, **kwargs)
+        states = instance.rid_to_state  # the states go with the batch: taken before SGLang's method runs
+        finishing = [(i, states[rid]) for i, (rid, reason) in enumerate(zip(batch.rids, batch.finished_reasons))
+                     if reason is not None and rid in states]
     except Exception as e:
         _stop_following(instance, e)
         return wrapped(*args, **kwargs)

@@ -89,7 +89,6 @@ class StepLog:
                 self.error = f"{type(e).__name__}: {e}"
 
 
-
 class LineFile:
     """A file of JSON lines, appended a whole line per write (``O_APPEND``), rotated once (``<name>.1``) past
     ``max_bytes`` so it stays bounded however long the run; a line a crash left torn is ended first."""
@@ -117,14 +116,10 @@ class LineFile:
 
 
 def _write_state(state: RankTotals, path: Path) -> None:
-    write_atomic(path, state.encode())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """A state file replaced whole (a scrape never reads half of one)."""
+    """The state file replaced whole (a scrape never reads half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
+    temporary.write_text(state.encode())
     os.replace(temporary, path)
 
 

@@ -33,7 +33,8 @@ from typing import Any, Iterable, NamedTuple
 
 from ..store.layout import STEPS_DIR
 from ..store.listing import as_path
-from .log import STATE_SUFFIX, SUFFIX, LineFile, write_atomic
+from ..atomic_files import write_text_atomic
+from .log import STATE_SUFFIX, SUFFIX, LineFile
 
 log = logging.getLogger("rlprof")
 REQUESTS_DIR = "requests"  # below ``steps/``: not a rank's log
@@ -143,8 +144,9 @@ class LongestRequests:
                                   output_tokens, None if first is None else round(max(first - arrived, 0.0), 6),
                                   None if queued_s is None else round(queued_s, 6))
         if self._count == 0:
-            self._started_at, self._ended_at = arrived, at
-        self._started_at, self._ended_at = min(self._started_at, arrived), max(self._ended_at, at)
+            self._started_at, self._ended_at = request.arrived_at, request.finished_at
+        self._started_at = min(self._started_at, request.arrived_at)
+        self._ended_at = max(self._ended_at, request.finished_at)
         self._count += 1
         entry = (request.seconds, self._count, request)
         if len(self._heap) < self.keep:
@@ -180,7 +182,7 @@ class LongestRequests:
             try:
                 self._lines.append(json.dumps(period.to_json(), separators=(",", ":")) + "\n")
                 longest = period.longest[0].seconds if period.longest else None
-                write_atomic(self.path.with_name(self.path.name[:-len(SUFFIX)] + STATE_SUFFIX),
+                write_text_atomic(self.path.with_name(self.path.name[:-len(SUFFIX)] + STATE_SUFFIX),
                              json.dumps({"requests": finished, "longest_s": longest, "ended_at": period.ended_at}))
             except Exception as e:  # a full disk: said once, serving goes on
                 if self.error is None:

@@ -20,8 +20,11 @@ from ..wire import pack, unpack
 _LENGTH = 8
 
 
+NEEDS_RAY = "--ray needs Ray: pip install 'rlprof-plugins[ray]'"
+
+
 class RayMissing(RuntimeError):
-    """Ray is not installed where the command runs."""
+    """Ray is not installed where the command runs (said as ``NEEDS_RAY``)."""
 
 
 class NoCluster(RuntimeError):

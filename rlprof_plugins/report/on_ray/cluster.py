@@ -34,17 +34,15 @@ from ..._parallel import die_with_parent
 from ...store.listing import Listing
 from ..analysis import Analysis
 from ..wire import unpack
-from .channel import ChannelClosed, Kind, NoCluster, RayMissing, Receiver, send
+from .channel import NEEDS_RAY, ChannelClosed, Kind, NoCluster, RayMissing, Receiver, send
 from .failures import TaskFailure, why_failed
-
-EXTRA = "rlprof-plugins[ray]"
 
 
 def import_ray():
     try:
         import ray
     except ImportError:
-        raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'") from None
+        raise RayMissing(NEEDS_RAY) from None
     return ray
 
 

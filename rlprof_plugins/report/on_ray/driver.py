@@ -33,9 +33,9 @@ from ...store.listing import ListedPath, Listing
 from ..analysis import Analysis
 from ..passes import PlannedPasses
 from ..plan import PassPlan
-from .channel import FAILURES, ChannelClosed, ChannelTimeout, Kind, NoCluster, RayMissing, Receiver, send
+from .channel import (FAILURES, NEEDS_RAY, ChannelClosed, ChannelTimeout, Kind, NoCluster, RayMissing, Receiver,
+                      send)
 
-EXTRA = "rlprof-plugins[ray]"
 DEFAULT_TIMEOUT = 600.0
 # The Ray process keeps its own deadlines (``--timeout``); one silent this much longer is stuck, and ended.
 GRACE_SECONDS = 30.0
@@ -169,7 +169,7 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     finds it) from a Ray process of the report's own, list ROOT on every alive node, and leave the cluster
     when done."""
     if importlib.util.find_spec("ray") is None:
-        raise RayMissing(f"--ray needs Ray: pip install '{EXTRA}'")
+        raise RayMissing(NEEDS_RAY)
     read_end, write_end = os.pipe()
     order = {"root": root_text, "address": address, "timeout": timeout, "use_cache": use_cache,
              "parent": os.getpid()}
