@@ -6,10 +6,11 @@ from tests.helpers.vllm_server import start_server
 @pytest.fixture(scope="module")
 def server_tp1(tmp_path_factory):
     """TP=1 with the issue's example window as the server default, and no stack key: the default
-    path, sampled Python stacks (test_vllm_server_tp1.py checks them)."""
+    path, sampled Python stacks (test_vllm_server_tp1.py checks them). VLLM_SERVER_DEV_MODE serves vLLM's
+    /pause and /resume routes, which the rollout's long tail releases its prompts with."""
     tmp = tmp_path_factory.mktemp("tp1")
     config = {"profiler": "torch", "torch_profiler_dir": str(tmp / "traces"), "step_start": 2, "step_end": 6}
-    server = start_server(tmp, config)
+    server = start_server(tmp, config, env={"VLLM_SERVER_DEV_MODE": "1"})
     yield server
     server.stop()
 
