@@ -60,8 +60,8 @@ def cmd_merge(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise CliError("--jobs: at least 1")
     progress = progress_of(args)
-    for path, why in unplaced:
-        print(f"rlprof: not merged: {path}: {why}", file=sys.stderr)
+    for u in unplaced:
+        print(f"rlprof: not merged: {u.path}: {u.reason}", file=sys.stderr)
     for line in assumed:
         print(f"rlprof: {line}", file=sys.stderr)
     missing = [(g.stage or "all", m) for g in groups for m in g.missing]
@@ -76,7 +76,7 @@ def cmd_merge(args) -> int:
                         "ranks": [{"label": s.label, "source": s.source, "events": s.events} for s in r.ranks]})
     text = "\n".join(f"wrote {m['output']} ({len(m['ranks'])} traces, {m['events']:,} events, {m['seconds']:.1f} s)"
                      for m in results)
-    emit(args, {"merged": results, "unplaced": [{"path": str(p), "reason": w} for p, w in unplaced],
+    emit(args, {"merged": results, "unplaced": [{"path": str(u.path), "reason": u.reason} for u in unplaced],
                  "missing": [{"stage": s, "rank": m} for s, m in missing]}, text)
     return EXIT_FAILED if args.strict and missing else EXIT_OK
 

@@ -75,6 +75,14 @@ def quantile_ms(counts: list[int], q: float, largest: float) -> float | None:
     return round(largest, 3)
 
 
+def step_span(ranks: dict[str, StepRecord]) -> dict[str, float]:
+    """``{"started_at", "ended_at"}`` of one measured step (wall seconds): its earliest rank's start to its latest
+    rank's end; empty where no rank measured it."""
+    if not ranks:
+        return {}
+    return {"started_at": min(r.started_at for r in ranks.values()), "ended_at": max(r.ended_at for r in ranks.values())}
+
+
 def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
     """``{"stages": {stage: numbers}, "iterations", "iteration_ms_total", "mean_ms", "slowest_rank", "imbalance",
     "straggler", "ranks", "idle_ms", "started_at", "ended_at", "generation_ended_at", "rollout"}`` of one measured
@@ -110,8 +118,7 @@ def measured_numbers(ranks: dict[str, StepRecord]) -> dict[str, Any]:
             else None,
             "straggler": {"rank": slow, "share_pct": None, "by": "busy time"} if slow and len(busy) > 1 else None,
             "ranks": sorted(ranks), "idle_ms": max((r.idle_ms for r in ranks.values()), default=0.0),
-            "started_at": min(r.started_at for r in ranks.values()),
-            "ended_at": max(r.ended_at for r in ranks.values()),
+            **step_span(ranks),
             "generation_ended_at": max((r.last_iteration_at for r in ranks.values() if r.last_iteration_at is not None),
                                        default=None),
             "rollout": rollout_of(ranks), "phases": phases_of(ranks)}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..metrics.phases import longest as longest_phases
-from ..metrics.reader import phases_of, read_steps, rollout_of
+from ..metrics.reader import phases_of, read_steps, rollout_of, step_span
 from ..metrics.requests import held_step, read_periods
 from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
@@ -68,14 +68,6 @@ def summarise(root: str | Path, progress: Callable[[str], None] | None = None,
     return out
 
 
-def _span(records: dict[str, Any] | None) -> dict[str, float] | None:
-    """A measured step's span over its ranks' records (wall seconds); None where none measured it."""
-    if not records:
-        return None
-    return {"started_at": min(r.started_at for r in records.values()),
-            "ended_at": max(r.ended_at for r in records.values())}
-
-
 def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
     steps_out = []
     unplaced, missing, assumed = [], [], []
@@ -84,8 +76,8 @@ def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | N
     periods = read_periods(server)
     for global_step, directory in step_dirs(server):
         p = plan(directory)
-        unplaced += [{"path": str(path), "reason": why} for path, why in p.unplaced
-                     if not why.startswith("frontend")]  # only worker traces are summarised
+        unplaced += [{"path": str(u.path), "reason": u.reason} for u in p.unplaced
+                     if u.role != "frontend"]  # only worker traces are summarised
         missing += [{"global_step": global_step, "stage": g.stage or "all", "ranks": g.missing,
                      "line": missing_line(g), "label": step_label(global_step, directory)}
                     for g in p.groups if g.missing]
@@ -98,7 +90,7 @@ def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | N
                 "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list),
                 "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None,
                 "phases": longest_phases(phases_of(measured.get(global_step, {}))) if global_step is not None else {},
-                "requests": held_step(periods, _span(measured.get(global_step)) if global_step is not None else None)}
+                "requests": held_step(periods, step_span(measured.get(global_step) or {}) if global_step is not None else None)}
         iterations = slowest_iterations(stats)
         numbers = stage_numbers(iterations, stats)
         counts = {stage: n["iterations"] for stage, n in numbers.items()}

@@ -28,7 +28,7 @@ from .listing import as_path, walk
 from .layout import FLIGHT_DIR, MERGED
 from ..trace.format import naming
 from ..trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
-from ..trace.format.rank_files import MergeGroup, Plan, RankFile, positions_from_rank
+from ..trace.format.rank_files import MergeGroup, Plan, RankFile, Unplaced, positions_from_rank
 
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trace_view.json): "
@@ -47,7 +47,7 @@ def plan(directory: str | Path) -> Plan:
 
 def _from_manifest(directory: Path, data: dict) -> Plan:
     groups: dict[str | None, list[RankFile]] = {}
-    unplaced = []
+    unplaced: list[Unplaced] = []
     parallel = data.get("parallel")
     hosts = {name: (w.get("process") or {}).get("host") for name, w in data.get("writers", {}).items()}
     for f in data["files"]:
@@ -55,13 +55,13 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
         npu = f.get("kind") == "npu_profile"
         if npu:
             if not trace_view_of(path).exists():
-                unplaced.append((path, NOT_ANALYSED.format(dir=directory)))
+                unplaced.append(Unplaced(path, NOT_ANALYSED.format(dir=directory)))
                 continue
             path = trace_view_of(path)
         elif f.get("kind", "trace") != "trace" or not is_trace(path):
             continue
         if not path.exists():
-            unplaced.append((path, "listed in manifest.json but missing"))
+            unplaced.append(Unplaced(path, "listed in manifest.json but missing"))
             continue
         role = f.get("role", "worker")
         label = str(f.get("rank") or "")
@@ -83,7 +83,7 @@ def _from_manifest(directory: Path, data: dict) -> Plan:
     if any(stage is not None for stage in groups) and None in groups:
         # A by-stage session: the API server's trace is not split by stage.
         for rf in groups.pop(None):
-            unplaced.append((rf.path, f"{rf.label} trace of a by-stage session (not split by stage)"))
+            unplaced.append(Unplaced(rf.path, f"{rf.label} trace of a by-stage session (not split by stage)", rf.role))
     out = [_group(directory, stage, files, unplaced) for stage, files in sorted(groups.items(), key=_stage_key)]
     where = {r.get("rank"): r for r in data.get("roster") or []}
     for g in out:
@@ -110,14 +110,14 @@ def _stage_key(item) -> tuple:
     return (item[0] is not None, item[0] or "")
 
 
-def _group(directory: Path, stage: str | None, files: list[RankFile], unplaced: list, group: str = "") -> MergeGroup:
+def _group(directory: Path, stage: str | None, files: list[RankFile], unplaced: list[Unplaced], group: str = "") -> MergeGroup:
     files.sort(key=lambda f: f.order)
     kept: list[RankFile] = []
     seen: dict[str, RankFile] = {}
     for f in files:
         if f.label in seen:
-            unplaced.append((f.path, f"a second trace of {f.label} in one merge (also {seen[f.label].path.name}); "
-                                     "merge the files you mean explicitly"))
+            unplaced.append(Unplaced(f.path, f"a second trace of {f.label} in one merge (also {seen[f.label].path.name}); "
+                                             "merge the files you mean explicitly", f.role))
             continue
         seen[f.label] = f
         kept.append(f)
@@ -157,7 +157,7 @@ def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
 
 def _from_names(directory: Path) -> Plan:
     groups: dict[tuple[str, str | None], list[RankFile]] = {}
-    unplaced: list[tuple[Path, str]] = []
+    unplaced: list[Unplaced] = []
     rankless: dict[tuple[str, str | None], list[tuple[Path, naming.TraceName]]] = {}
     files, npu_folders = _walk(directory)
     for path in files:
@@ -170,16 +170,16 @@ def _from_names(directory: Path) -> Plan:
             rankless.setdefault((name.group, name.stage), []).append((path, name))
             continue
         if rf is None:
-            unplaced.append((path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
+            unplaced.append(Unplaced(path, "file name matches no rank naming of vLLM, SGLang, torch_npu or rlprof"))
             continue
         groups.setdefault(key, []).append(rf)
     assumed = _number_rankless(rankless, groups)
     for folder in npu_folders:
         rf, key = _recognise(trace_view_of(folder), naming.parse_ascend_folder(folder.name), absolute_time=True)
         if rf is None:
-            unplaced.append((folder, "torch_npu directory whose worker name is no rank name rlprof knows"))
+            unplaced.append(Unplaced(folder, "torch_npu directory whose worker name is no rank name rlprof knows"))
         elif not rf.path.exists():
-            unplaced.append((folder, NOT_ANALYSED.format(dir=directory)))
+            unplaced.append(Unplaced(folder, NOT_ANALYSED.format(dir=directory)))
         else:
             groups.setdefault(key, []).append(rf)
     out = [_group(directory, stage, files, unplaced, group) for (group, stage), files in

@@ -105,7 +105,30 @@ def test_native_folder_without_manifest_is_recognised(tmp_path):
     plan = step_files.plan(d)
     (group,) = plan.groups
     assert [f.label for f in group.inputs] == ["rank0", "rank1", "frontend"]
-    assert [p.name for p, _ in plan.unplaced] == ["notes.trace.json.gz"]
+    assert [u.path.name for u in plan.unplaced] == ["notes.trace.json.gz"]
+
+
+def test_a_by_stage_sessions_frontend_trace_is_unplaced_as_the_frontends_and_the_summary_leaves_it_out(tmp_path):
+    """The API server's trace is not split by stage: a by-stage session leaves it out of every merge, saying it is
+    the frontend's, and the summary (which reads worker traces only) does not list it as unplaced."""
+    from rlprof_plugins.report.summary import summarise
+
+    d = real_step(tmp_path, 3)
+    data = json.loads((d / "manifest.json").read_text())
+    for f in data["files"]:
+        if f["role"] == "worker":
+            f["stage"] = "decode"
+    (d / "manifest.json").write_text(json.dumps(data))
+    plan = step_files.plan(d)
+    assert [(g.stage, [f.label for f in g.inputs]) for g in plan.groups] == [("decode", ["rank0", "rank1"])]
+    (frontend,) = plan.unplaced
+    assert frontend.role == "frontend" and frontend.path.parent.name == "frontend", frontend
+    assert "not split by stage" in frontend.reason
+    (d / "ranks" / "notes.trace.json.gz").write_bytes(b"")  # a worker's file no merge takes: the summary names it
+    data["files"].append({"kind": "trace", "path": "ranks/notes.trace.json.gz", "rank": "rank0", "role": "worker",
+                          "stage": "decode"})
+    (d / "manifest.json").write_text(json.dumps(data))
+    assert [u["path"] for u in summarise(tmp_path)["unplaced"]] == [str(d / "ranks" / "notes.trace.json.gz")]
 
 
 def test_sglang_naming_is_recognised(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from . import naming
 
@@ -61,10 +62,18 @@ class MergeGroup:
         return {rf.host for rf in self.inputs if rf.host}
 
 
+class Unplaced(NamedTuple):
+    """A file of a step folder that no merge takes, and why."""
+
+    path: Path
+    reason: str
+    role: str | None = None  # the file's role where it is known ("worker" or "frontend")
+
+
 @dataclass
 class Plan:
     groups: list[MergeGroup]
-    unplaced: list[tuple[Path, str]]
+    unplaced: list[Unplaced]
     # ranks given to traces that record none, each with its file: "rank0: <file> (...)"
     assumed: list[str] = field(default_factory=list)
 
