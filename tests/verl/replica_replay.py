@@ -1,6 +1,6 @@
 """verl's rollout profiling through ``RolloutReplica``, on a real Ray actor; run as a script.
 
-``ray.init(num_cpus=1)`` on ``127.0.0.2``, one server actor (``vllm_actor``/``sglang_actor``:
+A one-node Ray cluster of one CPU on ``127.0.0.2`` (``ray.cluster_utils.Cluster``), one server actor (``vllm_actor``/``sglang_actor``:
 verl's class, verl's profiling methods), and verl's own
 ``RolloutReplica.start_profile``/``stop_profile`` driving it, as the trainer's
 ``LLMServerManager`` does, in the order a run makes them:
@@ -129,11 +129,18 @@ def main() -> None:
     env_vars = {k: os.environ[k] for k in ("RLPROF_PROFILER_CONFIG",) if k in os.environ}
     # on the loopback only: Ray binds its node to the machine's network address unless told (127.0.0.1 it
     # rewrites to that address); the test reads every connection with ss (test_verl_replica)
-    ray.init(num_cpus=1, include_dashboard=False, runtime_env={"env_vars": env_vars}, _node_ip_address=NODE_IP)
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"node_ip_address": NODE_IP, "num_cpus": 1,
+                                                            "include_dashboard": False})
     try:
-        result = asyncio.run(run)
+        ray.init(address=cluster.address, runtime_env={"env_vars": env_vars})
+        try:
+            result = asyncio.run(run)
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
+        cluster.shutdown()
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -1,7 +1,7 @@
 """verl 0.9.1's rollout profiling writes global-step folders, with no change to verl.
 
 Both engines side by side, each in its own environment with verl's released
-source (``site``): ``replica_replay`` starts Ray (``num_cpus=1``), one server
+source (``site``): ``replica_replay`` starts a one-node Ray cluster (one CPU), one server
 actor (verl's class; a stand-in start-up, see ``vllm_actor``/``sglang_actor``)
 and drives it through verl's own ``RolloutReplica.start_profile()`` and
 ``stop_profile()``: before any weight sync, after a sync to weights version
