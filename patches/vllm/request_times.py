@@ -1,7 +1,9 @@
 """Patch module (API server, or the trainer's process): the requests that held each step, timed by vLLM's frontend.
 
-``AsyncLLM`` hands every request to its ``OutputProcessor``, and every
-engine iteration's outputs pass through it. vLLM keeps a request's times
+``AsyncLLM`` (the server's and verl's engine) and ``LLMEngine`` (under the
+offline ``LLM`` that OpenRLHF- and TRL-style trainers call) hand every
+request to their ``OutputProcessor``, and every engine iteration's outputs
+pass through it. vLLM keeps a request's times
 only with ``log_stats``, which RL trainers turn off (verl does), so the
 wrappers note them for ``metrics.requests.LongestRequests``, kept on the
 output processor: a request's arrival (``add_request``: the arrival time
@@ -9,7 +11,7 @@ vLLM stamps on it), its first output token (``process_outputs``, looked for
 only while some request has none yet), its end (``_finish_request``), and
 the moments nothing is in flight. vLLM's methods run unchanged, before or
 after; a failure here is logged once and this frontend's requests are no
-longer followed. ``LLM`` (the offline engine) is not followed.
+longer followed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def _stop_following(processor: Any, error: Exception) -> None:
 
 
 def _follow(wrapped, instance, args, kwargs):
-    """``AsyncLLM.__init__``: where rlprof's step metrics run, its output processor's requests are followed."""
+    """``AsyncLLM.__init__``, ``LLMEngine.__init__``: where rlprof's step metrics run, the engine's output
+    processor's requests are followed."""
     wrapped(*args, **kwargs)
     try:
         cfg = sessions.config_of(instance)
@@ -109,6 +112,17 @@ FOLLOW_PATCH = Patch(
     wrap={"AsyncLLM.__init__": _follow},
 )
 
+FOLLOW_OFFLINE_PATCH = Patch(
+    name="vllm.request_times.llm_engine",
+    engine="vllm",
+    versions=REQUEST_TIMES_VERSIONS,
+    module="vllm.v1.engine.llm_engine",
+    feature=LONGEST_REQUESTS,
+    why="the same for the offline LLM's engine, which trainers that generate in their own process call",
+    upstream="the same as for AsyncLLM",
+    wrap={"LLMEngine.__init__": _follow},
+)
+
 OUTPUT_PROCESSOR_PATCH = Patch(
     name="vllm.request_times.output_processor",
     engine="vllm",
@@ -123,4 +137,4 @@ OUTPUT_PROCESSOR_PATCH = Patch(
     relies_on={"vllm.v1.engine.output_processor:RequestState": "params:request_id,external_req_id"},
 )
 
-PATCHES = (FOLLOW_PATCH, OUTPUT_PROCESSOR_PATCH)
+PATCHES = (FOLLOW_PATCH, FOLLOW_OFFLINE_PATCH, OUTPUT_PROCESSOR_PATCH)

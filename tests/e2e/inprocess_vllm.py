@@ -9,6 +9,7 @@ import json
 import sys
 
 TINY = sys.argv[2]
+ROLLOUT_SHORT, ROLLOUT_LONG = 20, 200
 SMALL = dict(max_model_len=256, max_num_seqs=4, max_num_batched_tokens=256, dtype="float32", enforce_eager=True)
 
 
@@ -61,6 +62,10 @@ def run_llm(trace_dir: str) -> None:
     emit(kind="version", started=started["global_step"], step=status["global_step"], source=status["step_source"],
          state=status["state"], warnings=started.get("warnings", []))
     llm.stop_profile()
+    # a rollout as trainers that generate offline send it: every prompt in one call, one answer ten times longer
+    lengths = [ROLLOUT_LONG] + [ROLLOUT_SHORT] * 3
+    outputs = llm.generate(["the rollout engine"] * 4, [SamplingParams(max_tokens=n, ignore_eos=True) for n in lengths])
+    emit(kind="rollout", tokens=[len(o.outputs[0].token_ids) for o in outputs])
 
 
 async def run_async(trace_dir: str) -> None:

@@ -4,10 +4,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.helpers.installed import TEST_PATH
+from tests.helpers.rollout_tail import requests_held
 from tests.helpers.traces import iteration_indices, load_trace, rank_traces
 from tests.helpers.vllm_server import TINY_MODEL, cpu_env
 
@@ -58,6 +60,12 @@ def test_llm_with_dict_config(runs):
     manifest = json.loads((tmp_path / "global_step_20" / "manifest.json").read_text())
     assert manifest["step_source"] == "weight_version 21 + offset -1"
     assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_20")["rank0"])) == [1, 2]
+    # the offline engine's requests are followed too: its last rollout (still global step 20) held by the long answer
+    (rollout,) = [r for r in results if r["kind"] == "rollout"]
+    assert rollout["tokens"] == [200, 20, 20, 20], rollout
+    held = requests_held(SimpleNamespace(trace_dir=tmp_path), 20)
+    assert [r["output_tokens"] for r in held] == [200, 20, 20, 20], held
+    assert held[0]["prompt_tokens"] > 0 and 0 < held[0]["first_token_s"] < held[0]["seconds"], held[0]
 
 
 def test_async_llm_with_engine_args_dict(runs):
