@@ -60,11 +60,12 @@ def test_llm_with_dict_config(runs):
     manifest = json.loads((tmp_path / "global_step_20" / "manifest.json").read_text())
     assert manifest["step_source"] == "weight_version 21 + offset -1"
     assert iteration_indices(load_trace(rank_traces(tmp_path / "global_step_20")["rank0"])) == [1, 2]
-    # the offline engine's requests are followed too: its last rollout (still global step 20) held by the long answer
+    # the offline engine's requests are followed too: step 20 (weights version 21) held by the rollout's long
+    # answer, then its three short ones, then the session's one request of six tokens (a busy period before it)
     (rollout,) = [r for r in results if r["kind"] == "rollout"]
     assert rollout["tokens"] == [200, 20, 20, 20], rollout
     held = requests_held(SimpleNamespace(trace_dir=tmp_path), 20)
-    assert [r["output_tokens"] for r in held] == [200, 20, 20, 20], held
+    assert [r["output_tokens"] for r in held] == [200, 20, 20, 20, 6], held
     assert held[0]["prompt_tokens"] > 0 and 0 < held[0]["first_token_s"] < held[0]["seconds"], held[0]
 
 
