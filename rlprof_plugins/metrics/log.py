@@ -26,6 +26,7 @@ from .record import RankTotals, StepRecord
 log = logging.getLogger("rlprof")
 MAX_BYTES = 64 << 20
 SUFFIX = ".jsonl"
+ROTATED = SUFFIX + ".1"  # a line file, rotated once: the older half of its lines
 STATE_SUFFIX = ".state.json"  # the step open now and the finished steps' running totals (``series``)
 
 
@@ -101,7 +102,7 @@ class LineFile:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if self.path.stat().st_size + len(line) > self.max_bytes:
-                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                os.replace(self.path, self.path.with_name(self.path.name[:-len(SUFFIX)] + ROTATED))
         except FileNotFoundError:
             pass
         if not self._checked:  # a line torn by a crash before this process: start on a line of our own

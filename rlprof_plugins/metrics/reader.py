@@ -26,7 +26,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Iterator
 
-from .log import SUFFIX, step_folder
+from .log import ROTATED, SUFFIX, step_folder
 from .phases import totals as phase_totals
 from .record import BUCKETS_MS, NotARecord, StepRecord
 
@@ -38,7 +38,7 @@ def read_steps(root: str | Path) -> tuple[dict[int | None, dict[str, StepRecord]
     folder = step_folder(root)
     if not folder.is_dir():
         return out, warnings
-    files = sorted(folder.glob(f"*{SUFFIX}.1")) + sorted(folder.glob(f"*{SUFFIX}"))
+    files = sorted(folder.glob(f"*{ROTATED}")) + sorted(folder.glob(f"*{SUFFIX}"))
     for path in files:
         try:
             lines = path.read_text(errors="replace").splitlines()
@@ -178,7 +178,7 @@ def measured_incrementally(root: str | Path, state: dict[str, Any] | None
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         state = None
     old_files = dict(state["files"]) if state else {}
-    files = sorted(folder.glob(f"*{SUFFIX}.1")) + sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+    files = sorted(folder.glob(f"*{ROTATED}")) + sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
     logs: list[_Log] = []
     listed: list[_Log | str] = []  # each log, or why it could not be read, as listed
     for path in files:

@@ -34,7 +34,7 @@ from typing import Any, Iterable, NamedTuple
 from ..store.layout import STEPS_DIR
 from ..store.listing import as_path
 from ..atomic_files import write_text_atomic
-from .log import STATE_SUFFIX, SUFFIX, LineFile
+from .log import ROTATED, STATE_SUFFIX, SUFFIX, LineFile
 
 log = logging.getLogger("rlprof")
 REQUESTS_DIR = "requests"  # below ``steps/``: not a rank's log
@@ -192,13 +192,18 @@ class LongestRequests:
 
 def read_periods(root: Any) -> list[BusyPeriod]:
     """Every frontend's busy periods below ``ROOT/steps/requests/`` (rotated files too); a line that is not
-    one is skipped."""
+    one is skipped, and so is a file that cannot be read (one a live frontend rotated away meanwhile: its
+    lines are in the rotated file the next read finds)."""
     folder = as_path(root) / STEPS_DIR / REQUESTS_DIR
     if not folder.is_dir():
         return []
     periods = []
-    for path in sorted(folder.glob(f"*{SUFFIX}.1")) + sorted(folder.glob(f"*{SUFFIX}")):
-        for line in path.read_text(errors="replace").splitlines():
+    for path in sorted(folder.glob(f"*{ROTATED}")) + sorted(folder.glob(f"*{SUFFIX}")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
             try:
                 periods.append(BusyPeriod.from_json(json.loads(line)))
             except (ValueError, KeyError, TypeError):

@@ -71,6 +71,9 @@ def test_traffic_that_never_stops_is_cut_into_periods_and_a_torn_line_is_skipped
     periods = read_periods(tmp_path)
     assert len(periods) >= 3 and sum(p.requests for p in periods) == 30
     assert all(p.ended_at - p.started_at <= 10.0 + 1.5 for p in periods)
+    # a file that cannot be read (here a folder by a log's name) is skipped; the others are read as before
+    (keeper.path.parent / "frontend-2.jsonl").mkdir()
+    assert read_periods(tmp_path) == periods
 
 
 def test_the_report_gives_each_step_the_requests_that_held_it_in_the_json_csv_and_page(tmp_path):

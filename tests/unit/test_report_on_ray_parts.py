@@ -76,6 +76,26 @@ def test_a_listing_names_every_file_carries_small_ones_whole_and_reads_nothing_o
     assert got["version"] and got["exists"]
 
 
+def test_a_listing_carries_line_logs_whole_however_large_rotated_ones_too(root):
+    """The step logs and the frontends' requests are read by the report itself, not by a pass: on Ray they must
+    travel whole as they are read locally, the file a log rotated into included."""
+    from rlprof_plugins.metrics.requests import read_periods
+
+    requests = root / "steps" / "requests"
+    requests.mkdir(parents=True)
+    period = {"started_at": 1.0, "ended_at": 2.0, "requests": 1, "longest": [
+        {"request_id": "r", "arrived_at": 1.0, "finished_at": 2.0, "prompt_tokens": 3, "output_tokens": 4}]}
+    line = json.dumps(period) + "\n"
+    (requests / "frontend-1.jsonl.1").write_text(line * (node.SMALL // len(line) + 1))  # over SMALL
+    (requests / "frontend-1.jsonl").write_text(line)
+    got = listed(root)
+    assert (requests / "frontend-1.jsonl.1").stat().st_size > node.SMALL
+    assert set(got["contents"]) >= {"steps/requests/frontend-1.jsonl.1", "steps/requests/frontend-1.jsonl"}
+    listing = Listing(str(root))
+    listing.add("node-a", got)
+    assert len(read_periods(listing.root)) == len(read_periods(root)) == node.SMALL // len(line) + 2
+
+
 def test_a_root_template_is_read_as_each_node_expands_it(root, monkeypatch):
     monkeypatch.setenv("FLEET_NODE_UNDER_TEST", str(root.parent))
     assert listed(Path("$FLEET_NODE_UNDER_TEST") / "root")["root"] == str(root)

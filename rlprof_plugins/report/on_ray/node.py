@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
+from ...metrics.log import ROTATED as LINES_ROTATED, SUFFIX as LINES
 from ...store.layout import MEMORY
 from ...store.manifest import MANIFEST
 from ...trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, trace_distributed
 from ...store.step_files import TRACE_SUFFIXES
 from ..wire import pack
 
-SMALL = 4 << 20  # files up to this size travel whole in the listing (manifests, claims, notes); JSON of any size
+SMALL = 4 << 20  # files up to this size travel whole in the listing (manifests, claims, notes); JSON and the step logs' JSON lines (rotated ones too) of any size
 
 
 def resolve(root_text: str) -> Path:
@@ -99,7 +100,7 @@ def listing(root_text: str) -> bytes:
             out["files"].append([rel, st.st_size, st.st_mtime_ns, kind])
             if kind == "trace":
                 traces.append(rel)
-            elif kind == "file" and (st.st_size <= SMALL or name.endswith((".json", ".jsonl"))):
+            elif kind == "file" and (st.st_size <= SMALL or name.endswith((".json", LINES, LINES_ROTATED))):
                 try:
                     with open(path, "rb") as f:
                         out["contents"][rel] = f.read()
