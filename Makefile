@@ -22,15 +22,12 @@ TODAY := $(shell date +%F)
 # tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
 # installed in the environment. Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
-# Where the torch shim is built and proven (rlprof_plugins/backends/torch_shim.py; users: ~/.cache/rlprof): every
-# engine a test starts inherits it, so the tests run the shim `make env` built.
-export RLPROF_CACHE_DIR ?= $(CURDIR)/.cache/rlprof
 
 .PHONY: test-pythons ray-python bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
 
 VERL_SITE := .cache/verl-0.9.1
 
-env: $(VENV_VLLM)/.rlprof-installed $(VENV_VLLM)/.shim-built $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder $(GPU_KIT_DEPS)/.downloaded compat-releases
+env: $(VENV_VLLM)/.rlprof-installed $(VENV_SGLANG)/.rlprof-installed $(VENV_HTA)/.installed $(VERL_SITE)/.installed browser prometheus nvtx-recorder $(GPU_KIT_DEPS)/.downloaded compat-releases
 
 # Debian's Chromium, the real browser the step report's pages are tested in (Playwright, a test
 # extra, drives it: no browser download), and Debian's Prometheus, the real scraper of the step
@@ -76,7 +73,7 @@ $(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 # test runs the shipped package (tests/packaging checks the wheel holds every module). The build
 # tools come first, in the vLLM environment that builds it.
 DIST := .cache/dist
-PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' -o -name '*.cpp' \) ! -path '*/__pycache__/*') \
+PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
 	setup.cfg setup.py pyproject.toml MANIFEST.in rlprof_plugins.pth README.md CHANGELOG.md
 # A folder holding only a link to tests/: child processes that must put something first on
 # their path (an old release, verl's site) put this before it, never the checkout (whose
@@ -115,12 +112,6 @@ $(VENV_VLLM)/.rlprof-installed: $(DIST)/.built $(VENV_VLLM)/.compat-installed $(
 $(VENV_VLLM)/.demo-installed: $(DIST)/.built
 	$(VPY) -m pip install -q --no-deps --force-reinstall $(DIST)/*.whl
 	$(VPY) -m pip install -q "$$(ls $(DIST)/*.whl)"
-	touch $@
-
-# The torch shim that takes torch's stop off the engine thread, built with cc against the environment's torch and
-# proven by its canary (`rlprof build-shim`); SGLang's environment has the same torch build and shares it.
-$(VENV_VLLM)/.shim-built: $(VENV_VLLM)/.rlprof-installed rlprof_plugins/backends/torch_shim.cpp
-	$(VPY) -m rlprof_plugins.cli build-shim
 	touch $@
 
 # SGLang 0.5.23 for CPU in its own environment (its torch pin conflicts with
@@ -264,9 +255,11 @@ clean:
 # docs/performance.md: an RL rollout step recorded against unrecorded and the engine's own profiler (bench_rollout.py,
 # TP=1 and TP=2); plugin vs native vLLM, ratios from one run, the largest stall, and bursty traffic
 # with idle gaps (~30 min; the bursty rows of native vLLM with stacks are left out: they run 24 GB out of memory).
+ROLLOUT_SIDE_BY_SIDE := --alternate --rounds 6 --cases "native, stacks off;rlprof default;rlprof default, first session"
 bench: env tiny-model
-	$(VPY) benchmarks/bench_rollout.py --engine vllm --out benchmarks/results/$(TODAY)-rollout-vllm-tp1.json
-	$(VPY) benchmarks/bench_rollout.py --engine vllm --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-vllm-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine vllm $(ROLLOUT_SIDE_BY_SIDE) --out benchmarks/results/$(TODAY)-rollout-vllm-tp1.json
+	$(VPY) benchmarks/bench_rollout.py --engine vllm --tp 2 $(ROLLOUT_SIDE_BY_SIDE) --out benchmarks/results/$(TODAY)-rollout-vllm-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine vllm --scenario streams --rounds 3 --out benchmarks/results/$(TODAY)-streams-vllm-tp1.json
 	$(VPY) benchmarks/bench_rollout.py --engine vllm --cases "rlprof stacks off;rlprof default" --interleave --rounds 10 --out benchmarks/results/$(TODAY)-rollout-vllm-sampler.json
 	$(VPY) benchmarks/bench_vllm_profiling.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine vllm
@@ -295,8 +288,9 @@ fixtures: env tiny-model
 
 # docs/performance.md: SGLang's stop, native vs rlprof, on one server, the largest stall, and bursty traffic (~25 min).
 bench-sglang: env tiny-model
-	$(VPY) benchmarks/bench_rollout.py --engine sglang --out benchmarks/results/$(TODAY)-rollout-sglang-tp1.json
-	$(VPY) benchmarks/bench_rollout.py --engine sglang --tp 2 --rounds 3 --out benchmarks/results/$(TODAY)-rollout-sglang-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine sglang $(ROLLOUT_SIDE_BY_SIDE) --out benchmarks/results/$(TODAY)-rollout-sglang-tp1.json
+	$(VPY) benchmarks/bench_rollout.py --engine sglang --tp 2 $(ROLLOUT_SIDE_BY_SIDE) --out benchmarks/results/$(TODAY)-rollout-sglang-tp2.json
+	$(VPY) benchmarks/bench_rollout.py --engine sglang --scenario streams --rounds 3 --out benchmarks/results/$(TODAY)-streams-sglang-tp1.json
 	$(VPY) benchmarks/bench_rollout.py --engine sglang --cases "rlprof stacks off;rlprof default" --interleave --rounds 8 --out benchmarks/results/$(TODAY)-rollout-sglang-sampler.json
 	$(VPY) benchmarks/bench_sglang_stop.py
 	$(VPY) benchmarks/bench_stop_stall.py --engine sglang

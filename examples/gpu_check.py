@@ -130,8 +130,8 @@ def results_row(result: dict) -> str:
     m, selftest = result["machine"], result["selftest"]
     states = "; ".join(f"{p['name']}: {p['state']}" for p in selftest.get("parts", []))
     costs = "; ".join(f"{k}: {v}" for k, v in selftest.get("costs", {}).items()
-                      if k in ("iteration, recording", "pauses on the engine thread", "trace size", "device events",
-                               "memory snapshot", "device time (report)"))
+                      if k in ("iteration, recording", "a rollout, recorded", "pauses on the engine thread", "trace size",
+                               "device events", "memory snapshot", "device time (report)"))
     return (f"| {m['date']} | {m['gpu'] or 'CPU'} | {m['driver'] or '-'} | torch {m['torch']} (CUDA {m['cuda'] or '-'}), "
             f"Python {m['python']} | {'passed' if result['ok'] else 'FAILED'} | {states} | {costs} |")
 

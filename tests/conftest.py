@@ -16,9 +16,6 @@ from tests.helpers.installed import check_installed
 
 # Children (engines, scripts, nested pytest runs) started with the tree as working directory.
 os.environ["PYTHONSAFEPATH"] = "1"
-# The torch shim `make env` built and proved (rlprof_plugins/backends/torch_shim.py), where every engine a test
-# starts finds it: the Makefile sets the same for `make test`, this for a bare pytest.
-os.environ.setdefault("RLPROF_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "rlprof"))
 
 collect_ignore = []
 if importlib.util.find_spec("sglang") is None:

@@ -29,7 +29,6 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.backends.npu_options": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.npu_profiler": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),
-    "rlprof_plugins.backends.shim_canary": ("tests/unit/test_detached_stop.py",),
     "rlprof_plugins.backends.cuda_profiler": ("tests/unit/test_cuda_backend.py", "tests/e2e/test_nsys_ranges.py"),
     "rlprof_plugins.cli.__main__": ("tests/e2e/test_trainer_control.py",),
     "rlprof_plugins.cli.installation": ("tests/packaging/test_wheel.py",),

@@ -1,8 +1,9 @@
 """Profiler backends: how to record. They know nothing of windows or steps.
 
 A backend is created per session and used in this order: ``prepare(dir,
-name)`` (the folder its rank traces go to; backends that write while
-recording, like torch_npu's, stage there), ``start()``,
+name, scratch)`` (the folder its rank traces go to, where backends that write
+while recording, like torch_npu's, stage; ``scratch``, the session's folder,
+for what a backend keeps between its stop and its export), ``start()``,
 any number of ``annotation(name)`` ranges, ``stop()`` (on the thread that
 recorded), ``export(place, name)`` (on any thread; rlprof runs it off the
 engine loop; ``place`` is the session's ``layout.Placement``: whole traces
@@ -61,7 +62,7 @@ def size_of(path: Path) -> int:
 
 
 class Backend(Protocol):
-    def prepare(self, directory: Path, worker_name: str) -> None: ...
+    def prepare(self, directory: Path, worker_name: str, scratch: Path | None = None) -> None: ...
 
     def start(self) -> None: ...
 

@@ -94,7 +94,7 @@ class CudaProfilerBackend:
         self.global_step = global_step
         self.range_name = step_range_name(global_step, session_id)
 
-    def prepare(self, directory: Path, worker_name: str) -> None:
+    def prepare(self, directory: Path, worker_name: str, scratch: Path | None = None) -> None:
         """Nothing is written while recording: nsys holds the data."""
 
     def start(self) -> None:

@@ -69,7 +69,7 @@ class NpuProfilerBackend:
         self._worker_name: str | None = None
         self._prof = None
 
-    def prepare(self, directory: Path, worker_name: str) -> None:
+    def prepare(self, directory: Path, worker_name: str, scratch: Path | None = None) -> None:
         """torch_npu writes while recording: give it a staging folder on the
         session folder's filesystem (published by a rename in ``export``)."""
         self._staging = directory / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"

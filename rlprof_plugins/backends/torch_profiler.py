@@ -4,6 +4,14 @@ Writes the same files as vLLM's native ``TorchProfilerWrapper`` (a Chrome
 trace named like ``tensorboard_trace_handler`` does, and the
 ``profiler_out.txt`` operator table), but each through a temporary name and
 an atomic rename, so no half-written trace ever appears under a final name.
+
+One path on every device: ``stop`` runs torch's own stop on the thread that
+recorded (the engine's), then Kineto's writer saves the raw trace to a hidden
+file beside the rank's traces and the recording is freed, all in the same
+pause. Both hold the GIL for as long as they run, so they belong where the
+engine has no work; the session decides when that is (``session.chunk_plan``).
+``export`` then only copies bytes (the pauses added, gzip) on the exporter
+thread, and splits by stage in a child process.
 """
 
 from __future__ import annotations
@@ -21,10 +29,9 @@ from ..atomic_files import atomic_target, publish, write_text_atomic
 from ..trace.format.naming import trace_file
 from ..trace.format.pauses import Pause, with_pauses
 from ..trace.format.sampler_account import SAMPLER_KEY
-from . import detached_stop, torch_shim, stack_sampler
+from . import stack_sampler
 from ..trace.rewrite.stage_split import split_in_subprocess
 from . import ExportedFile, RecordingKept
-from .forked_export import export_chrome_trace
 from .kind import BackendKind
 
 
@@ -207,35 +214,27 @@ class TorchProfilerBackend:
         self._prof = None
         self._sampler = (stack_sampler.StackSampler(settings.sample_hz, settings.sample_budget) if settings.sample_hz
                          else None)
-        self._detachable = False  # whether this session's stop may leave the engine thread (``start``)
-        self._owners = 0  # who owned the session right after it started (``detached_stop.owners``)
-        self._detached: detached_stop.DetachedStop | None = None  # the stop, where it left the engine thread
+        self._out: Path | None = None  # the folder the raw trace is saved into at the stop (``prepare``)
+        self._name = "trace"
+        self._raw: Path | None = None  # Kineto's trace as saved at the stop, until the export copies it
+        self._save_error: BaseException | None = None  # why the save at the stop failed (the export tries again)
 
-    def _experimental_config(self, build: bool = True) -> tuple[Any, bool]:
-        """torch's experimental config for this session (None: torch's default), and whether its stop
-        is detached from the engine thread (``detached_stop``). Both only where nothing reads torch's
-        event objects: no exact stacks (torch refuses them that way) and no operator table. ``build``: a
-        shim this process could use and that is not built yet starts building (a session's start; never a
-        property's read)."""
-        s = self.settings
-        if s.with_stack or s.write_table:
-            return None, False
-        why = detached_stop.why_not(self._torch, s.activities, build=build)
-        if why is None:
-            return detached_stop.config(self._torch), True
-        if build and why != f"{detached_stop.OFF_ENV}=1":  # (asked for by the user: nothing to say)
-            torch_shim.warn_once(why)
-        return trace_only_config(self._torch), False
+    def warm_up(self) -> None:
+        """Load now what torch's first profiler start in a process loads: its start reads ``torch._inductor``,
+        which imports the whole compiler the first time (seconds). Called at a session's start request where the
+        recording begins later (with the engine's first iteration), so that the import does not land inside
+        the recorded work; torch's own start would run it anyway."""
+        hasattr(self._torch, "_inductor")
 
-    def prepare(self, directory: Path, worker_name: str) -> None:
-        """Nothing to stage: torch keeps the recording in memory until export."""
+    def prepare(self, directory: Path, worker_name: str, scratch: Path | None = None) -> None:
+        """Where the stop saves Kineto's raw trace: a hidden file in ``scratch`` (the session's folder), else in
+        ``directory`` (the rank's trace folder)."""
+        self._out, self._name = Path(scratch or directory), worker_name
 
     def start(self) -> None:
         s = self.settings
-        # no event objects made at the stop where nothing reads them (``trace_only_config``), and the
-        # stop itself off the engine thread where it can be (``detached_stop``)
-        trace_only, self._detachable = self._experimental_config()
-        detached_stop.wait_in_flight()  # torch's profiler is one a process: an ended one finishes first
+        # no event objects made at the stop where nothing reads them (``trace_only_config``)
+        trace_only = None if s.with_stack or s.write_table else trace_only_config(self._torch)
         self._prof = self._torch.profiler.profile(
             activities=self._activities,
             record_shapes=s.record_shapes,
@@ -246,12 +245,6 @@ class TorchProfilerBackend:
             **({} if trace_only is None else {"experimental_config": trace_only}),
         )
         self._prof.start()
-        if self._detachable:
-            try:
-                self._owners = detached_stop.owners(torch_shim.loaded())
-            except torch_shim.ShimError as e:  # torch's own stop will run: nothing is lost
-                self._detachable = False
-                logger.warning("rlprof: torch's stop stays on the engine thread: %s", e)
         self._prof.add_metadata_json("rlprof_python_stacks", json.dumps(s.python_stacks))
         for key, value in s.extra_metadata.items():
             self._prof.add_metadata_json(key, value)
@@ -286,61 +279,42 @@ class TorchProfilerBackend:
                                "stopped on this thread by another caller)")
 
     def stop(self) -> None:
-        assert self._prof is not None, "stop() before start()"
-        self._stop_sampler()
-        self._ended_elsewhere()
-        if self._detachable:
-            detached = detached_stop.stop(self._torch, self._prof, torch_shim.loaded(), self._owners)
-            self._detached = detached if detached.detached else None  # else torch's own result, as ever
-        else:
-            self._prof.stop()
-
-    def discard(self) -> None:
-        """A stopped session that will never be exported (a failed one): what it recorded is freed now, not
-        kept for the life of the process."""
-        if self._detached is not None:
-            detached, self._detached = self._detached, None
-            detached.abandon()
-
-    def stop_in_place(self) -> None:
-        """Stop with torch's own stop on this thread, detachable or not: what a chunk's rotation does, since
-        the next chunk must wait for all of it (torch allows one profiler a process), and on a thread of
-        its own, competing with the engine for the CPU, the same stop takes longer (docs/performance.md)."""
+        """torch's stop, then Kineto's writer saves the raw trace and the recording is freed (see the module's
+        docstring). A save that fails leaves the recording in memory: the export tries it again, and says why
+        if that fails too."""
         assert self._prof is not None, "stop() before start()"
         self._stop_sampler()
         self._ended_elsewhere()
         self._prof.stop()
+        if self._out is None:  # never prepared (a caller of its own): the export saves it
+            return
+        raw = None
+        try:
+            raw = atomic_target(self._out / f"{self._name}.raw.json")
+            self._prof.export_chrome_trace(str(raw))
+        except Exception as e:
+            if raw is not None:
+                raw.unlink(missing_ok=True)
+            self._save_error = e
+            logger.warning("rlprof: saving the trace at the stop failed (the export tries again): %s: %s",
+                           type(e).__name__, e)
+            return
+        self._raw = raw
+        self._release_saved()
 
-    def stop_seconds(self) -> float | None:
-        """The CPU seconds torch's stop post-processed for, where it ran off the engine thread (None: not
-        done yet, or it ran on the engine thread, which timed it)."""
-        return None if self._detached is None else self._detached.seconds
-
-    @property
-    def detachable(self) -> bool:
-        """Whether this session's stop will leave the engine thread (``detached_stop``), known before it starts."""
-        return self._experimental_config(build=False)[1]
-
-    @property
-    def detached(self) -> bool:
-        """Whether this session's stop left the engine thread (``detached_stop``)."""
-        return self._detached is not None
-
-    @property
-    def stop_finished(self) -> bool:
-        """Whether this session's stop is over, post-processing included: a stop on the engine thread is over
-        when it returns; a detached one once its thread has post-processed the recording."""
-        detached = self._detached
-        return detached is None or detached.done
+    def discard(self) -> None:
+        """A stopped session that will never be exported (a failed one): what it recorded is freed now, not
+        kept for the life of the process."""
+        self._release_saved()
 
     def set_iteration(self, index: int | None) -> None:
         """The engine thread entered iteration ``index`` (None: left it): the sampler's spans split there."""
         if self._sampler is not None:
             self._sampler.set_iteration(index)
 
-    def _release_written(self) -> None:
+    def _release_saved(self) -> None:
         """torch keeps a stopped session's recording on its profiler object for as long as that object lives,
-        and the process's heap keeps what it frees: once written (and where no operator table still reads it),
+        and the process's heap keeps what it frees: once saved (and where no operator table still reads it),
         it is dropped and the freed memory given back: without this, a server recording step after step
         grows by each step's recording."""
         if self.settings.write_table or self._prof is None:
@@ -348,31 +322,33 @@ class TorchProfilerBackend:
         inner = getattr(self._prof, "profiler", None)
         if inner is not None and getattr(inner, "kineto_results", None) is not None:
             inner.kineto_results = None
-        detached_stop.return_freed_memory()
+        return_freed_memory()
 
     def annotation(self, name: str):
         return self._torch.profiler.record_function(name)
 
-    def _write_raw(self, raw: Path) -> None:
-        """Kineto's trace as torch writes it, to ``raw``: through ``ctypes`` where the stop was detached
-        (the GIL is free meanwhile; the recording freed after), else in a forked child (Kineto's writer
-        holds the GIL)."""
-        if self._detached is None:
-            export_chrome_trace(self._prof, raw)
-            self._release_written()
-            return
+    def _raw_trace(self, beside: Path) -> Path:
+        """Kineto's trace: the file the stop saved, else saved now to a temporary file ``beside`` a path (a stop
+        that could not save, or a backend stopped without ``prepare``)."""
+        if self._raw is not None:
+            return self._raw
+        raw = atomic_target(beside)
         try:
-            self._detached.save(raw)
-        finally:
-            self._detached.release()
+            self._prof.export_chrome_trace(str(raw))
+        except Exception as e:
+            raw.unlink(missing_ok=True)
+            if self._save_error is not None:
+                raise RuntimeError(f"saving the trace failed at the stop ({type(self._save_error).__name__}: "
+                                   f"{self._save_error}) and again at the export ({type(e).__name__}: {e})") from e
+            raise
+        self._release_saved()
+        return raw
 
     def export(self, place: Placement, worker_name: str, *, by_stage: bool = False,
                pauses: Sequence[Pause] = ()) -> list[ExportedFile]:
         """Write the trace (or one per stage) and, if asked, the table.
 
-        ``export_chrome_trace`` is Kineto's C++ writer; it holds the GIL for
-        the whole write, so it runs in a forked child (``forked_export``). Its
-        file is then copied into place as bytes (no JSON parsing here):
+        The raw trace the stop saved is copied into place as bytes (no JSON parsing here):
         with the profiler's ``pauses`` as events and Kineto's unescaped
         quotes repaired (``trace.format.pauses``, ``trace.format.repair``), gzip'd when
         asked. Stage splitting parses JSON, so it runs in a child process.
@@ -382,12 +358,12 @@ class TorchProfilerBackend:
         directory = place.ranks()
         ns = time.time_ns()
         final = directory / trace_file(worker_name, ns, gzip=s.use_gzip)
+        written: list[ExportedFile] = []
         # by stage, the whole trace is only the splitter's input: it waits in the
         # step folder, so ranks/ is made only for what lands there
-        raw = atomic_target(place.root / final.name if by_stage else final)
-        written: list[ExportedFile] = []
+        raw = self._raw
         try:
-            self._write_raw(raw)
+            raw = self._raw_trace(place.root / final.name if by_stage else final)
             fixed = atomic_target(raw.parent / final.name)
             packed, copied = s.use_gzip and not by_stage, False
             try:
@@ -401,6 +377,7 @@ class TorchProfilerBackend:
                                                            s.use_gzip):
                         written.append(ExportedFile(path, "trace", stage))
                 else:
+                    directory.mkdir(parents=True, exist_ok=True)
                     publish(fixed, final)
                     written.append(ExportedFile(final))
             except Exception as e:  # the whole trace is on disk: keep it, uncompressed, under its final name
@@ -414,13 +391,34 @@ class TorchProfilerBackend:
             finally:
                 fixed.unlink(missing_ok=True)
         finally:
-            raw.unlink(missing_ok=True)
+            if raw is not None:
+                raw.unlink(missing_ok=True)
+            self._raw = None
         if s.write_table:
             table = self._prof.key_averages().table(sort_by=s.table_sort_key, row_limit=100)
             out = directory / f"{worker_name}.profiler_out.txt"
             write_text_atomic(out, table)
             written.append(ExportedFile(out, "table"))
         return written
+
+
+_TRIM: list = []  # glibc's malloc_trim, once looked up (None: not glibc)
+
+
+def return_freed_memory() -> None:
+    """glibc keeps what a recording freed in its arenas: give it back to the system, so the engine's resident
+    size after a chunk is what it was before, not what the chunk's post-processing left behind."""
+    import ctypes
+
+    if not _TRIM:
+        try:
+            trim = ctypes.CDLL("libc.so.6").malloc_trim
+            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):  # not glibc
+            trim = None
+        _TRIM.append(trim)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)
 
 
 KIND = BackendKind(

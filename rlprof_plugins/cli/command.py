@@ -9,7 +9,6 @@
     rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine (and verl), and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
-    rlprof build-shim                       build and prove the torch shim (torch's stop off the engine thread)
     rlprof selftest [--device D]            profile a small model through rlprof's session path on this machine
     rlprof start|stop|status --url U | --router R [--global-step N ...]
                                             profile a global step on every rollout server (rlprof_plugins.client)
@@ -75,30 +74,6 @@ def _doctor_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-# ---- build-shim ----------------------------------------------------------------------
-def cmd_build_shim(args) -> int:
-    """Build the torch shim for this environment's torch and prove it (``backends.torch_shim``)."""
-    try:
-        import torch
-    except ImportError:
-        raise CliError("torch is not importable here: run this with the engine's Python") from None
-    from ..backends import torch_shim
-
-    result = torch_shim.build_and_prove(torch, again=args.again)
-    if result.get("ok"):
-        text = (f"built {result['library']} in {result['build_seconds']} s; its canary passed ({result['detail']}): "
-                "torch's stop runs off the engine thread where a session allows it")
-    else:
-        text = f"torch's stop stays on the engine thread: {result['detail']}"
-    emit(args, result, text)
-    return EXIT_OK if result.get("ok") else EXIT_FAILED
-
-
-def _build_shim_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--again", action="store_true", help="build and prove it again though it is built and proven")
-    p.add_argument("--json", action="store_true")
-
-
 # ---- npu-analyse ---------------------------------------------------------------------
 def cmd_npu_analyse(args) -> int:
     import importlib.util
@@ -150,9 +125,6 @@ def commands() -> tuple[Command, ...]:
                               "(exit 1 if a patch declared for it fails)", _doctor_arguments, cmd_doctor),
             Command("npu-analyse", "run torch_npu's analysis on *_ascend_pt folders (then merge/summary)",
                     _npu_analyse_arguments, cmd_npu_analyse),
-            Command("build-shim", "build and prove the torch shim that takes torch's stop off the engine thread "
-                                  "(needs a C++ compiler; cached per torch build)", _build_shim_arguments,
-                    cmd_build_shim),
             SELFTEST, *FLEET)
 
 

@@ -198,35 +198,24 @@ def python_stacks_note(config: object | None) -> str:
     return f"python stacks ({where}): {how}"
 
 
-def torch_stop_note(config: object | None, facts: dict | None = None) -> str:
-    """Where torch's stop post-processes a session (``backends.detached_stop``): off the engine thread,
-    or on it and why. ``facts``: another machine's or torch build's (``torch_shim.torch_facts``), for the tests."""
-    from ..backends import detached_stop, torch_shim
-    from ..backends.torch_profiler import DEFAULT_STACKS, with_python_stacks, TorchSettings
+def torch_stop_note(config: object | None) -> str:
+    """Where torch's stop runs and when a recording's chunks end (``session.chunk_plan``), from the server's
+    ``chunk_iterations``, ``max_pause_ms`` and ``max_recording_mb`` (the defaults where ``config`` is None)."""
+    from ..config.options import CHUNK_AUTO, DEFAULT_MAX_PAUSE_MS, DEFAULT_MAX_RECORDING_MB
 
-    try:
-        import torch
-    except ImportError:
-        return "torch's stop: torch is not importable here"
-    keys = config.options.backend_keys if config is not None else {"python_stacks": DEFAULT_STACKS}
-    with_stack = config.torch_profiler_with_stack if config is not None else False  # as python_stacks_note
-    activities = tuple(getattr(config, "torch_profiler_activities", None) or
-                       (("CPU", "CUDA") if torch.cuda.is_available() else ("CPU",)))  # the engines' default
-    if with_python_stacks(TorchSettings(with_stack=with_stack), keys).with_stack:
-        return "torch's stop: on the engine thread (exact Python stacks are post-processed with the GIL)"
-    why = detached_stop.why_not(torch, activities, build=False, facts=facts)
-    if why is None:
-        return ("torch's stop: off the engine thread (the engine pauses a moment; torch post-processes on a "
-                f"thread of its own without the GIL; {_shim_where(facts)})")
-    return f"torch's stop: on the engine thread ({why})"
-
-
-def _shim_where(facts: dict | None) -> str:
-    from ..backends import torch_shim
-
-    if facts is not None:  # another machine's facts: nothing of this one was loaded
-        return f"shim in {torch_shim.cache_folder(facts)}, its canary passed"
-    return f"shim {torch_shim.loaded().path}, its canary passed"
+    options = getattr(config, "options", None)
+    chunks = getattr(options, "chunk_iterations", CHUNK_AUTO)
+    pause_ms = getattr(options, "max_pause_ms", DEFAULT_MAX_PAUSE_MS)
+    budget_mb = getattr(options, "max_recording_mb", DEFAULT_MAX_RECORDING_MB)
+    if chunks == 0:
+        when = "one torch session per window, stopped at its end"
+    elif chunks == CHUNK_AUTO:
+        when = (f"each busy stretch one chunk, stopped when the engine waits for work or the process grew by "
+                f"{budget_mb} MB; a session begun under traffic that never waits: chunks of {pause_ms // 2} ms "
+                f"of predicted stop (max_pause_ms {pause_ms})")
+    else:
+        when = f"a chunk every {chunks} iterations, or once the process grew by {budget_mb} MB"
+    return f"torch's stop: on the engine thread, where it recorded, with the trace's save; {when}"
 
 
 ENV_NAME = "RLPROF_PROFILER_CONFIG"

@@ -98,7 +98,7 @@ def run(device: str, out: Path, *, decode: int = 24, rounds: int = 3, allocator:
     record it (default: where the device keeps one)."""
     from ..backends import memory_history
     from .selftest_model import build
-    from .selftest_session import record_session
+    from .selftest_session import record_session, rollout_cost
 
     engine = build(device)
     test = SelfTest(device, _describe(engine), (out / "global_step_0").resolve())
@@ -111,6 +111,7 @@ def run(device: str, out: Path, *, decode: int = 24, rounds: int = 3, allocator:
     plain = engine.serve(schedule)
     record_session(test, engine, schedule, out, memory=memory, allocator=allocator or memory_history.host_allocator,
                    plain=plain, memory_why=memory_why)
+    rollout_cost(test, engine, schedule, allocator or memory_history.host_allocator)
     return test
 
 

@@ -62,6 +62,55 @@ def record_session(test: Any, engine: Any, schedule: list[str], out: Path, *, me
     _read_back(test, status, schedule, memory, memory_why, chunked=kind == "torch")
 
 
+def rollout_cost(test: Any, engine: Any, schedule: list[str], allocator: Callable[[], Any]) -> None:
+    """A rollout served whole three ways, each timed from its first iteration to its last: unrecorded; recorded by
+    torch's own profiler as the engines' native profilers run it (stacks off, stopped and written on the serving
+    thread); and by rlprof's default, its session begun on a waiting engine, its chunk stopped when the engine
+    waits after the rollout, then the stop request. Generation against unrecorded and what each costs the serving
+    thread after the rollout go into the costs: the figure of this device for the recording path every device
+    takes (docs/performance.md)."""
+    import tempfile
+
+    import torch
+
+    def served(around: Callable[[str], Any] | None = None) -> float:
+        t0 = time.perf_counter()
+        engine.serve(schedule, around=around)
+        return time.perf_counter() - t0
+
+    plain = served()
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if engine.device == "cuda" else [])
+    with tempfile.TemporaryDirectory(prefix="rlprof-selftest-rollout-") as scratch:
+        native = torch.profiler.profile(activities=activities, with_stack=False)
+        native.start()
+        native_s = served()
+        t0 = time.perf_counter()
+        native.stop()
+        native.export_chrome_trace(str(Path(scratch) / "native.pt.trace.json"))
+        native_stop_s = time.perf_counter() - t0
+        del native
+        ctl, _ = _controller(engine.device, Path(scratch), allocator)
+        request = parse_start({"global_step": 1}, Server(engine="selftest", defaults=ProfileOptions(),
+                                                        output_root=scratch, device=engine.device))
+        ctl.handle({**request.to_command(), "engine_idle": True})
+        shape = engine.shape
+        infos = {PREFILL: IterationInfo(shape.batch * shape.prompt, 0, shape.batch),
+                 DECODE: IterationInfo(0, shape.batch, shape.batch)}
+        recorded_s = served(lambda stage: _Iteration(ctl, infos[stage]))
+        t0 = time.perf_counter()
+        ctl.idle()  # the engine waits for its next rollout: the running chunk stops here
+        ctl.handle({"op": "stop"})
+        stop_s = time.perf_counter() - t0
+        status = _settle(ctl, 1)
+        ctl.shutdown()
+    test.add("a rollout recorded by rlprof's default", status["state"] == "done" and status["chunking"] == "idle",
+             status["error"] or f"{status['iterations_recorded']} iterations, chunks end {status['chunking']}")
+    test.costs["a rollout, recorded"] = (
+        f"rlprof's default {recorded_s / plain:.2f}x of unrecorded, torch's own profiler (stacks off) "
+        f"{native_s / plain:.2f}x; after the rollout, the serving thread {stop_s:.2f} s against {native_stop_s:.2f} s")
+
+
 class _Iteration:
     def __init__(self, ctl: ProfilerController, info: IterationInfo) -> None:
         self._ctl, self._info = ctl, info
@@ -88,10 +137,10 @@ def _controller(device: str, out: Path, allocator: Callable[[], Any]) -> tuple[P
                               manifest_header=header, allocator=allocator), kind
 
 
-def _settle(ctl: ProfilerController) -> dict[str, Any]:
+def _settle(ctl: ProfilerController, step: int = 0) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
-        status = ctl.handle({"op": "status", "global_step": 0})["session"]
+        status = ctl.handle({"op": "status", "global_step": step})["session"]
         if status["state"] in ("done", "failed") or time.monotonic() > deadline:
             return status
         time.sleep(0.05)

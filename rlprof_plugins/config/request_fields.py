@@ -33,12 +33,13 @@ FIELDS = (
           "server's `step_end`)"),
     Field("by_stage", (RLPROF,), "bool", "one trace per stage (prefill, decode)"),
     Field("chunk_iterations", (RLPROF,), "`auto` or int >= 0",
-          "record in torch sessions, stitched into one trace per rank after the stop (shorter engine pauses): "
-          "`auto` plans each to half of `max_pause_ms`, N is N iterations, 0 one torch session "
+          "record in torch sessions, stitched into one trace per rank after the stop: `auto` ends one when "
+          "the engine waits for work or the process grew by `max_recording_mb` (by `max_pause_ms` too where "
+          "the session began under traffic), N every N iterations, 0 one torch session "
           "(default: the server's `chunk_iterations`)"),
     Field("max_pause_ms", (RLPROF,), "int >= 1",
-          "with `chunk_iterations` `auto`, the longest pause a chunk's stop may cost the engine thread "
-          "(default: the server's `max_pause_ms`)"),
+          "with `chunk_iterations` `auto` on an engine that has not waited for work since the start, the "
+          "longest pause a chunk's stop may cost the engine thread (default: the server's `max_pause_ms`)"),
     Field("memory", (RLPROF,), "bool",
           "also record the device allocator's memory history over the window: each rank's snapshot in "
           "`memory/<rank>.pickle` (CUDA or Ascend; elsewhere 400 naming `memory`; default: the server's `memory`)"),

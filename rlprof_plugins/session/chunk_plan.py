@@ -1,34 +1,32 @@
 """When a chunked recording's running chunk ends (``chunk_iterations``).
 
 torch's stop post-processes every event the chunk recorded, on the engine
-thread, and the engine waits for it. Events come from iterations and from
-the time between them: with Python stacks on, an engine waiting for work
-records its own wait loop (vLLM's worker spins on ``sched_yield`` for a
-second after each message, SGLang's scheduler busy-polls), about two
-million events a second (docs/performance.md). So a chunk is priced by both:
+thread, and Kineto's writer saves it there too (``backends.torch_profiler``);
+the engine waits for both. So a chunk ends where that costs the engine the
+least, on every device alike:
 
-    pause ≈ per_iteration × iterations held + per_idle_second × idle seconds held
+- when the engine is about to wait for work (``Recording.park``, from the
+  engine's idle hooks): no work waits for the stop, and no chunk records the
+  engine's wait loop (with Python stacks on, about two million events a
+  second: vLLM's worker spins on ``sched_yield`` after each message, SGLang's
+  scheduler busy-polls);
+- when the process has grown by ``max_recording_mb`` since the chunk began:
+  the one forced rotation, marked in the trace with its cause (``memory budget``);
+- at the window's end or the stop.
 
-A fixed count N ends a chunk after every N iterations. ``auto`` (the
-default) depends on where the stop runs:
+``auto`` (the default) records each busy stretch as one chunk: an RL rollout,
+whose prompts all arrive at once and whose engine never waits until the last
+response ends, is post-processed once, after it. One case differs: a session
+that began while the engine had work and has not seen it wait (``streaming``:
+async RL, continuous serving) may never see it wait, so its chunks end once
+their predicted pause reaches ``HEADROOM`` (half) of ``max_pause_ms``: each
+pause stays short, though together they cost what one stop would. Each rank
+learns what a stop costs from its own pauses (``StopCosts``: per recorded
+iteration and per recorded idle second, every stop teaches it, per kind of
+recording), with ``PRIOR_SECONDS`` before it has measured anything.
 
-- where the stop leaves the engine thread (``backends.detached_stop``), a
-  stop costs the engine a moment whatever the chunk holds, while a rotation
-  mid-traffic would stop torch on the engine thread. So one torch session
-  records the whole window, and its only limit is memory: once the process
-  has grown by ``max_recording_mb`` since the chunk began, the chunk ends
-  off the engine thread (``Recording.park`` with the budget as its cause)
-  and the next one starts once that stop is done. The engine never waits
-  for it; the iterations in between are not recorded, and the trace marks
-  the gap.
-- elsewhere (a GPU recording, exact stacks), a chunk ends once the predicted
-  pause reaches ``HEADROOM`` (half) of ``max_pause_ms``. Each rank learns
-  both rates from its own pauses (``StopCosts``: every stop teaches it,
-  rotations and final stops, across sessions, per kind of recording), with
-  ``PRIOR_SECONDS`` before it has measured anything.
-
-Either way the engine's idle hooks end a chunk when the engine is about to
-wait (``Recording.park``), so an idle wait never grows one.
+A fixed count N ends a chunk after every N iterations; 0 records the window
+as one torch session (no chunks, no budget).
 """
 
 from __future__ import annotations
@@ -52,8 +50,8 @@ MIN_IDLE_LESSON_S = 0.25  # the least idle time a stop holding no iteration must
 # the API server's own stop).
 HEADROOM = 0.5
 MAX_GROWTH = 2  # a chunk at most this times the last: torch's stop grows faster than linearly with long chunks
-# A session whose stop leaves the engine thread reads the process's resident memory once every this many
-# iterations to hold it to ``max_recording_mb``: a read of /proc costs microseconds, an iteration milliseconds.
+# A chunked session reads the process's resident memory once every this many iterations to hold it to
+# ``max_recording_mb``: a read of /proc costs microseconds, an iteration milliseconds.
 BUDGET_CHECK_EVERY = 16
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -68,22 +66,14 @@ def resident_bytes() -> int | None:
 
 
 def recording_kind(backend: Any) -> tuple:
-    """What makes one backend's stop cost differ from another's: the torch settings that add records,
-    and whether the stop leaves the engine thread (``backends.detached_stop``: only its rotations, which
-    stop in place, teach its costs then)."""
+    """What makes one backend's stop cost differ from another's: the torch settings that add records."""
     s = getattr(backend, "settings", None)
     return (bool(getattr(s, "with_stack", False)), bool(getattr(s, "record_shapes", False)),
-            bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())),
-            bool(getattr(backend, "detachable", False)))
+            bool(getattr(s, "with_memory", False)), tuple(getattr(s, "activities", ())))
 
 
 def _stacks(kind: tuple) -> bool:
     return bool(kind[0]) if kind else False
-
-
-def _detachable(kind: tuple) -> bool:
-    return bool(kind[4]) if len(kind) > 4 else False
-
 
 
 class StopCosts:
@@ -134,19 +124,29 @@ class StopCosts:
 
 class ChunkPlan:
     """One recording's rule: ``iterations`` a count (0: one torch session) or ``AUTO``; ``max_recording_mb``:
-    the memory an ``AUTO`` chunk whose stop leaves the engine thread may grow the process by (None: no limit)."""
+    how much a chunk may grow the process by (None: no limit); ``streaming``: the session began while the
+    engine had work and has not seen it wait (``AUTO`` then sizes chunks by their pause)."""
 
     def __init__(self, iterations: int | str, max_pause_ms: int, costs: StopCosts, kind: tuple,
-                 max_recording_mb: int | None = None) -> None:
+                 max_recording_mb: int | None = None, *, streaming: bool = False) -> None:
         self._fixed = None if iterations == AUTO else int(iterations)
         self._target = max_pause_ms / 1000 * HEADROOM
-        # ``AUTO`` where the stop leaves the engine thread: one session, held to a memory budget only
-        self.memory_bound = self._fixed is None and _detachable(kind)
+        # ``AUTO`` on a streaming engine: each chunk sized by its predicted pause
+        self.paced = self._fixed is None and streaming
         self._budget = None if max_recording_mb is None else max_recording_mb << 20
         self._costs, self._kind = costs, kind
-        self._last: int | None = None  # the last chunk's length (auto)
+        self._last: int | None = None  # the last chunk's length (paced)
         # asked at every iteration's end: worked out only when a pause teaches something
         self._length, self._rates = self._measure()
+
+    @property
+    def rule(self) -> str:
+        """How this recording's chunks end, as the status and manifest say it: ``idle`` (at the engine's waits
+        and the budget), ``pause`` (sized by ``max_pause_ms`` as well), ``count`` (every N iterations) or
+        ``none`` (one torch session)."""
+        if not self.chunked:
+            return "none"
+        return "count" if self._fixed is not None else "pause" if self.paced else "idle"
 
     @property
     def chunked(self) -> bool:
@@ -154,22 +154,23 @@ class ChunkPlan:
         return self._fixed != 0
 
     def length(self) -> int | None:
-        """Iterations a chunk with no idle time may hold; None: no end (one torch session)."""
+        """Iterations a chunk with no idle time may hold; None: no length (it ends at the engine's waits, its
+        budget, the window's end)."""
         return self._length
 
     def due(self, held: int, idle_seconds: float = 0.0) -> bool:
         """Whether a chunk holding ``held`` iterations and ``idle_seconds`` between them ends now (a rotation
-        on the engine thread; never for a memory-bound session, see ``over_budget``)."""
-        if self._length is None or self.memory_bound:
+        on the engine thread)."""
+        if self._length is None:
             return False
         if held >= self._length:
             return True
-        return self._fixed is None and self.predicted(held, idle_seconds) >= self._target
+        return self.paced and self.predicted(held, idle_seconds) >= self._target
 
     def over_budget(self, chunk: "RunningChunk") -> bool:
-        """Whether a memory-bound chunk has grown the process by its budget (read every
-        ``BUDGET_CHECK_EVERY`` iterations; the first read is the chunk's starting point)."""
-        if not self.memory_bound or self._budget is None or chunk.held % BUDGET_CHECK_EVERY != 1:
+        """Whether a chunk has grown the process by its budget (read every ``BUDGET_CHECK_EVERY`` iterations;
+        the first read is the chunk's starting point)."""
+        if not self.chunked or self._budget is None or chunk.held % BUDGET_CHECK_EVERY != 1:
             return False
         now = resident_bytes()
         if now is None:
@@ -195,6 +196,8 @@ class ChunkPlan:
         rates = self._costs.rates(self._kind)
         if self._fixed is not None:
             return self._fixed or None, rates
+        if not self.paced:
+            return None, rates
         n = max(1, math.floor(self._target / max(rates[0], 1e-6)))
         return (n if self._last is None else min(n, self._last * MAX_GROWTH)), rates
 

@@ -1,20 +1,16 @@
 """A recording made of consecutive torch sessions, and the one trace it ends as.
 
 torch's own ``stop()`` post-processes every recorded event on the thread
-that recorded (the engine's), seconds with Python stacks on. With
-``chunk_iterations`` a session's window is recorded as chunks: at an
-iteration boundary the running profiler stops (a pause as long as one
-chunk's post-processing) and a fresh one starts. A chunk also ends when the
-engine is about to wait for work, and none runs until its next iteration
-(``Recording.park``). Each stopped chunk is written by the exporter thread
-as soon as it stopped, into a hidden folder of the session's directory
-(``.rlprof-chunks/``), and its profiler released: a stopped profiler holds
-its post-processed events, so memory stays bounded by one
-chunk, not the session (docs/performance.md). Kineto's writer runs in a
-forked child (``backends.forked_export``), so the write does not hold the
-engine's GIL. At the session's end the exporter stitches them (``trace.rewrite.stitch``, in a child process) into
-the file an unchunked session writes, split by stage when asked, and removes
-them.
+that recorded (the engine's), seconds with Python stacks on. A session's
+window may be recorded as chunks (``session.chunk_plan`` says when one
+ends): the running profiler stops, its raw trace is saved and its recording
+freed (``backends.torch_profiler``), and a fresh one starts, at once or with
+the engine's next iteration (``Recording.park``). Each stopped chunk is
+written by the exporter thread as soon as it stopped, into a hidden folder
+of the session's directory (``.rlprof-chunks/``), so memory stays bounded by
+one chunk, not the session. At the session's end the exporter stitches them
+(``trace.rewrite.stitch``, in a child process) into the file an unchunked
+session writes, split by stage when asked, and removes them.
 
 A stitch that fails leaves the chunks where they are, listed in the manifest
 with the ``rlprof stitch`` command that finishes the job.

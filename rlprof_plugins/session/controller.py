@@ -8,14 +8,14 @@ controller decides when recording starts and stops, annotates every recorded
 iteration and finishes when the window closes, without a stop request. How
 to record is the ``Recording``'s; what a session is and says, ``states``.
 
-The engine never waits for an export: the profiler stops on the engine thread (where it
-recorded), a background exporter writes the files. A stop *request* may be answered before
+The profiler stops on the engine thread (where it recorded) and saves its raw trace there;
+a background exporter writes the files from that. A stop *request* may be answered before
 the profiler stops (``defer``; torch's stop takes seconds with stacks on): the engine completes
 it at its next iteration or when idle (``complete_stop``). A chunked recording's chunk ends
 when the engine is about to wait and the next starts with the next iteration (``_park``):
-no profiler records an idle engine. Each stopped chunk is written as soon as it stopped, so
-its events leave the engine process. Nothing raises into the engine: a failure marks the
-session ``failed`` with the reason.
+no profiler records an idle engine, and the stop runs while no work waits for it. Each
+stopped chunk is written as soon as it stopped. Nothing raises into the engine: a failure
+marks the session ``failed`` with the reason.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..backends.which_backend import for_request
 from ..errors import RequestError
 from ..stages import IterationInfo
 from ..store import servers
-from ..trace.format.pauses import BUDGET, IDLE
+from ..trace.format.pauses import BUDGET, ROTATION
 from .chunk_plan import StopCosts
 from .exporter import Exporter, report
 from .recording import Recording
@@ -91,19 +91,16 @@ class ProfilerController:
             recording = self._recording
             if s.state == RECORDING and recording is not None:
                 if recording.parked:
-                    if recording.can_resume:
-                        recording.resume(self._new_backend(s))
+                    recording.resume(self._new_backend(s))
                 elif recording.chunk_due():
                     # a chunk ends as the next iteration begins, not as the last one ends: an engine about
-                    # to wait parks it first (``idle``), which costs it a moment where a rotation waits for
-                    # the whole stop
+                    # to wait parks it first (``idle``), where no work waits for the stop
                     self._next_chunk(s, recording)
                 elif recording.budget_due():
-                    self._park(s, BUDGET)
+                    self._next_chunk(s, recording, BUDGET)
                 if info is not None:
                     s.count_stage(info.stage)
-                if not recording.parked:  # else unrecorded: a budget's chunk is still being post-processed
-                    self._annotations = recording.enter_iteration(s.iteration, info)
+                self._annotations = recording.enter_iteration(s.iteration, info)
         except Exception as e:
             self._fail(s, e)
 
@@ -116,8 +113,7 @@ class ProfilerController:
             if self._recording is not None:
                 self._recording.leave_iteration()
             if s.state == RECORDING:
-                if not (self._recording is not None and self._recording.parked):
-                    s.recorded += 1  # (a recording parked here let this iteration run unrecorded: ``BUDGET``)
+                s.recorded += 1
                 if s.window.over_after(s.iteration):
                     with self._lock:
                         self._finish(s, ended_by="window")
@@ -129,13 +125,17 @@ class ProfilerController:
         """The engine is about to wait for work (its engine thread; vLLM's
         worker after an empty step, SGLang's idle scheduler loop): a stop
         answered earlier completes, and the running chunk ends here rather
-        than record the wait (``Recording.park``). Cheap when there is nothing to do."""
+        than record the wait (``Recording.park``); a session still waiting for its window learns that the
+        engine waits between its bursts (``Session.engine_waited``). Cheap when there is nothing to do."""
         if self._stopping is not None:
             self.complete_stop()
         s = self._session
-        if s is not None and s.active and s.state == RECORDING:
-            with self._lock:
-                self._park(s)
+        if s is not None and s.active:
+            if s.state == RECORDING:
+                with self._lock:
+                    self._park(s)
+            elif s.state == WAITING:
+                s.engine_waited = True
 
     def _close_annotation(self) -> None:
         if self._annotations:
@@ -204,6 +204,7 @@ class ProfilerController:
         self._session = session
         self._recording = None
         self.active = True
+        session.engine_waited = bool(command.get("engine_idle"))
         if session.window.start == 0 and self._record_from_request:
             # Like native vLLM: recording starts with the request, so a stop
             # with no traffic in between still yields a (near empty) trace.
@@ -212,6 +213,8 @@ class ProfilerController:
             self._begin_recording(session)
             if command.get("engine_idle"):
                 self._park(session)
+        else:
+            self._warm_up(session)
         self._write_manifest(session)
         return self._reply(True)
 
@@ -251,32 +254,43 @@ class ProfilerController:
         try:
             recording = Recording.of_session(s.request, s.directory, name=s.worker_name, rank=self._rank_name,
                                              backends=self._backend_factory, costs=self._costs,
-                                             allocator=self._allocator)
+                                             allocator=self._allocator, streaming=not s.engine_waited)
             recording.start()
         except Exception as e:
             self._fail(s, e)
             return
         recording.pause_listener = self.pause_listener
+        s.chunking = recording.chunking
         self._recording = recording
         s.state = RECORDING
         s.recording_started_at = time.time()
 
+    def _warm_up(self, s: Session) -> None:
+        """A session whose recording begins later, inside the engine's work: what its backend's first start in
+        this process would load is loaded now, with the start request (``warm_up``, where a backend has one)."""
+        try:
+            warm_up = getattr(self._new_backend(s), "warm_up", None) if s.request.trace else None
+            if warm_up is not None:
+                warm_up()
+        except Exception as e:  # the recording's own start will say what fails
+            logger.debug("rlprof: warming the backend up failed: %s: %s", type(e).__name__, e)
+
     def _new_backend(self, s: Session) -> Backend:
         return for_request(self._backend_factory, s.request)
 
-    def _next_chunk(self, s: Session, recording: Recording) -> None:
-        """``chunk_iterations``: a fresh profiler from this iteration boundary on (see ``chunks``)."""
-        s.count_stop(recording.rotate(self._new_backend(s)), off_engine_thread=False)  # a rotation stops in place
+    def _next_chunk(self, s: Session, recording: Recording, cause: str = ROTATION) -> None:
+        """A fresh profiler from this iteration boundary on (see ``chunks``): the plan's length (``ROTATION``)
+        or the chunk's memory budget (``BUDGET``)."""
+        s.count_stop(recording.rotate(self._new_backend(s), cause))
         self._exporter.submit(recording.output.write_chunks)  # its events leave the process as soon as written
 
-    def _park(self, s: Session, cause: str = IDLE) -> None:
-        """End the running chunk while the engine waits (``idle``) or at its memory budget; never raises."""
+    def _park(self, s: Session) -> None:
+        """End the running chunk while the engine waits (``idle``); never raises."""
         recording = self._recording
         if recording is None or not recording.can_park:
             return
         try:
-            seconds = recording.park(cause)
-            s.count_stop(seconds, off_engine_thread=recording.stopped_off_engine_thread)
+            s.count_stop(recording.park())
         except Exception as e:
             self._fail(s, e)
             return
@@ -321,7 +335,7 @@ class ProfilerController:
         try:
             seconds = recording.stop()
             if seconds is not None:  # None: parked, no profiler was running
-                s.count_stop(seconds, off_engine_thread=recording.stopped_off_engine_thread)
+                s.count_stop(seconds)
         except Exception as e:
             s.count_stop(time.perf_counter() - t0)
             self._fail(s, e)

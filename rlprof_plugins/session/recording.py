@@ -5,8 +5,8 @@ only in when they record (iterations vs. start and stop requests) and on which
 thread each step runs. A ``Recording`` is made per session: ``start`` (the
 folder its raw trace goes to is prepared first), ``annotation`` ranges,
 chunks ended (``rotate``, ``park``) and resumed, ``stop`` (on the thread that
-recorded: Kineto binds a session to it), each pause it caused kept for the
-trace. What it leaves on disk is its ``output`` (``recording_output``,
+recorded: Kineto binds a session to it, and the backend saves its raw trace
+there too), each pause it caused kept for the trace. What it leaves on disk is its ``output`` (``recording_output``,
 written on the exporter thread).
 """
 
@@ -24,7 +24,7 @@ from .chunk_plan import ChunkPlan, RunningChunk, StopCosts, recording_kind
 from .chunks import Chunks, chunkable
 from .recording_output import RecordingOutput
 from .._log import logger
-from ..trace.format.pauses import BUDGET, IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
+from ..trace.format.pauses import IDLE, MEMORY, RESUME, ROTATION, STOP, Pause
 from ..stages import IterationInfo, iteration_annotation, profiler_step
 
 
@@ -52,7 +52,6 @@ class Recording:
         self.pause_listener: Any = None  # told each pause as it is kept (the rank's flight recorder)
         self._chunk = RunningChunk()  # what the running chunk holds
         self.parked = False  # the last chunk ended while the engine waited; none runs until ``resume``
-        self._parked_on: Backend | None = None  # a chunk ended at its memory budget, until its stop is done
         self._plan = plan  # when a chunk ends (None: never)
         self.memory = memory
         self.output = RecordingOutput(self)  # what it leaves on disk, written by the exporter thread
@@ -70,13 +69,15 @@ class Recording:
     @classmethod
     def of_session(cls, request: Any, directory: Path, *, name: str, rank: str,
                    backends: Callable[..., Backend], costs: StopCosts,
-                   allocator: Callable[[], Any]) -> "Recording":
+                   allocator: Callable[[], Any], streaming: bool = False) -> "Recording":
         """A worker session's recording as its ``StartRequest`` asks: a fresh backend
         (``which_backend.for_request``; none for a memory-only session), chunks planned by this
-        rank's measured stop ``costs``, and the memory history of the ``allocator()``'s device where asked."""
+        rank's measured stop ``costs`` (``streaming``: the engine had work when the session began and has not
+        waited since, ``ChunkPlan``), and the memory history of the ``allocator()``'s device where asked."""
         r = request
         backend = for_request(backends, r) if r.trace else TraceOff()
-        plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend), r.max_recording_mb)
+        plan = ChunkPlan(r.chunk_iterations, r.max_pause_ms, costs, recording_kind(backend), r.max_recording_mb,
+                         streaming=streaming)
         memory = MemoryHistory(allocator(), MemorySettings(r.memory_stacks, r.memory_max_entries)) \
             if r.memory else None
         return cls.of_rank(backend, directory, step=r.global_step is not None, name=name, rank=rank, plan=plan,
@@ -100,7 +101,7 @@ class Recording:
             raise
 
     def _start_backend(self) -> None:
-        self.backend.prepare(self._out, self.name)
+        self.backend.prepare(self._out, self.name, self.directory)
         self.backend.start()
         self._chunk.restart()
 
@@ -136,19 +137,29 @@ class Recording:
         if tell is not None:
             tell(index)
 
-    def rotate(self, backend: Backend) -> float:
+    def rotate(self, backend: Backend, cause: str = ROTATION) -> float:
         """End the current chunk at an iteration boundary (engine thread): stop
         the running profiler, start ``backend`` in its place; the stopped one
-        is written with the rest at the export. Returns the stop's seconds;
-        the whole pause (stop and start) is kept for the trace."""
+        is written with the rest at the export. ``cause``: ``ROTATION`` (the
+        plan's length) or ``BUDGET`` (the chunk grew the process by
+        ``max_recording_mb``). Returns the stop's seconds; the whole pause
+        (stop and start) is kept for the trace with its cause."""
+        return self._stop_chunk(cause, backend)
+
+    def _stop_chunk(self, cause: str, following: Backend | None = None) -> float:
+        """Stop the running chunk's profiler and keep it with the chunks stopped before it, then start
+        ``following`` where given; the whole pause is kept under ``cause``. Returns the stop's seconds."""
         if self.chunks is None:
             self.chunks = Chunks(self.directory, self.name)
         began, ended = time.time_ns(), self._end_chunk()
-        seconds = self._stop_backend(in_place=True)
-        self.chunks.stopped.append(self.backend)  # kept before anything else can fail
-        self.backend = backend
-        self._start_backend()
-        self._paused(ROTATION, began, ended)
+        try:
+            seconds = self._stop_backend()
+            self.chunks.stopped.append(self.backend)  # kept before anything else can fail
+            if following is not None:
+                self.backend = following
+                self._start_backend()
+        finally:
+            self._paused(cause, began, ended)
         return seconds
 
     @property
@@ -156,35 +167,14 @@ class Recording:
         """Whether a chunk runs that ``park`` may end (a chunked recording, a backend that chunks)."""
         return not self.parked and self._plan is not None and self._plan.chunked and chunkable(self.backend)
 
-    @property
-    def stopped_off_engine_thread(self) -> bool:
-        """Whether the profiler's latest stop (a park's, or the last) post-processed off the engine thread
-        (``backends.detached_stop``); a rotation's never does."""
-        return bool(getattr(self.backend, "detached", False))
-
-    def park(self, cause: str = IDLE) -> float:
-        """End the running chunk (engine thread) and start none until a later iteration (``resume``).
-        ``IDLE``: the engine is about to wait for work; a profiler running through the wait would record
-        the engine's wait loop (with Python stacks, millions of events a second) and its stop would cost
-        seconds. ``BUDGET``: a memory-bound chunk reached ``max_recording_mb``; its stop leaves the engine
-        thread, and the next chunk starts once that stop is done (``can_resume``), so the engine never
-        waits for it. Returns the stop's seconds."""
-        if self.chunks is None:
-            self.chunks = Chunks(self.directory, self.name)
-        began, ended = time.time_ns(), self._end_chunk()
-        seconds = self._stop_backend()
-        self.chunks.stopped.append(self.backend)
+    def park(self) -> float:
+        """End the running chunk (engine thread) because the engine is about to wait for work, and start none
+        until its next iteration (``resume``): a profiler running through the wait would record the engine's
+        wait loop (with Python stacks, millions of events a second), and the stop costs the engine nothing
+        while it has no work. Returns the stop's seconds."""
+        seconds = self._stop_chunk(IDLE)
         self.parked = True
-        self._parked_on = self.backend if cause == BUDGET else None
-        self._paused(cause, began, ended, self.backend)
         return seconds
-
-    @property
-    def can_resume(self) -> bool:
-        """Whether a parked recording may start its next chunk now: always after an idle park; after a
-        budget's, once that chunk's stop has finished off the engine thread (torch records one session a
-        process, so starting earlier would make the engine wait for it)."""
-        return self._parked_on is None or bool(getattr(self._parked_on, "stop_finished", True))
 
     def resume(self, backend: Backend) -> None:
         """The first iteration after ``park``: ``backend`` records from here (its start is a pause too)."""
@@ -192,8 +182,12 @@ class Recording:
         self.backend = backend
         self._start_backend()
         self.parked = False
-        self._parked_on = None
         self._keep(Pause.timed(RESUME, began, None, None))
+
+    @property
+    def chunking(self) -> str | None:
+        """How its chunks end (``ChunkPlan.rule``; None: no plan, the API server's recording)."""
+        return None if self._plan is None else self._plan.rule
 
     @property
     def held(self) -> int:
@@ -207,7 +201,8 @@ class Recording:
                 and self._plan.due(self._chunk.held, self._chunk.idle_seconds()))
 
     def budget_due(self) -> bool:
-        """Whether a memory-bound chunk (``ChunkPlan.memory_bound``) has reached its budget and ends now."""
+        """Whether the running chunk has grown the process by ``max_recording_mb`` and ends now
+        (``ChunkPlan.over_budget``)."""
         return (self._plan is not None and not self.parked and self._chunk.held > 0 and chunkable(self.backend)
                 and self._plan.over_budget(self._chunk))
 
@@ -228,14 +223,12 @@ class Recording:
         try:
             return self._stop_backend()
         finally:
-            self._paused(STOP, began, ended, self.backend)
+            self._paused(STOP, began, ended)
 
-    def _stop_backend(self, in_place: bool = False) -> float:
-        """Stop the backend; ``in_place``: on this thread whatever it could do (a rotation, which waits for
-        all of the stop before the next chunk can start, waits at the engine's own priority)."""
+    def _stop_backend(self) -> float:
+        """Stop the backend on this thread (torch's stop and the raw trace's save); returns the seconds."""
         t0 = time.perf_counter()
-        stop = getattr(self.backend, "stop_in_place", None) if in_place else None
-        (stop or self.backend.stop)()
+        self.backend.stop()
         return time.perf_counter() - t0
 
     def _end_chunk(self) -> tuple[RunningChunk, float]:
@@ -243,19 +236,14 @@ class Recording:
         chunk, self._chunk = self._chunk, RunningChunk()
         return chunk, chunk.idle_seconds()
 
-    def _paused(self, cause: str, began: int, ended: tuple[RunningChunk, float],
-                stopped: Backend | None = None) -> None:
-        """Keep the pause for the trace; the plan learns what it cost for what the chunk held. A stop
-        that left the engine thread (``stopped.detached``) teaches nothing: it cost the engine a moment,
-        and what a rotation (in place, inside busy work) would cost only rotations measure; priced by
-        an idle stop's own post-processing (CPU time spent beside the engine, not in its way), the plan
-        would cut bursts the engine ends at its idle stop into rotations."""
+    def _paused(self, cause: str, began: int, ended: tuple[RunningChunk, float]) -> None:
+        """Keep the pause for the trace, with what its plan priced it at where the plan sizes chunks by their
+        pause (``planned_ms``); the plan learns what it cost for what the chunk held."""
         chunk, idle = ended
-        # a memory-bound plan prices no pause: its stops leave the engine thread
-        planned = None if self._plan is None or self._plan.memory_bound else self._plan.predicted(chunk.held, idle) * 1e3
+        planned = self._plan.predicted(chunk.held, idle) * 1e3 if self._plan is not None and self._plan.paced else None
         pause = Pause.timed(cause, began, *(chunk.span or (None, None)), planned_ms=planned, idle_ms=idle * 1e3)
         self._keep(pause)
-        if self._plan is not None and not getattr(stopped, "detached", False):
+        if self._plan is not None:
             self._plan.learn(pause.seconds, chunk.held, rotated=cause == ROTATION, idle_seconds=idle)
 
     def _keep(self, pause: Pause) -> None:

@@ -55,9 +55,10 @@ class Session:
     stop_seconds: float | None = None  # on the engine thread: the profiler's own stops, in all
     longest_stop_seconds: float | None = None  # the longest of them (one per chunk when chunked)
     stops: int = 0
-    # whether the session's latest profiler stop (a chunk's or the last) post-processed off the engine thread
-    # (``backends.detached_stop``); None until one stopped
-    stop_off_engine_thread: bool | None = None
+    # whether the engine waited for work since the start request, before the recording began (its idle hook ran,
+    # or the engine said it was idle): where it did not, ``auto`` sizes chunks by their pause (``chunk_plan``)
+    engine_waited: bool = False
+    chunking: str | None = None  # how the recording's chunks end, once it began (``ChunkPlan.rule``)
     export_seconds: float | None = None  # on the exporter thread
     memory: dict[str, Any] | None = None  # the memory snapshot: entries, snapshot and dump seconds, bytes
     node: int = 0  # the node this rank runs on (a server spanning nodes)
@@ -88,12 +89,9 @@ class Session:
     def count_stage(self, stage: str) -> None:
         self.stages[stage] = self.stages.get(stage, 0) + 1
 
-    def count_stop(self, seconds: float, off_engine_thread: bool | None = None) -> None:
-        """One of torch's stops on the engine thread (one per chunk); ``off_engine_thread``: whether its
-        post-processing left that thread (None: not known, a stop that failed)."""
+    def count_stop(self, seconds: float) -> None:
+        """One of torch's stops on the engine thread (one per chunk), its save included."""
         self.stops += 1
-        if off_engine_thread is not None:
-            self.stop_off_engine_thread = off_engine_thread
         self.stop_seconds = (self.stop_seconds or 0.0) + seconds
         self.longest_stop_seconds = max(self.longest_stop_seconds or 0.0, seconds)
 
@@ -131,7 +129,7 @@ class Session:
             "stop_seconds": self.stop_seconds,
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
-            "stop_off_engine_thread": self.stop_off_engine_thread,
+            "chunking": self.chunking,
             "export_seconds": self.export_seconds,
             "memory": self.memory,
         }
@@ -188,7 +186,7 @@ class Session:
             "stop_seconds": self.stop_seconds,
             "longest_stop_seconds": self.longest_stop_seconds,
             "stops": self.stops,
-            "stop_off_engine_thread": self.stop_off_engine_thread,
+            "chunking": self.chunking,
             "export_seconds": self.export_seconds,
             "memory": self.memory,
         }

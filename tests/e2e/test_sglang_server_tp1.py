@@ -249,7 +249,7 @@ def test_a_long_chunked_session_is_faithful(sglang_tp1):
 @pytest.mark.extended
 def test_bursts_with_idle_gaps_record_no_idle_scheduler(sglang_tp1):
     """Stacks on (SGLang's default), rlprof's default chunks over bursts 0.5 s apart, stopped
-    mid-burst: the scheduler stays under 4 GB, every chunk within max_pause_ms as planned, no pause as long
+    mid-burst: the scheduler stays under 4 GB, each chunk ended at a wait or the stop, no pause as long
     as the one torch session's stop, no more recorded than that session (``bursty.check_bursty_session``)."""
     from tests.helpers.bursty import check_bursty_session
 

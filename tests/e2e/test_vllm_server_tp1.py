@@ -322,7 +322,7 @@ def test_a_long_chunked_session_is_faithful(server_tp1):
 @pytest.mark.extended  # CI's 25 minutes: the idle hook's bursts in tests/unit/test_idle_chunks.py (docs/testing.md)
 def test_bursts_with_idle_gaps_record_no_idle_engine(server_tp1):
     """Stacks on, rlprof's default chunks over bursts 0.5 s apart, stopped mid-burst: the worker
-    stays under 4 GB, every chunk within max_pause_ms as planned, no pause as long as the one torch session's
+    stays under 4 GB, each chunk ended at a wait or the stop, no pause as long as the one torch session's
     stop, no more recorded than that session (which also records the worker's idle spinning); stacks off too."""
     from tests.helpers.bursty import check_bursty_session
 

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEST_PATH = REPO / ".cache" / "test-path"
 # Source folder -> where its files sit inside the installed rlprof_plugins package.
 SHIPPED = {REPO / "rlprof_plugins": Path("."), REPO / "patches": Path("patches")}
-SUFFIXES = (".py", ".json", ".cpp")  # .cpp: the torch shim's source, compiled where it is used
+SUFFIXES = (".py", ".json")
 
 
 def tree_record_path(engine: str, release: str) -> Path:

@@ -7,8 +7,7 @@ folder holding a copy of tests/fixtures (so ``tests/fixtures/...`` reads the
 repo's real traces and nothing is written into the checkout), with
 ``COLUMNS=100`` (argparse wraps help to it). The paths of this machine are
 written as a user's would read (``NEUTRAL``): the environment as ``/opt/venv``,
-the shim cache as ``~/.cache/rlprof``, the checkout and the run's folder as
-``/srv/project``. Blocks without the marker (timings, other machines, older
+the checkout and the run's folder as ``/srv/project``. Blocks without the marker (timings, other machines, older
 engines) are examples, not checked.
 """
 
@@ -30,8 +29,6 @@ def neutral_paths(run_folder: Path) -> list[tuple[str, str]]:
     """``(this machine's path, what the docs show)``, the longest first so that a path inside another is
     written as its own."""
     pairs = [(sys.prefix, "/opt/venv"), (str(REPO), "/srv/project"), (str(run_folder), "/srv/project")]
-    if os.environ.get("RLPROF_CACHE_DIR"):
-        pairs.append((os.environ["RLPROF_CACHE_DIR"], "~/.cache/rlprof"))
     return sorted(pairs, key=lambda pair: len(pair[0]), reverse=True)
 
 

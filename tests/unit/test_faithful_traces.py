@@ -62,9 +62,9 @@ def test_one_session_marks_its_final_stop_and_the_summary_counts_pauses_apart(tm
     status, folder = record(tmp_path, 2, chunk=0, n=4)
     trace = load_trace(Path(status["files"][0]))
     (pause,) = pause_events(trace)
-    planned, idle = pause["args"].pop("planned_ms"), pause["args"].pop("idle_ms")  # the plan's price of it
+    idle = pause["args"].pop("idle_ms")  # one torch session: no plan sized it, so none priced its stop
     assert pause["args"] == {"cause": "stop", "first_iteration": 0, "last_iteration": 3, "iterations": 4}
-    assert planned > 0 and idle >= 0
+    assert idle >= 0
     summary = summarise(folder)
     stages = summary["steps"][0]["stages"]
     assert [st["stage"] for st in stages] == ["decode", "prefill"]  # the iterations say their stage

@@ -153,7 +153,7 @@ def test_the_rates_of_an_iteration_and_an_idle_second_are_learned_apart():
         costs.learn(STACKS, per_iteration * n + per_idle_second * idle, n, idle)
     a, c = costs.rates(STACKS)
     assert a == pytest.approx(per_iteration) and c == pytest.approx(per_idle_second)
-    plan = ChunkPlan("auto", 100, costs, STACKS)
+    plan = ChunkPlan("auto", 100, costs, STACKS, streaming=True)
     assert plan.length() == int(0.1 * HEADROOM / per_iteration)
     assert not plan.due(5, 0.0) and plan.due(5, 0.03)  # 20 ms + 60 ms passes 50 ms
     assert StopCosts().rates(STACKS) == (PRIOR_SECONDS[True], pytest.approx(10.0))

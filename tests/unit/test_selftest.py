@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,12 +37,16 @@ def test_the_installed_command_profiles_the_model_and_says_what_works(tmp_path):
                       "rlprof check": "ok", "kernels and flow events": "skipped", "memory snapshot": "skipped",
                       "rlprof summary": "ok", "rlprof report": "ok", "kernels in every iteration": "skipped",
                       "memory snapshot in torch's viewer": "skipped", "merged trace checked": "ok",
-                      "device time in the report": "skipped"}
+                      "device time in the report": "skipped", "a rollout recorded by rlprof's default": "ok"}
     assert result["ok"] and result["device"] == "cpu"
     assert "cpu" in next(p["detail"] for p in result["parts"] if p["name"] == "memory snapshot")
     for cost in ("iteration, not profiled", "iteration, recording", "pauses on the engine thread",
-                 "export (exporter thread)", "trace size"):
+                 "export (exporter thread)", "trace size", "a rollout, recorded"):
         assert result["costs"][cost]
+    # the rollout's three ways, each named with its ratio to the unrecorded rollout
+    assert re.fullmatch(r"rlprof's default \d+\.\d\dx of unrecorded, torch's own profiler \(stacks off\) \d+\.\d\dx; "
+                        r"after the rollout, the serving thread \d+\.\d\d s against \d+\.\d\d s",
+                        result["costs"]["a rollout, recorded"]), result["costs"]["a rollout, recorded"]
     step = tmp_path / "global_step_0"
     manifest = json.loads((step / "manifest.json").read_text())
     assert manifest["state"] == "done" and manifest["engine"] == "selftest"

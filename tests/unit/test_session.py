@@ -173,11 +173,12 @@ def test_failing_export_leaves_no_file_under_a_final_name(tmp_path):
     broken = [True]  # only the first session's export breaks
 
     class BrokenExport(TorchProfilerBackend):
-        def _write_raw(self, raw):
-            super()._write_raw(raw)
-            if broken.pop() if broken else False:  # the trace written to its temporary name, then a failure
+        def _raw_trace(self, beside):
+            raw = super()._raw_trace(beside)
+            if broken.pop() if broken else False:  # the trace saved to its temporary name, then a failure
                 raw.write_text("{partial")
                 1 / 0
+            return raw
 
     ctl = make_controller(tmp_path, lambda table, _overrides: BrokenExport(TorchSettings()))
     start(ctl, global_step=9, step_end=1)
@@ -200,7 +201,7 @@ def test_backend_that_cannot_start_fails_the_session(tmp_path):
         def __init__(self, table, overrides=None):
             pass
 
-        def prepare(self, directory, worker_name):
+        def prepare(self, directory, worker_name, scratch=None):
             pass
 
         def start(self):
@@ -252,10 +253,10 @@ def test_operator_table_is_opt_in(tmp_path):
     status = settle(ctl)
     (table,) = rank_folder(tmp_path / "global_step_2").glob("rank0.profiler_out.txt")
     assert "aten::mm" in table.read_text()
-    # the table reads torch's event objects, made by torch's own stop on the engine thread: the status and the
-    # rank's section of the manifest say so
+    # the status and the rank's section of the manifest say how the recording's chunks ended (``chunk_plan``): the
+    # operator table's session is one torch session
     manifest = json.loads((tmp_path / "global_step_2" / "manifest.json").read_text())
-    assert status["stop_off_engine_thread"] is False and manifest["writers"]["rank0"]["stop_off_engine_thread"] is False
+    assert status["chunking"] == "none" and manifest["writers"]["rank0"]["chunking"] == "none"
 
 
 def test_manifest_describes_the_step(tmp_path):
@@ -395,7 +396,7 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     torch's ``trace_only``: its stop, paid on the engine thread, makes no event objects beside the trace.
     The trace holds the same events as without it; exact stacks and the operator table (which read those
     objects) record as before."""
-    from rlprof_plugins.backends import torch_profiler, torch_shim
+    from rlprof_plugins.backends import torch_profiler
 
     if torch_profiler.trace_only_config(torch) is None:
         pytest.skip(f"torch {torch.__version__} has no trace_only")
@@ -424,10 +425,39 @@ def test_torchs_stop_makes_no_event_objects_where_nothing_reads_them(tmp_path, m
     assert events(1) == events(3)  # the same events, with and without trace_only
     assert any(e.get("cat") == "python_function" for e in load_trace(only_trace(tmp_path / "global_step_2"))["traceEvents"])
     monkeypatch.setattr(torch_profiler, "_TRACE_ONLY", [None])  # an older torch: recorded as before
-    monkeypatch.setattr(torch_shim, "_STATE", torch_shim.ShimState(why="an older torch", decided_at=time.monotonic()))
     ctl = make_controller(tmp_path, factory(TorchSettings()))
     start(ctl, global_step=4, step_end=3)
     run_iterations(ctl, 3)
     assert settle(ctl, 4)["state"] == "done"
     assert made[-1]._prof.profiler.experimental_config.trace_only is False
     assert events(4) == events(1)
+
+
+def test_a_window_that_begins_later_warms_its_backend_up_at_the_start_request(tmp_path):
+    """torch's first profiler start in a process imports torch's compiler (seconds): a session whose recording
+    begins with a later iteration has its backend load that with the start request, not inside the recorded
+    work; a session recording from the request starts its backend there and then, and a backend without
+    ``warm_up`` (or one whose warm-up fails) still records."""
+    warmed: list[str] = []
+
+    class Warming(TorchProfilerBackend):
+        def warm_up(self):
+            warmed.append("warm")
+            super().warm_up()
+
+    class Failing(TorchProfilerBackend):
+        def warm_up(self):
+            raise RuntimeError("no compiler here")
+
+    ctl = make_controller(tmp_path, lambda table, _overrides=None: Warming(TorchSettings()))
+    assert start(ctl, global_step=1, step_start=2, step_end=4)["ok"]
+    assert warmed == ["warm"]  # before any iteration
+    run_iterations(ctl, 4)
+    assert settle(ctl, 1)["state"] == "done" and warmed == ["warm"]
+    assert start(ctl, global_step=2, step_end=2)["ok"]  # recording from the request: its start is the warm-up
+    run_iterations(ctl, 2)
+    assert settle(ctl, 2)["state"] == "done" and warmed == ["warm"]
+    failing = make_controller(tmp_path, lambda table, _overrides=None: Failing(TorchSettings()))
+    assert start(failing, global_step=3, step_start=1, step_end=2)["ok"]
+    run_iterations(failing, 3)
+    assert settle(failing, 3)["state"] == "done"
