@@ -79,3 +79,18 @@ def test_backends_per_release_and_host(capsys):
     assert rlprof(["doctor", "--engine", "vllm", "--no-import"]) == 0
     out = capsys.readouterr().out
     assert "  backends:\n    [yes] torch: " in out and "    [yes] cuda: " in out
+
+
+def test_the_stop_note_says_when_chunks_end_for_the_configuration_given():
+    """``rlprof doctor``'s line on torch's stop follows the server's chunk keys: ``auto`` (the default, and with no
+    configuration at all), a count, one session, each with the budget and pause the configuration sets."""
+    from rlprof_plugins.cli.doctor import torch_stop_note
+    from rlprof_plugins.config.launch_config import parse_profiler_config
+
+    default = torch_stop_note(None)
+    assert default == torch_stop_note(parse_profiler_config({}))
+    assert "each busy stretch one chunk" in default and "1024 MB" in default and "max_pause_ms 200" in default
+    tuned = torch_stop_note(parse_profiler_config({"max_recording_mb": 256, "max_pause_ms": 50}))
+    assert "256 MB" in tuned and "chunks of 25 ms of predicted stop (max_pause_ms 50)" in tuned
+    assert "a chunk every 8 iterations" in torch_stop_note(parse_profiler_config({"chunk_iterations": 8}))
+    assert "one torch session per window" in torch_stop_note(parse_profiler_config({"chunk_iterations": 0}))
