@@ -49,9 +49,7 @@ def record_session(test: Any, engine: Any, schedule: list[str], out: Path, *, me
     test.add("session start", bool(reply.get("ok")), reply.get("error") or f"{start_s * 1e3:.1f} ms")
     if not reply.get("ok"):
         return
-    infos = {PREFILL: IterationInfo(shape.batch * shape.prompt, 0, shape.batch),
-             DECODE: IterationInfo(0, shape.batch, shape.batch)}
-    recorded = engine.serve(schedule, around=lambda stage: _Iteration(ctl, infos[stage]))
+    recorded = engine.serve(schedule, around=_iterations(ctl, shape))
     t0 = time.perf_counter()
     ctl.handle({"op": "stop"})
     stop_s = time.perf_counter() - t0
@@ -94,10 +92,7 @@ def rollout_cost(test: Any, engine: Any, schedule: list[str], allocator: Callabl
         request = parse_start({"global_step": 1}, Server(engine="selftest", defaults=ProfileOptions(),
                                                         output_root=scratch, device=engine.device))
         ctl.handle({**request.to_command(), "engine_idle": True})
-        shape = engine.shape
-        infos = {PREFILL: IterationInfo(shape.batch * shape.prompt, 0, shape.batch),
-                 DECODE: IterationInfo(0, shape.batch, shape.batch)}
-        recorded_s = served(lambda stage: _Iteration(ctl, infos[stage]))
+        recorded_s = served(_iterations(ctl, engine.shape))
         t0 = time.perf_counter()
         ctl.idle()  # the engine waits for its next rollout: the running chunk stops here
         ctl.handle({"op": "stop"})
@@ -109,6 +104,13 @@ def rollout_cost(test: Any, engine: Any, schedule: list[str], allocator: Callabl
     test.costs["a rollout, recorded"] = (
         f"rlprof's default {recorded_s / plain:.2f}x of unrecorded, torch's own profiler (stacks off) "
         f"{native_s / plain:.2f}x; after the rollout, the serving thread {stop_s:.2f} s against {native_stop_s:.2f} s")
+
+
+def _iterations(ctl: ProfilerController, shape: Any) -> Callable[[str], "_Iteration"]:
+    """What ``engine.serve`` puts around each iteration: the controller told of it, as an engine's hook tells it."""
+    infos = {PREFILL: IterationInfo(shape.batch * shape.prompt, 0, shape.batch),
+             DECODE: IterationInfo(0, shape.batch, shape.batch)}
+    return lambda stage: _Iteration(ctl, infos[stage])
 
 
 class _Iteration:

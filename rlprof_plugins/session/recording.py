@@ -6,8 +6,8 @@ thread each step runs. A ``Recording`` is made per session: ``start`` (the
 folder its raw trace goes to is prepared first), ``annotation`` ranges,
 chunks ended (``rotate``, ``park``) and resumed, ``stop`` (on the thread that
 recorded: Kineto binds a session to it, and the backend saves its raw trace
-there too), each pause it caused kept for the trace. What it leaves on disk is its ``output`` (``recording_output``,
-written on the exporter thread).
+there too), each pause it caused kept for the trace. What it leaves on disk
+is its ``output`` (``recording_output``, written on the exporter thread).
 """
 
 from __future__ import annotations
