@@ -151,28 +151,6 @@ def run_interleaved(server, engine: str, pid: int, bodies: dict[str, dict], fold
     return out
 
 
-def first_sessions(launch, engine: str, names: tuple[str, ...], folder: Path, rounds: int) -> dict:
-    """``rounds`` fresh servers (``launch(folder)``), each warmed by one unrecorded step, then its unrecorded
-    step and its first recorded one (rlprof's default, a global step)."""
-    from tests.helpers.bursty import engine_pid
-
-    plan = rollout_plan()
-    runs: dict = {"unrecorded": [], "recorded": []}
-    for k in range(rounds):
-        server = launch(folder)
-        try:
-            rollout(server, engine, rollout_plan(1))  # warm-up, as every case's server
-            runs["unrecorded"].append({"generation_s": rollout(server, engine, plan)})
-            runs["recorded"].append(recorded_step(server, engine, engine_pid(server, names), {"global_step": 500 + k},
-                                                  Path(server.trace_dir), plan))
-        finally:
-            server.stop()
-        print(f"  {FIRST_SESSION}: round {k + 1}/{rounds}: unrecorded {runs['unrecorded'][-1]['generation_s']:.2f} s, "
-              f"recorded {runs['recorded'][-1]['generation_s']:.2f} s, stop {runs['recorded'][-1]['stop_answer_s']:.2f} s",
-              flush=True)
-    return runs
-
-
 def launcher(tmp: Path, engine: str, tp: int):
     """``launch(kind, folder)``: a warmed server of ``kind`` (``native``: rlprof disabled, the engine's own profiler
     configured with stacks off; ``rlprof``: the documented recipe) writing into ``folder``."""
@@ -256,11 +234,7 @@ def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: i
     out: dict = {}
     if FIRST_SESSION in cases:
         cases = [c for c in cases if c != FIRST_SESSION]
-        out[FIRST_SESSION] = first_sessions(
-            lambda folder: start_server(tmp, {"profiler": "torch", "torch_profiler_dir": str(folder)}, tp=tp,
-                                        extra=VLLM_FLAGS, timeout=600),
-            "vllm", names, tmp / "first", rounds)
-        saved(out)
+        out.update(alternating_cases(tmp, "vllm", tp, rounds, [FIRST_SESSION], saved))
     servers = {  # label -> (profiler config, environment, start body)
         "native, stacks off": ({"torch_profiler_with_stack": False}, {"RLPROF_DISABLE": "1"}, {}),
         "native, engine default": ({}, {"RLPROF_DISABLE": "1"}, {}),
@@ -313,11 +287,7 @@ def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds:
     out: dict = {}
     if FIRST_SESSION in cases:
         cases = [c for c in cases if c != FIRST_SESSION]
-        out[FIRST_SESSION] = first_sessions(
-            lambda folder: start_server(tmp, {"torch_profiler_dir": str(folder)}, tp=tp, extra=SGLANG_FLAGS,
-                                        timeout=600, sleep_on_idle=False),
-            "sglang", ("sglang::schedul",), tmp / "first-sglang", rounds)
-        saved(out)
+        out.update(alternating_cases(tmp, "sglang", tp, rounds, [FIRST_SESSION], saved))
     bodies = {
         "native, stacks off": {"activities": ["CPU"], "with_stack": False},
         "native, engine default": {"activities": ["CPU"]},
