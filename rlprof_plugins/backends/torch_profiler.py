@@ -176,6 +176,7 @@ def settings_from_config(cfg: Any, *, default_activities: tuple[str, ...],
 
 
 _TRACE_ONLY: list = []  # torch's trace-only config, once made (None: this torch has none)
+_WARMED: list = []  # once a throwaway profiler session ran in this process (``warm_up``)
 
 
 def trace_only_config(torch: Any) -> Any:
@@ -220,11 +221,17 @@ class TorchProfilerBackend:
         self._save_error: BaseException | None = None  # why the save at the stop failed (the export tries again)
 
     def warm_up(self) -> None:
-        """Load now what torch's first profiler start in a process loads: its start reads ``torch._inductor``,
-        which imports the whole compiler the first time (seconds). Called at a session's start request where the
-        recording begins later (with the engine's first iteration), so that the import does not land inside
-        the recorded work; torch's own start would run it anyway."""
+        """Pay now what torch's first profiler session in a process pays once: its start reads ``torch._inductor``
+        (importing the whole compiler the first time), and its first start and stop set Kineto up for these
+        activities (on a GPU, CUPTI). Called at a session's start request where the recording begins later
+        (with the engine's first iteration), so that none of it lands inside the recorded work. The throwaway
+        session records nothing (no operator runs inside it) and is saved nowhere; it runs once per process."""
         hasattr(self._torch, "_inductor")
+        if _WARMED:
+            return
+        _WARMED.append(True)
+        with self._torch.profiler.profile(activities=self._activities):
+            pass
 
     def prepare(self, directory: Path, worker_name: str, scratch: Path | None = None) -> None:
         """Where the stop saves Kineto's raw trace: a hidden file in ``scratch`` (the session's folder), else in

@@ -461,3 +461,33 @@ def test_a_window_that_begins_later_warms_its_backend_up_at_the_start_request(tm
     assert start(failing, global_step=3, step_start=1, step_end=2)["ok"]
     run_iterations(failing, 3)
     assert settle(failing, 3)["state"] == "done"
+
+
+def test_warm_up_runs_one_throwaway_profiler_session_per_process(tmp_path, monkeypatch):
+    """The first profiler session in a process sets Kineto up for its activities: ``warm_up`` runs one empty
+    session with the backend's activities, once per process, saving nothing; the recording after it holds
+    its own events only."""
+    from rlprof_plugins.backends import torch_profiler
+
+    monkeypatch.setattr(torch_profiler, "_WARMED", [])
+    sessions: list[list] = []
+    real = torch.profiler.profile
+
+    def counting(*args, **kwargs):
+        sessions.append(list(kwargs.get("activities") or []))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.profiler, "profile", counting)
+    backend = TorchProfilerBackend(TorchSettings())
+    backend.warm_up()
+    backend.warm_up()
+    TorchProfilerBackend(TorchSettings()).warm_up()
+    assert sessions == [[torch.profiler.ProfilerActivity.CPU]]
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert list(tmp_path.iterdir()) == []
+    ctl = make_controller(tmp_path, lambda table, _overrides=None: TorchProfilerBackend(TorchSettings()))
+    start(ctl, global_step=1, step_start=2, step_end=4)
+    run_iterations(ctl, 4)
+    assert settle(ctl, 1)["state"] == "done"
+    ops = [e for e in load_trace(only_trace(tmp_path / "global_step_1"))["traceEvents"] if e.get("name") == "aten::mm"]
+    assert len(ops) == 2  # iterations 2 and 3, nothing from the warm-up
