@@ -34,6 +34,8 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.cli.installation": ("tests/packaging/test_wheel.py",),
     "rlprof_plugins.cli.report_command": ("tests/unit/test_report_command.py", "tests/unit/test_cli_commands.py"),
     "rlprof_plugins.cli.selftest_session": ("tests/unit/test_selftest.py",),
+    # `rlprof upload` in a child process, as a user finishes a failed upload
+    "rlprof_plugins.cli.upload_command": ("tests/unit/test_object_store_output.py",),
     "rlprof_plugins.cli.trace_commands": ("tests/unit/test_trace_merge.py", "tests/unit/test_cli_commands.py"),
     "rlprof_plugins.client.collect": ("tests/e2e/test_vllm_two_nodes.py", "tests/e2e/test_sglang_two_nodes.py"),
     "rlprof_plugins.client.profiler": ("tests/unit/test_client.py", "tests/e2e/test_trainer_control.py"),

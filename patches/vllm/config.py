@@ -26,7 +26,7 @@ from rlprof_plugins.backends.torch_profiler import DEFAULT_STACKS, stacks_unsaid
 from rlprof_plugins.config.launch_config import ENV as ENV_CONFIG
 from rlprof_plugins.config.launch_config import ProfilerConfig as EnvProfilerConfig
 from rlprof_plugins.config.launch_config import from_environment, merge_over, user_overlay
-from rlprof_plugins.config.options import ProfileOptions, parse_options, split_options
+from rlprof_plugins.config.options import ProfileOptions, check_directory, parse_options, split_options
 from rlprof_plugins.config.requests import Server
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.store import servers
@@ -69,14 +69,11 @@ def native_keys(config_cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(config_cls)]
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path and len(path.split("://")[0]) > 1
-
-
 def plugin_handles(cfg: Any) -> bool:
     """Whether rlprof runs the sessions of this profiler config.
 
-    The torch profiler writing to a local directory, and the cuda profiler
+    The torch profiler writing to a directory (a local one, or an object store URI written through the
+    node's spool: ``store.destination``), and the cuda profiler
     (Nsight Systems: rlprof marks the windows with NVTX ranges and capture
     ranges, ``backends.cuda_profiler``), each without vLLM's own
     torch.profiler schedule (wait/warmup iterations), are taken over; any
@@ -84,8 +81,7 @@ def plugin_handles(cfg: Any) -> bool:
     """
     profiler = getattr(cfg, "profiler", None)
     if profiler == "torch":
-        directory = getattr(cfg, "torch_profiler_dir", None) or ""
-        if not directory or _is_uri(directory):
+        if not getattr(cfg, "torch_profiler_dir", None):
             return False
     elif profiler != "cuda":
         return False
@@ -191,8 +187,6 @@ def _check_compatible(cfg: Any, ours: Mapping[str, Any]) -> None:
     key = next(iter(ours))
     if cfg.profiler not in ("torch", "cuda"):
         raise OptionsError(key, f"needs \"profiler\": \"torch\" or \"cuda\" (got {cfg.profiler!r})")
-    if cfg.profiler == "torch" and _is_uri(cfg.torch_profiler_dir):
-        raise OptionsError(key, "needs a local torch_profiler_dir, not a URI")
     if cfg.profiler == "torch" and "output_dir" in ours:
         raise OptionsError("output_dir", "is for a profiler with no directory of its own (\"cuda\"); with "
                                          "\"torch\", torch_profiler_dir names the root of the step folders")
@@ -234,6 +228,8 @@ def attach(cfg: Any, ours: Mapping[str, Any], native: Mapping[str, Any]) -> Any:
     os.environ[ENV_OPTIONS] = json.dumps(explicit)
     announce_server(options)
     if plugin_handles(cfg):
+        if getattr(cfg, "profiler", None) == "torch":  # a URI this install cannot reach fails here, naming the extra
+            check_directory("torch_profiler_dir", cfg.torch_profiler_dir)
         root_of(cfg)  # the directory claimed (or this server's folder below it chosen) at start-up
     return cfg
 

@@ -119,13 +119,14 @@ def commands() -> tuple[Command, ...]:
     from ..client.commands import COMMANDS as FLEET
     from .report_command import REPORT
     from .selftest import SELFTEST
+    from .upload_command import UPLOAD
 
     return (*trace_commands.COMMANDS, REPORT,
             Command("doctor", "the installed engine: version, features, patches, how to configure "
                               "(exit 1 if a patch declared for it fails)", _doctor_arguments, cmd_doctor),
             Command("npu-analyse", "run torch_npu's analysis on *_ascend_pt folders (then merge/summary)",
                     _npu_analyse_arguments, cmd_npu_analyse),
-            SELFTEST, *FLEET)
+            SELFTEST, UPLOAD, *FLEET)
 
 
 def build_parser() -> argparse.ArgumentParser:

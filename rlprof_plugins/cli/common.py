@@ -102,3 +102,18 @@ def finish_kept(inputs: list[Path], outputs: list, command: str, *, consumed: bo
 
 def recovered_line(recovered: list[str]) -> str:
     return f"\nthe step's manifest now says done for {', '.join(recovered)}" if recovered else ""
+
+
+def local_path(text: str, steps: tuple[int, int] | None = None, *, file: bool = False) -> str:
+    """A path argument as a local path: itself, or for an object store URI its local copy (of ``steps``
+    only, or of one ``file``); a store that cannot be read is a ``CliError`` naming it."""
+    from ..store import object_store, remote_read
+
+    if not object_store.is_uri(text):
+        return text
+    try:
+        return remote_read.readable_file(text) if file else remote_read.readable(text, steps)
+    except object_store.MissingLibrary as e:
+        raise CliError(str(e)) from None
+    except Exception as e:  # the store's own errors: no such bucket, refused credentials, no network
+        raise CliError(f"{text}: could not be read: {type(e).__name__}: {e}") from None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .._command import Command
-from .common import EXIT_FAILED, EXIT_OK, CliError, UsageError, progress_of, reap_folder
+from .common import EXIT_FAILED, EXIT_OK, CliError, UsageError, local_path, progress_of, reap_folder
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -119,6 +119,9 @@ def cmd_report(args) -> int:
     from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
     from ..trace.format.codec import gc_paused
 
+    steps = step_range(args.steps) if args.steps else None
+    if args.ray is None:  # an object store's root: read from its local copy, these steps only
+        args.root = local_path(args.root, tuple(args.compare) if args.compare and not steps else steps)
     root = Path(args.root)
     if args.ray is None:
         if not root.is_dir():
@@ -126,7 +129,6 @@ def cmd_report(args) -> int:
         reap_folder(root)
     elif not args.output and not root.is_dir():
         raise UsageError(f"--ray: {root} is read on the nodes and is no folder here: name the page with -o")
-    steps = step_range(args.steps) if args.steps else None
     pair = tuple(args.compare) if args.compare else None
     if pair and pair[0] == pair[1]:
         raise UsageError(f"--compare: two different steps, not {pair[0]} and {pair[1]}")
@@ -179,7 +181,8 @@ def cmd_report(args) -> int:
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("root", help="the trace root holding global_step_N folders (one server's, or a fleet's: "
-                                "replica folders, servers sharing it), or one step folder")
+                                "replica folders, servers sharing it), or one step folder; a folder here or an "
+                                "object store URI (s3://bucket/prefix: read from a local copy of what it needs)")
     p.add_argument("-o", "--output", help="the page to write (default: ROOT/report.html)")
     p.add_argument("--steps", metavar="A-B", help="only these global steps (N or A-B; must hold --compare's)")
     p.add_argument("--compare", nargs=2, type=int, metavar=("S1", "S2"),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .._command import Command
 from .report_command import add_ray_arguments, reading
-from .common import EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, progress_of, reap_folder, recovered_line
+from .common import (EXIT_FAILED, EXIT_OK, CliError, emit, finish_kept, local_path, progress_of, reap_folder,
+                     recovered_line)
 
 
 # ---- merge ------------------------------------------------------------------
@@ -39,7 +40,7 @@ def cmd_merge(args) -> int:
     from ..store.step_files import plan
     from ..trace.format.rank_files import MergeGroup, RankFile, missing_line
 
-    paths = [Path(p) for p in args.paths]
+    paths = [Path(local_path(p, file=len(args.paths) > 1)) for p in args.paths]
     for p in paths:
         if not p.exists():
             raise CliError(f"{p}: no such file or directory")
@@ -110,7 +111,7 @@ def cmd_split(args) -> int:
     from ..store.recovery import Output
     from ..trace.rewrite.stage_split import split_file
 
-    trace = Path(args.trace)
+    trace = Path(local_path(args.trace, file=True))
     if not trace.is_file():
         raise CliError(f"{trace}: no such file")
     out_dir = args.output_dir or str(trace.parent)  # "{stage}" in it: one folder per stage
@@ -139,6 +140,8 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_summary(args) -> int:
     from ..report.summary import render_table, summarise
 
+    if args.ray is None:  # an object store's root: read from its local copy
+        args.dir = local_path(args.dir)
     root = Path(args.dir)
     if args.ray is None:
         if not root.is_dir():

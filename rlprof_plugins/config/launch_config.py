@@ -27,7 +27,7 @@ from ..backends.torch_profiler import (DEFAULT_STACKS, NATIVE_DEFAULTS, TorchSet
                                        settings_from_config, stacks_unsaid)
 from ..errors import OptionsError
 from ..store.servers import server_root
-from .options import OUR_KEYS, ProfileOptions, check_flag, parse_options
+from .options import OUR_KEYS, ProfileOptions, check_directory, check_flag, parse_options
 
 ENV = "RLPROF_PROFILER_CONFIG"
 
@@ -118,8 +118,6 @@ def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
     directory = data.get("torch_profiler_dir")
     if directory is not None and not isinstance(directory, str):
         raise OptionsError("torch_profiler_dir", f"must be a path, got {directory!r}")
-    if directory and "://" in directory:
-        raise OptionsError("torch_profiler_dir", f"must be a local directory (rlprof writes step folders), got {directory!r}")
     activities = data.get("torch_profiler_activities")
     flags = {key: check_flag(key, data.get(key, default)) for key, default in _FLAGS.items()}
     ours = {k: v for k, v in data.items() if k in OUR_KEYS}
@@ -132,7 +130,7 @@ def parse_profiler_config(data: str | Mapping[str, Any]) -> ProfilerConfig:
     check_against_native(data, data, OptionsError)
     if profiler == "cuda" and options.backend not in ("auto", "cuda"):
         raise OptionsError("backend", f'{options.backend!r} contradicts "profiler": "cuda"; leave backend at auto')
-    directory = os.path.abspath(os.path.expanduser(directory)) if directory else None
+    directory = check_directory("torch_profiler_dir", directory) if directory else None
     if directory and options.output_dir and options.output_dir != directory:
         raise OptionsError("output_dir", f"is {options.output_dir!r} but torch_profiler_dir is {directory!r}: "
                                          "both name the root of the step folders; give one")

@@ -23,6 +23,7 @@ from ..backends.which_backend import check_backend
 from ..backends.registry import KEYS as BACKEND_KEYS, KINDS, kind_of_key
 from ..backends.torch_profiler import check_against_native
 from ..errors import OptionsError
+from ..store import object_store
 
 
 # Chunks sized by what their stop costs (session/chunk_plan.py), each pause
@@ -251,15 +252,23 @@ def check_server_name(key: str, value: Any, error=OptionsError) -> str | None:
 
 
 def check_directory(key: str, value: Any, error=OptionsError) -> str | None:
-    """A local directory as an absolute path (``~`` expanded), or None."""
+    """A local directory as an absolute path (``~`` expanded), an object store URI as given (``s3://b/p``:
+    written through a local spool, ``store.destination``), or None. A URI this install cannot reach fails
+    naming the extra to install."""
     import os
 
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise error(key, f"must be a directory path, got {value!r}")
-    if "://" in value:
-        raise error(key, f"must be a local directory (rlprof writes step folders), got {value!r}")
+    if object_store.is_uri(value):
+        try:
+            object_store.require(value)
+        except object_store.MissingLibrary as e:
+            raise error(key, str(e)) from None
+        return value.rstrip("/")
+    if value.startswith("file://"):
+        value = value[len("file://"):]
     return os.path.abspath(os.path.expanduser(value))
 
 

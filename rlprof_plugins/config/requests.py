@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from ..backends import memory_history
 from ..errors import RequestError
+from ..store import destination, object_store, servers
 from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, DEFAULT_MAX_RECORDING_MB, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .recorded import parse_recorded
@@ -247,12 +248,34 @@ def _output_dir(value: Any, server: Server, warnings: list[str]) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise RequestError("output_dir", f"must be a path, got {value!r}")
+    if destination.is_uri(value):  # an object store folder (verl's save_path): written through its spool
+        uri = value.rstrip("/")
+        if server.output_root is not None and not _inside(destination.spool_folder(uri), server):
+            return _outside(value, server, warnings)
+        try:
+            return str(servers.spooled(uri))
+        except object_store.MissingLibrary as e:
+            raise RequestError("output_dir", str(e)) from None
     if server.output_root is None:
         return os.path.abspath(os.path.expanduser(value))
     wanted = Path(os.path.expanduser(value)).resolve()
-    roots = [Path(server.output_root).resolve()] + [Path(d).resolve() for d in server.defaults.allowed_output_dirs]
-    if any(wanted == root or root in wanted.parents for root in roots):
-        return str(wanted)
+    return str(wanted) if _inside(wanted, server) else _outside(value, server, warnings)
+
+
+def _allowed_roots(server: Server) -> list[Path]:
+    """The configured root and ``allowed_output_dirs``, each as the local folder written (a URI's spool)."""
+    return [Path(server.output_root).resolve()] + [
+        destination.spool_folder(d) if destination.is_uri(d) else Path(d).resolve()
+        for d in server.defaults.allowed_output_dirs]
+
+
+def _inside(wanted: Path, server: Server) -> bool:
+    return any(wanted == root or root in wanted.parents for root in _allowed_roots(server))
+
+
+def _outside(value: str, server: Server, warnings: list[str]) -> None:
+    """An ``output_dir`` outside the allowed directories: ignored with a warning on vLLM, refused on SGLang."""
+    roots = _allowed_roots(server)
     where = ", ".join(repr(str(r)) for r in roots)
     if server.engine == "vllm":
         warnings.append(f"output_dir {value!r} ignored: not inside the allowed directories ({where}); files go to "

@@ -29,7 +29,11 @@ waits on one. The series (no label grows with the step number):
 - ``rlprof_anomalies_total{reason,stage,rank}``: the flight recorder's dumps
   (``flight``), by what triggered them;
 - ``rlprof_anomalies_dropped_total{reason,rank}``: its dumps dropped because
-  ``disk_mb`` held only requested dumps (or the disk was full).
+  ``disk_mb`` held only requested dumps (or the disk was full);
+- where the output folder is an object store (``store.upload``), its uploads by ``destination``:
+  ``rlprof_upload_files_total``, ``rlprof_upload_bytes_total``, ``rlprof_spool_removed_bytes_total``
+  (local copies removed to keep the spool's bound), ``rlprof_spool_over_bound_bytes`` (data not yet
+  uploaded past the bound, kept), ``rlprof_upload_pending_files`` and ``rlprof_upload_failing``.
 
 Counters restart with the engine, as Prometheus expects of counters.
 """
@@ -42,6 +46,7 @@ from typing import Any, Iterator
 
 from ..store.layout import STEPS_DIR
 from .log import STATE_SUFFIX
+from ..store import destination, upload
 from .record import BUCKETS_MS, NotARecord, RankTotals
 from .requests import frontend_states
 
@@ -125,6 +130,28 @@ class StepSeries:
         yield from (step, current, times, tokens, steps, busy, idle, last, tail, tail_ratio, phase_time, phase_count,
                     anomalies, dropped)
         yield from self._requests(CounterMetricFamily, GaugeMetricFamily)
+        yield from self._uploads(CounterMetricFamily, GaugeMetricFamily)
+
+    def _uploads(self, counter: Any, gauge: Any) -> Iterator[Any]:
+        """Where the output folder is an object store's spool (``store.upload``): its uploader's counters."""
+        spool = destination.destination_at(self.folder.parent)
+        totals = upload.read_totals(spool.spool) if spool else None
+        if totals is None:
+            return
+        label = [spool.uri]
+        for kind, name, text, value in (
+                (counter, "rlprof_upload_files", "Files uploaded to the object store", totals.uploaded_files),
+                (counter, "rlprof_upload_bytes", "Bytes uploaded to the object store", totals.uploaded_bytes),
+                (counter, "rlprof_spool_removed_bytes", "Local copies removed from the spool to keep its bound "
+                                                        "(each already in the object store)", totals.removed_bytes),
+                (gauge, "rlprof_spool_over_bound_bytes", "Recorded data not yet uploaded past the spool's bound "
+                                                         "(kept)", totals.over_bound_bytes),
+                (gauge, "rlprof_upload_pending_files", "Files waiting in the spool for upload", totals.pending_files),
+                (gauge, "rlprof_upload_failing", "1 while the newest upload pass failed (the status says why)",
+                 totals.failing)):
+            family = kind(name, text, labels=["destination"])
+            family.add_metric(label, value)
+            yield family
 
     def _requests(self, counter: Any, gauge: Any) -> Iterator[Any]:
         finished = counter("rlprof_requests_finished", "Requests the server's frontend saw finish", labels=["frontend"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..store import manifest, servers
+from ..store import destination, manifest, servers, upload
 from ..errors import ConflictError, NotFoundError, RequestError, UnavailableError
 from ..store.layout import read_piece
 from ..store.manifest import aggregate_state
@@ -202,6 +202,7 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     if len(fleet) > 1:  # servers sharing the directory: the status names every one of the step
         result["server"], result["servers"] = data.get("server"), fleet
     _with_recovery(result, data)
+    _with_upload(result, data, Path(directory))
     merge = (data.get("writers") or {}).get("merge")
     if not merge:
         return result
@@ -213,6 +214,24 @@ def with_step_manifest(result: dict[str, Any]) -> dict[str, Any]:
     if merge.get("error"):
         result.setdefault("errors", []).append(f"merge: {merge['error']}")
     return result
+
+
+def _with_upload(result: dict[str, Any], data: dict[str, Any], directory: Path) -> None:
+    """Where the step folder is written through a spool to an object store: its upload state
+    (``uploading``, ``done``, ``failed`` with the reason and the command that finishes the job) and
+    where it goes. Asking starts the spool's uploader again if it ended (``store.upload``)."""
+    spool = destination.destination_at(directory)
+    if spool is None:
+        return
+    state = data.get("upload") or {"state": upload.UPLOADING, "error": None, "pending": None,
+                                   "destination": spool.url_of(directory),
+                                   "finish": upload.finish_command(spool.spool)}
+    result["upload"] = dict(state)
+    if state.get("state") != upload.DONE:
+        try:
+            upload.ensure_running(spool.spool)
+        except OSError as e:
+            result["upload"]["error"] = result["upload"].get("error") or f"the uploader could not start: {e}"
 
 
 def _with_recovery(result: dict[str, Any], data: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._log import logger
-from . import claim
+from . import claim, destination, upload
 from .listing import as_path
 from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
 
@@ -99,7 +99,7 @@ def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
     was given the same name). Decided once per process and root, and again if this server loses
     its claim (``lost``)."""
     name = name or server_name()
-    base = Path(root)
+    base = spooled(root)
     if not name:
         return base
     key = (str(base), name)
@@ -108,6 +108,20 @@ def server_root(root: str | os.PathLike, name: str | None = None) -> Path:
         found = _decide(base, name)
         _resolved[key] = found
     return found
+
+
+def spooled(root: str | os.PathLike) -> Path:
+    """``root`` itself, or for an object store URI its spool folder on this node, its uploader running
+    (``store.destination``, ``store.upload``)."""
+    if not destination.is_uri(root):
+        return Path(root)
+    spool = destination.open_destination(str(root)).spool
+    try:
+        upload.ensure_running(spool)
+    except OSError as e:  # the spool keeps every file; ``rlprof upload`` sends them
+        logger.warning("rlprof: could not start the uploader of %s: %s; files wait in %s (finish with: %s)",
+                       root, e, spool, upload.finish_command(spool))
+    return spool
 
 
 def _decide(base: Path, name: str) -> Path:

@@ -48,7 +48,7 @@ def test_typo_is_rejected_with_suggestion():
         ({"keep_last_steps": -1}, "keep_last_steps", ">= 0"),
         ({"routes_require_api_key": None}, "routes_require_api_key", "true or false"),
         ({"allowed_output_dirs": "/tmp/x"}, "allowed_output_dirs", "list of directory paths"),
-        ({"allowed_output_dirs": ["s3://bucket"]}, "allowed_output_dirs", "local directory"),
+        ({"allowed_output_dirs": ["nosuchscheme://bucket"]}, "allowed_output_dirs", "no library for nosuchscheme://"),
         ({"trainer_step_offset": 1.5}, "trainer_step_offset", "integer"),
         ({"trainer_step_offset": "1"}, "trainer_step_offset", "integer"),
         ({"trainer_step_offset": True}, "trainer_step_offset", "integer"),

@@ -87,7 +87,7 @@ def test_configs_rlprof_leaves_to_vllm(tmp_path):
     from vllm.config import ProfilerConfig
 
     assert not plugin_handles(ProfilerConfig())
-    assert not plugin_handles(ProfilerConfig(profiler="torch", torch_profiler_dir="gs://bucket/x"))
+    assert plugin_handles(ProfilerConfig(profiler="torch", torch_profiler_dir="gs://bucket/x"))  # "Object stores"
     assert not plugin_handles(ProfilerConfig(profiler="torch", torch_profiler_dir=str(tmp_path), warmup_iterations=1))
 
 
