@@ -44,6 +44,7 @@ from .destination import MARKER, Destination, destination_at
 
 LOCK = ".rlprof-uploader.lock"
 LEDGER = ".rlprof-uploads.json"
+PLACE = ".rlprof-upload-place"  # "servers/<name>" where another server held the prefix (absent: the prefix)
 LOG = ".rlprof-uploader.log"
 STATE = ".rlprof-upload-state.json"  # the uploader's counters, read by /metrics (``metrics.series``)
 REMOTE_CLAIM = ".rlprof-root.json"
@@ -118,7 +119,8 @@ class Uploader:
         self.spool = destination.spool
         self.store = store if store is not None else Store(destination.uri)
         self.server = server or self._local_server()
-        self.below = ""  # where this spool folder lands below the URI ("" or servers/<name>)
+        # where this spool folder lands below the URI ("" or servers/<name>): decided once, kept across restarts
+        self.below = self._read_place()
         self._claimed_at = 0.0
         self.ledger: dict[str, dict] = self._read_ledger()
         self.totals = UploadTotals()
@@ -135,6 +137,12 @@ class Uploader:
 
     def _save_ledger(self) -> None:
         write_text_atomic(self.spool / LEDGER, json.dumps(self.ledger, sort_keys=True) + "\n")
+
+    def _read_place(self) -> str:
+        try:
+            return (self.spool / PLACE).read_text().strip()
+        except OSError:
+            return ""
 
     def _local_server(self) -> str | None:
         try:
@@ -162,6 +170,7 @@ class Uploader:
                  and now - float(held.get("renewed_at") or 0) < REMOTE_LEASE_S)
         if other and self.below == "":
             self.below = f"servers/{name}"
+            write_text_atomic(self.spool / PLACE, self.below + "\n")
             log.warning("rlprof: %s is held by server %r; server %r uploads below %s/%s", self.store.uri,
                         held.get("server"), name, self.store.uri, self.below)
         if self.below == "":

@@ -202,6 +202,13 @@ def test_two_servers_on_two_nodes_writing_one_prefix_keep_each_others_files(s3, 
     assert fs.exists("rlprof/job-fleet/servers/rollout-b/global_step_4/manifest.json")
     assert manifest.read(spools[1] / "global_step_4")["upload"]["destination"] == \
         f"{uri}/servers/rollout-b/global_step_4"
+    # the second server's uploader started again keeps its place, even once the first one's claim has lapsed
+    s3.client().rm("rlprof/job-fleet/.rlprof-root.json")
+    write_step(spools[1], 5)
+    assert upload.Uploader(destination.destination_at(spools[1])).run_pass().ok
+    fs.invalidate_cache()
+    assert fs.exists("rlprof/job-fleet/servers/rollout-b/global_step_5/manifest.json")
+    assert not fs.exists("rlprof/job-fleet/global_step_5")
 
 
 def test_a_uri_without_its_library_fails_at_start_naming_the_key_and_the_extra(monkeypatch):
