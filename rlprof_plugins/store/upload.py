@@ -309,7 +309,9 @@ class Uploader:
     # ---- the spool's bound -----------------------------------------------------------------------------
     def _keep_bound(self) -> int:
         """Remove copies already in the store, oldest upload first, while the spool is past its bound;
-        returns the bytes removed. Manifests, step logs still growing and anything not uploaded stay."""
+        returns the bytes removed. Only step folders whose upload is done lose files (a folder still
+        recording may yet read its ranks' traces: its merge, its by-stage split); manifests, the step logs
+        outside step folders and anything not uploaded stay."""
         limit = self.destination.max_mb * 1024 * 1024
         sizes = {p: p.stat().st_size for p in self.files()}
         total = sum(sizes.values())
@@ -318,13 +320,19 @@ class Uploader:
             return 0
         removed = 0
         uploaded = sorted(self.ledger.items(), key=lambda kv: kv[1].get("at", 0))
+        done: dict[Path, bool] = {}
         for relative, entry in uploaded:
             if total - removed <= limit:
                 break
             path = self.spool / relative
             if path.name == manifest.MANIFEST or _version(path) != entry.get("version"):
                 continue
-            if self._step_folder(path) is None:  # step logs and request logs grow: kept until a step's end
+            folder = self._step_folder(path)
+            if folder is None:
+                continue
+            if folder not in done:
+                done[folder] = ((manifest.read(folder) or {}).get("upload") or {}).get("state") == DONE
+            if not done[folder]:
                 continue
             with contextlib.suppress(OSError):
                 path.unlink()

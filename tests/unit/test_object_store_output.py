@@ -170,6 +170,12 @@ def test_the_spool_keeps_its_bound_removing_only_what_is_in_the_store(s3, spool_
     series = {m.name: m.samples[0].value for m in StepSeries(spool).collect() if m.name.startswith(("rlprof_up",
                                                                                                     "rlprof_spool"))}
     assert series["rlprof_spool_removed_bytes"] > 0 and series["rlprof_upload_files"] >= 3, series
+    # a step still recording keeps its ranks' traces even once they are in the store (its merge reads them)
+    recording = write_step(spool, 9, state="recording", size=700 * 1024)
+    uploader.run_pass()
+    assert manifest.read(recording)["upload"]["state"] == "uploading"
+    assert len(s3.client().find("rlprof/job-bound/global_step_9/ranks")) == 2
+    assert len(list((recording / "ranks").iterdir())) == 2
     assert len(s3.client().find("rlprof/job-bound/global_step_1/ranks")) == 2
     s3.stop()
     try:
