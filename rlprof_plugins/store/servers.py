@@ -45,6 +45,7 @@ CLAIM = claim.CLAIM
 SERVERS_DIR = "servers"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _resolved: dict[tuple[str, str], Path] = {}
+_spools: dict[str, Path] = {}  # an object store URI -> its spool folder on this node (``spooled``)
 _moved: dict[str, Path] = {}  # a root this process's server lost -> where its writes go instead (``lost``)
 
 
@@ -115,7 +116,9 @@ def spooled(root: str | os.PathLike) -> Path:
     (``store.destination``, ``store.upload``)."""
     if not destination.is_uri(root):
         return Path(root)
-    spool = destination.open_destination(str(root)).spool
+    spool = _spools.get(str(root))
+    if spool is None:  # made, marked and its library checked once per process and URI
+        spool = _spools[str(root)] = destination.open_destination(str(root)).spool
     try:
         upload.ensure_running(spool)
     except OSError as e:  # the spool keeps every file; ``rlprof upload`` sends them

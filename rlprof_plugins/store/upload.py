@@ -190,7 +190,8 @@ class Uploader:
             result.failed[STORE] = _reason(e)
         folders: dict[Path, list[Path]] = {}
         waiting = []
-        for path in self.files():
+        found = self.files()
+        for path in found:
             folder = self._step_folder(path)
             if folder is not None and path.name == manifest.MANIFEST:
                 folders.setdefault(folder, [])
@@ -208,7 +209,7 @@ class Uploader:
             self._step_state(folder, files, result)
         if result.uploaded:
             self._save_ledger()
-        result.evicted_bytes = self._keep_bound()
+        result.evicted_bytes = self._keep_bound(found)
         self._save_totals(result)
         return result
 
@@ -307,13 +308,13 @@ class Uploader:
             self._upload(folder / manifest.MANIFEST, result)
 
     # ---- the spool's bound -----------------------------------------------------------------------------
-    def _keep_bound(self) -> int:
+    def _keep_bound(self, found: list[Path]) -> int:
         """Remove copies already in the store, oldest upload first, while the spool is past its bound;
         returns the bytes removed. Only step folders whose upload is done lose files (a folder still
         recording may yet read its ranks' traces: its merge, its by-stage split); manifests, the step logs
         outside step folders and anything not uploaded stay."""
         limit = self.destination.max_mb * 1024 * 1024
-        sizes = {p: p.stat().st_size for p in self.files()}
+        sizes = {p: v["size"] for p in found if (v := _version(p)) is not None}  # this pass's walk
         total = sum(sizes.values())
         if total <= limit:
             self.totals.over_bound_bytes = 0
