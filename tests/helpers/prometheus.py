@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from .vllm_server import free_port
+from .vllm_server import answers, free_port
 
 
 class Prometheus:
@@ -32,14 +32,8 @@ class Prometheus:
             [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
              f"--web.listen-address={self.url.removeprefix('http://')}"],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
+        if answers(f"{self.url}/-/ready", (200,), self.process, timeout=60):
+            return
         self.stop()
         raise RuntimeError(f"Prometheus did not start:\n{self.log.read_text()[-3000:]}")
 

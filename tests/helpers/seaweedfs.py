@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
-from .vllm_server import free_port
+from .vllm_server import answers, free_port
 
 KEYS = {"writer": ("rlprof-writer", "writer-secret-key"), "reader": ("rlprof-reader", "reader-secret-key")}
 
@@ -79,16 +78,8 @@ class SeaweedS3:
              "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
              "-master.volumeSizeLimitMB=128"],
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                if requests.get(self.url, timeout=2).status_code in (200, 403):
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
+        if answers(self.url, (200, 403), self.process, timeout=90):
+            return
         self.stop()
         raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-3000:]}")
 

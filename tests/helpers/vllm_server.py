@@ -32,6 +32,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def answers(url: str, statuses: tuple[int, ...], process: subprocess.Popen, timeout: float) -> bool:
+    """Whether ``url`` answers with one of ``statuses`` within ``timeout`` seconds while ``process`` runs."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        try:
+            if requests.get(url, timeout=2).status_code in statuses:
+                return True
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def cpu_env(tp: int = 1, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
