@@ -46,7 +46,9 @@ def _follow(wrapped, instance, args, kwargs):
     try:
         cfg = sessions.config_of(instance)
         if plugin_handles(cfg) and options_of(cfg).step_metrics:
-            instance.output_processor.__dict__[KEEPER_ATTR] = LongestRequests(root_of(cfg), f"frontend-{os.getpid()}")
+            processor = instance.output_processor
+            processor.__dict__[KEEPER_ATTR] = LongestRequests(root_of(cfg), f"frontend-{os.getpid()}",
+                                                              in_flight=lambda: processor.request_states)
     except Exception as e:
         warn_once("vllm request times", "rlprof: the requests that held each step are not followed: %s: %s",
                   type(e).__name__, e)

@@ -7,7 +7,7 @@ request arrives, gets its first token and finishes. It keeps the ``keep``
 longest of the current busy period, which runs from the first request after
 the frontend had none in flight to the moment it has none again, and writes
 them as one line of ``ROOT/steps/requests/<frontend>.jsonl`` when the period
-ends (or every ``period_seconds`` under traffic that never stops), and beside
+ends (or every ``period_seconds``, ``RLPROF_REQUESTS_PERIOD_S``, under traffic that never stops), and beside
 it a state file (``<frontend>.state.json``: the requests finished so far and
 the newest period's longest) that ``/metrics`` reads (``series``). A
 trainer syncs weights while the engine has nothing in flight, so a rollout
@@ -24,12 +24,13 @@ import atexit
 import heapq
 import json
 import logging
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Collection, Iterable, NamedTuple
 
 from ..store.layout import STEPS_DIR
 from ..store.listing import as_path
@@ -40,6 +41,16 @@ log = logging.getLogger("rlprof")
 REQUESTS_DIR = "requests"  # below ``steps/``: not a rank's log
 KEEP = 5
 PERIOD_SECONDS = 300.0
+PERIOD_ENV = "RLPROF_REQUESTS_PERIOD_S"  # under traffic that never stops, how often a busy period is written
+
+
+def period_seconds_default() -> float:
+    """``RLPROF_REQUESTS_PERIOD_S`` where it is a positive number, else ``PERIOD_SECONDS``."""
+    try:
+        seconds = float(os.environ.get(PERIOD_ENV, ""))
+    except ValueError:
+        return PERIOD_SECONDS
+    return seconds if seconds > 0 else PERIOD_SECONDS
 
 
 class FinishedRequest(NamedTuple):
@@ -93,12 +104,18 @@ class BusyPeriod:
 
 
 class LongestRequests:
-    """One frontend's busy periods, each with its ``keep`` longest requests, written as they end."""
+    """One frontend's busy periods, each with its ``keep`` longest requests, written as they end.
 
-    def __init__(self, root: str | Path, name: str, *, keep: int = KEEP,
-                 period_seconds: float = PERIOD_SECONDS) -> None:
+    ``in_flight``: the frontend's own requests in flight (their ids), asked when traffic that never stops cuts
+    a period, so that what aborted requests left is forgotten then too; without it every noted arrival is kept
+    until the frontend idles. A request in flight across a cut keeps its arrival and counts in the period it
+    ends in."""
+
+    def __init__(self, root: str | Path, name: str, *, keep: int = KEEP, period_seconds: float | None = None,
+                 in_flight: Callable[[], Collection[str]] | None = None) -> None:
         self.path = Path(root) / STEPS_DIR / REQUESTS_DIR / f"{name}{SUFFIX}"
-        self.keep, self.period_seconds = keep, period_seconds
+        self.keep, self.in_flight = keep, in_flight
+        self.period_seconds = period_seconds_default() if period_seconds is None else period_seconds
         self.arrivals: dict[str, float] = {}  # requests in flight: their arrival
         self.awaiting_first: set[str] = set()  # requests in flight with no output token yet
         self._first: dict[str, float] = {}  # request -> when its first output token came
@@ -139,7 +156,7 @@ class LongestRequests:
         if arrived is None:
             return  # arrived before rlprof followed this frontend
         if self._count and at - self._started_at > self.period_seconds:
-            self.idle()  # traffic that never stops: a period at least this often
+            self._cut()  # traffic that never stops: a period at least this often
         request = FinishedRequest(shown_as or request_id, round(arrived, 6), round(at, 6), prompt_tokens,
                                   output_tokens, None if first is None else round(max(first - arrived, 0.0), 6),
                                   None if queued_s is None else round(queued_s, 6))
@@ -159,6 +176,20 @@ class LongestRequests:
         self.arrivals.clear()
         self.awaiting_first.clear()
         self._first.clear()
+        self._end_period()
+
+    def _cut(self) -> None:
+        """The busy period has run ``period_seconds``: it is written, and the requests still in flight go on
+        into the next one with their arrivals."""
+        self._end_period()
+        if self.in_flight is not None:
+            running = self.in_flight()
+            for noted in (self.arrivals, self._first):
+                for request_id in [r for r in noted if r not in running]:
+                    del noted[request_id]
+            self.awaiting_first.intersection_update(running)
+
+    def _end_period(self) -> None:
         if self._count:
             longest = [r for _, _, r in sorted(self._heap, reverse=True)]
             self._queue.put(BusyPeriod(self._started_at, self._ended_at, self._count, longest))

@@ -76,6 +76,42 @@ def test_traffic_that_never_stops_is_cut_into_periods_and_a_torn_line_is_skipped
     assert read_periods(tmp_path) == periods
 
 
+def test_a_long_request_in_flight_across_the_bound_is_kept_in_the_period_it_ends_in(tmp_path):
+    """Traffic that never stops (async RL, agentic rollouts): a long stream arrives first, short requests keep
+    arriving and ending around it for longer than the bound, so periods are cut while the stream runs. The
+    stream is named in the period it ends in, with its own arrival; an aborted request is forgotten at a cut,
+    where the frontend says what is still in flight (vLLM passes no arrival time of its own at the end)."""
+    running: set[str] = set()
+    keeper = LongestRequests(tmp_path, "frontend-1", keep=2, period_seconds=10.0, in_flight=lambda: running)
+
+    def arrive(request_id: str, at: float) -> None:
+        running.add(request_id)
+        keeper.arrived(request_id, at)
+
+    def end(request_id: str, at: float, tokens: int) -> None:
+        running.discard(request_id)
+        keeper.finished(request_id, 16, tokens, at=at)
+
+    arrive("long-stream", 1000.0)
+    arrive("aborted", 1000.5)
+    running.discard("aborted")  # the client went away: the frontend no longer holds it, no end is reported
+    for k in range(35):  # a short request every second, each overlapping the next
+        arrive(f"short{k}", 1001.0 + k)
+        if k:
+            end(f"short{k - 1}", 1001.0 + k + 0.5, 5)
+    end("long-stream", 1036.0, 4000)
+    end("short34", 1036.2, 5)
+    assert "aborted" not in keeper.arrivals  # forgotten at a cut, though the frontend never idled
+    keeper.close()
+    periods = read_periods(tmp_path)
+    assert len(periods) >= 3 and sum(p.requests for p in periods) == 36
+    held = [p for p in periods if any(r.request_id == "long-stream" for r in p.longest)]
+    assert len(held) == 1 and held[0].ended_at == 1036.0
+    assert (held[0].longest[0].request_id, held[0].longest[0].seconds, held[0].longest[0].output_tokens) == (
+        "long-stream", 36.0, 4000)
+    assert held[0].started_at == 1000.0  # the period the stream ended in reaches back to its arrival
+
+
 def test_the_report_gives_each_step_the_requests_that_held_it_in_the_json_csv_and_page(tmp_path):
     """Two measured steps of a rollout (the real recorder), each with a busy period of the frontend: the report's
     ``requests`` of each step are its own period's longest, longest first, the same in ``requests.csv`` and in
