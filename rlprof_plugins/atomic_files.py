@@ -45,10 +45,16 @@ def write_text_atomic(final: Path, text: str | Iterable[str]) -> None:
                        (part.encode("utf-8") for part in text))
 
 
+# Parts are gathered into pieces this large before each write. Every write lets go of Python's lock and
+# takes it back at once; a thread writing many small parts that way can keep a thread waiting for the lock
+# (an engine's, beside a flight recorder's dump) from getting it for far longer than the switch interval.
+PIECE_BYTES = 1 << 20
+
+
 def write_bytes_atomic(final: Path, data: bytes | Iterable[bytes]) -> None:
     tmp = atomic_target(final)
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", buffering=-1 if isinstance(data, bytes) else PIECE_BYTES) as f:
             for chunk in [data] if isinstance(data, bytes) else data:
                 f.write(chunk)
         publish(tmp, final)

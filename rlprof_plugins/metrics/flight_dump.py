@@ -28,9 +28,14 @@ A requested dump names its folder for every rank.
   view reads them as it reads a session's).
 
 Every file is written to a temporary name and renamed; a folder appears
-whole. The dumps below ``<dir>`` are held to ``disk_mb``: a new dump makes
-room by removing the oldest dumps the recorder wrote on its own (a requested
-dump is never removed), so routine dumps never crowd out later ones. A dump
+whole. The trace is written an event at a time, in the order the events
+start, with nothing sorted or collected at once, so the recorder's thread
+holds Python's lock for short stretches and leaves no pile of objects for
+the garbage collector to walk while the engine runs. The dumps below
+``<dir>`` are held to ``disk_mb``: a new dump makes room by removing the
+oldest dumps the recorder wrote on its own (a requested dump is never
+removed), so routine dumps never crowd out later ones; the sizes come from
+``flight_ledger``, so this costs what it removes. A dump
 that still finds no room, or a full disk, is dropped with one log line and
 counted (``on_dropped``: ``rlprof_anomalies_dropped_total``); serving goes on.
 Retention (``keep_last_steps``) removes them with their step's folder.
@@ -57,6 +62,7 @@ from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX, step_folders
 from ..atomic_files import write_text_atomic
 from ..trace.analysis.python_stacks import SAMPLE_CAT
 from .flight import REQUESTED, Anomaly, Window
+from .flight_ledger import DumpLedger, LedgerEntry
 
 ANOMALY_FILE = "anomaly.json"
 TRACE_SUFFIX = ".flight.json"
@@ -95,9 +101,10 @@ class DumpWriter:
         self.budget = int(settings["disk_mb"]) << 20
         self.on_written = on_written
         self.on_dropped = on_dropped  # told the reason of each dump dropped for want of room
+        self.ledger = DumpLedger(self.root, lambda: ledger_entries(self.root))
 
     def __call__(self, anomaly: Anomaly, window: Window) -> Path | None:
-        used = make_room(self.root, self.budget)
+        used = self.ledger.make_room(self.budget)
         if used >= self.budget:
             logger.warning("rlprof: flight recorder dump (%s) dropped: the dumps below %s hold %.0f MB, "
                            "the budget (flight_recorder.disk_mb) is %d MB, and only requested dumps are left",
@@ -129,6 +136,7 @@ class DumpWriter:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
             folder = self._join_twin(base, folder, anomaly, window, trace_name)
+        self.ledger.written(ledger_entry(folder))
         logger.warning("rlprof: flight recorder: %s%s on %s at global step %s: %s against %s: %s", anomaly.reason,
                        f" ({anomaly.stage})" if anomaly.stage else "", self.rank, anomaly.global_step,
                        _ms(anomaly.duration_ms), _ms(anomaly.baseline_ms), folder)
@@ -244,45 +252,60 @@ def _events(window: Window, pid: int, tid: int, rank: str) -> Iterator[dict]:
 
 def sample_spans(samples: list, base: int, pid: int, tid: int) -> Iterator[dict]:
     """Consecutive samples that share a frame are one span of it (a parent holds its children), as
-    ``backends.stack_sampler`` writes a session's; each sample stands for the time since the one before."""
-    opened: list[list] = []  # [code, start ns, samples, ns, iteration]
-    out: list[dict] = []
-    names: dict[Any, str] = {}
+    ``backends.stack_sampler`` writes a session's; each sample stands for the time since the one before.
+
+    Spans open in the order they start (samples are in time order, and a sample's new frames open outermost
+    first), so each gets its place when it opens and the events come out in that order, parents first,
+    without sorting. The spans are kept as columns of numbers until then: no object per span."""
+    code_at: list = []  # per span, in start order: its code, start, depth, iteration (-1: none)
+    start_at: list[int] = []
+    depth_at: list[int] = []
+    iteration_at: list[int] = []
+    end_at: list[int] = []  # filled as the span closes
+    count_at: list[int] = []
+    weight_at: list[int] = []
+    opened: list[int] = []  # the open spans' places, outermost first
+    open_iteration = None
 
     def close_from(depth: int, at: int) -> None:
         while len(opened) > depth:
-            code, start, count, weight, iteration = opened.pop()
-            name = names.get(code) or names.setdefault(code, frame_name(code))
-            args: dict[str, Any] = {"samples": count, "sampled_us": round(weight / 1000.0, 1), "depth": len(opened)}
-            if iteration is not None:
-                args["iteration"] = iteration
-            out.append({"ph": "X", "cat": SAMPLE_CAT, "name": name, "pid": pid, "tid": tid, "ts": _us(start, base),
-                        "dur": round((at - start) / 1000.0, 3), "args": args})
+            end_at[opened.pop()] = at
 
     previous = None
     for at, codes, iteration in samples:
         same = 0
-        if opened and opened[0][4] == iteration:
+        if opened and open_iteration == iteration:
             limit = min(len(opened), len(codes))
-            while same < limit and opened[same][0] is codes[same]:
+            while same < limit and code_at[opened[same]] is codes[same]:
                 same += 1
         close_from(same, at)
         weight = at - previous if previous is not None else 0
-        for span in opened:
-            span[2] += 1
-            span[3] += weight
-        for code in codes[same:]:
-            opened.append([code, at, 1, weight, iteration])
+        for place in opened:
+            count_at[place] += 1
+            weight_at[place] += weight
+        for depth in range(same, len(codes)):
+            opened.append(len(code_at))
+            code_at.append(codes[depth])
+            start_at.append(at)
+            depth_at.append(depth)
+            iteration_at.append(-1 if iteration is None else iteration)
+            end_at.append(at)
+            count_at.append(1)
+            weight_at.append(weight)
+        open_iteration = iteration
         previous = at
     if previous is not None:
         close_from(0, previous)
-    out.sort(key=lambda e: (e["ts"], e["args"]["depth"]))
-    yield from out
-
-
-def dumps_size(root: str | os.PathLike) -> int:
-    """The bytes of every dump below ``root``."""
-    return sum(_folder_size(folder) for folder in flight_folders(Path(root)))
+    names: dict[Any, str] = {}
+    for place, code in enumerate(code_at):
+        name = names.get(code) or names.setdefault(code, frame_name(code))
+        args: dict[str, Any] = {"samples": count_at[place], "sampled_us": round(weight_at[place] / 1000.0, 1),
+                                "depth": depth_at[place]}
+        if iteration_at[place] >= 0:
+            args["iteration"] = iteration_at[place]
+        start = start_at[place]
+        yield {"ph": "X", "cat": SAMPLE_CAT, "name": name, "pid": pid, "tid": tid, "ts": _us(start, base),
+               "dur": round((end_at[place] - start) / 1000.0, 3), "args": args}
 
 
 def _folder_size(folder: Path) -> int:
@@ -299,25 +322,17 @@ def _folder_size(folder: Path) -> int:
     return total
 
 
-def make_room(root: str | os.PathLike, budget: int) -> int:
-    """Remove the oldest dumps the recorder wrote on its own (by the event time in their names; requested
-    dumps stay) until those below ``root`` hold less than ``budget`` bytes. Returns the bytes left."""
-    sizes = {folder: _folder_size(folder) for folder in flight_folders(Path(root))}
-    used = sum(sizes.values())
-    automatic = []
-    for folder in sizes:
-        found = _folder_seconds(folder.name)
-        if found is not None and found[1] != REQUESTED:
-            automatic.append((found[0], str(folder), folder))
-    for _, _, folder in sorted(automatic):
-        if used < budget:
-            break
-        shutil.rmtree(folder, ignore_errors=True)
-        if not folder.exists():
-            used -= sizes[folder]
-            logger.warning("rlprof: flight recorder: removed the oldest dump %s to keep the dumps under "
-                           "flight_recorder.disk_mb", folder)
-    return used
+def ledger_entry(folder: Path) -> LedgerEntry:
+    """A dump's folder as the ledger keeps it: its bytes now, its event's time and reason from its name."""
+    found = _folder_seconds(folder.name) or (0.0, "")
+    return LedgerEntry(str(folder), _folder_size(folder), found[0], found[1] == REQUESTED)
+
+
+def ledger_entries(root: Path) -> Iterator[LedgerEntry]:
+    """Every dump below ``root`` (the ledger's rebuild)."""
+    for folder in flight_folders(root):
+        if _folder_seconds(folder.name) is not None:
+            yield ledger_entry(folder)
 
 
 def flight_folders(root: Path) -> Iterator[Path]:

@@ -538,3 +538,58 @@ def test_a_requested_folder_is_only_ever_a_name_below_the_step(tmp_path):
     r.close()
     assert Path(found["path"]).parent == tmp_path / "global_step_1" / "flight"
     assert not (tmp_path.parent / "escaped").exists() and not (tmp_path / "escaped").exists()
+
+
+def test_making_room_reads_the_ledger_and_touches_only_what_it_removes(tmp_path, monkeypatch):
+    """The dumps' sizes come from the ledger (``flight_ledger``), rebuilt once by a walk where it is missing;
+    after that, making room walks no step folder, removes the oldest automatic dumps until the rest fit, forgets
+    a dump removed by something else (retention) when it comes to it, and never removes a requested one."""
+    from rlprof_plugins.metrics import flight_dump
+    from rlprof_plugins.metrics.flight_dump import ledger_entry
+    from rlprof_plugins.metrics.flight_ledger import DumpLedger
+
+    folders = []
+    for step, name in ((1, "20260101-000000-requested"), (2, "20260101-000100-slow_iteration"),
+                       (3, "20260101-000200-stall"), (4, "20260101-000300-slow_step"),
+                       (5, "20260101-000400-slow_iteration")):
+        folder = tmp_path / f"global_step_{step}" / "flight" / name
+        folder.mkdir(parents=True)
+        (folder / "rank0.flight.json").write_bytes(b"x" * (300 << 10))
+        folders.append(folder)
+    walks = []
+    ledger = DumpLedger(tmp_path, lambda: walks.append(1) or flight_dump.ledger_entries(tmp_path))
+    assert ledger.make_room(2 << 20) == 5 * (300 << 10) and walks == [1]  # under budget: nothing removed
+    # from here on no walk: a step folder listed would fail the test
+    monkeypatch.setattr(flight_dump, "flight_folders", lambda root: pytest.fail("walked the step folders"))
+    import shutil
+    shutil.rmtree(tmp_path / "global_step_2")  # retention removed step 2 with its dump
+    ledger.written(ledger_entry(folders[4]))  # a rank re-measured the newest dump: the same bytes
+    used = ledger.make_room(3 * (300 << 10) + 1)
+    assert used == 3 * (300 << 10) and walks == [1]
+    assert [f.exists() for f in folders] == [True, False, False, True, True]  # step 2 gone, step 3 removed
+    entries = json.loads((tmp_path / "steps" / ".flight-dumps.json").read_text())
+    assert sorted(Path(e["folder"]).name for e in entries) == sorted(f.name for f in (folders[0], *folders[3:]))
+    assert ledger.make_room(1) == 300 << 10 and folders[0].exists()  # a requested dump stays, whatever the budget
+
+
+def test_the_sampled_spans_come_out_in_start_order_parents_first():
+    """A dump's stack spans are written as they open (no sort): in start order, each parent before its
+    children, a span closing where its frame left the stack or the iteration changed."""
+    from rlprof_plugins.metrics.flight import StackSample
+    from rlprof_plugins.metrics.flight_dump import sample_spans
+
+    def code(name):
+        namespace = {}
+        exec(f"def {name}(): pass", namespace)
+        return namespace[name].__code__
+
+    main, step, forward, sample = code("main"), code("step"), code("forward"), code("sample")
+    samples = [StackSample(1_000, (main, step, forward), 1), StackSample(2_000, (main, step, forward), 1),
+               StackSample(3_000, (main, step, sample), 1), StackSample(4_000, (main, step), 2),
+               StackSample(5_000, (main,), None)]
+    spans = [(e["name"].split()[-1], e["ts"], e["dur"], e["args"]["depth"], e["args"]["samples"],
+              e["args"].get("iteration")) for e in sample_spans(samples, 0, 1, 1)]
+    assert spans == [("main", 1.0, 3.0, 0, 3, 1), ("step", 1.0, 3.0, 1, 3, 1), ("forward", 1.0, 2.0, 2, 2, 1),
+                     ("sample", 3.0, 1.0, 2, 1, 1), ("main", 4.0, 1.0, 0, 1, 2), ("step", 4.0, 1.0, 1, 1, 2),
+                     ("main", 5.0, 0.0, 0, 1, None)]
+    assert [s[1] for s in spans] == sorted(s[1] for s in spans)
