@@ -19,11 +19,12 @@ Two servers must never both believe they hold it. What makes that so, whatever t
   counts as held.
 - **Every wait ends.** The lock that orders takeovers (``flock``, else an exclusive ``mkdir``) is waited for
   at most ``LOCK_WAIT_S``; a server that cannot decide writes below ``servers/<name>/``: never a second root.
-- **A name is not an identity.** A claim written on this host (same boot, same pid namespace) is this
-  server's only when its writer is this server's first process (pid and start time), or a node of the same
-  server spanning nodes (the same head address): another live server given the same name is told so and
-  writes below a folder of its own. A claim of the same name written on another host is this server's (the
-  nodes of one server spanning hosts share its name), while its lease runs.
+- **A name is not an identity.** A claim is this server's only when its writer is: on this host (same boot,
+  same pid namespace) this server's first process (pid and start time); on any host a node of the same server
+  spanning nodes (the same head address), or a process started from the same launch (the instance id the
+  server's first process hands its processes). Another live server given the same name, on this host or
+  another, is told so and writes below a folder of its own. (A claim written before claims carried an
+  instance id is judged by its name on another host, as then.)
 - **A holder that loses its claim stops writing the root.** The lease thread reads the claim at every
   renewal: once it is another server's, gone, or cannot be renewed for half a lease, the process says so in
   its log and ``on_lost`` moves its later writes below ``servers/<name>/`` (``servers.lost``).
@@ -49,6 +50,7 @@ LEASE_S = 120.0  # a claim whose holder this host cannot see ends when untouched
 LOCK_WAIT_S = 30.0
 PID_ENV = "RLPROF_SERVER_PID"  # the server's first process: its claim lives as long as that process does
 HEAD_ENV = "RLPROF_SERVER_HEAD"  # a server spanning nodes: the head address every node is given (``servers.announce``)
+INSTANCE_ENV = "RLPROF_SERVER_INSTANCE"  # one launch of a server: a random id its first process hands the others
 
 
 class Undecided(Exception):
@@ -71,6 +73,7 @@ def holder_identity() -> dict[str, Any]:
     ident = dict(processes.identity_of(pid))
     ident["pidns"] = processes.pid_namespace(pid)
     ident["head"] = os.environ.get(HEAD_ENV) or None
+    ident["instance"] = os.environ.get(INSTANCE_ENV) or None
     return ident
 
 
@@ -118,15 +121,17 @@ def _age(path: Path) -> float:
 
 
 def is_mine(claim: dict, name: str) -> bool:
-    """Whether ``claim`` is this server's: its name, and, where it was written on this host, its writer (the
-    server's first process). Written on another host, the name decides (a server spanning nodes)."""
+    """Whether ``claim`` is this server's: its name, and its writer: on this host the server's first process;
+    anywhere a node of the same server spanning nodes, or a process of the same launch."""
     if claim.get("server") != name:
         return False
     me = holder_identity()
     if me.get("head") and claim.get("head") == me["head"]:
         return True  # a node of the same server spanning nodes (each node's processes its own)
-    if not all(claim.get(k) == me.get(k) and me.get(k) is not None for k in ("host", "boot", "pidns")):
+    if me.get("instance") and claim.get("instance") == me["instance"]:
         return True
+    if not all(claim.get(k) == me.get(k) and me.get(k) is not None for k in ("host", "boot", "pidns")):
+        return not (me.get("instance") and claim.get("instance"))  # another host: another launch of one name
     return all(claim.get(k) == me.get(k) for k in _WRITER_KEYS)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,8 @@ def announce(name: str | None, port: int | None = None, head: str | None = None)
         chosen = os.environ[ID_ENV]
     else:
         chosen = derived_name(port, head)
+    if not (mine and os.environ.get(claim.INSTANCE_ENV)):
+        os.environ[claim.INSTANCE_ENV] = uuid.uuid4().hex  # this launch, told apart from any other of one name
     os.environ[ID_ENV], os.environ[PID_ENV] = chosen, str(os.getpid())
     if head:  # its nodes share the name: each node's claim check knows the others by this (``claim.is_mine``)
         os.environ[claim.HEAD_ENV] = safe_name(head)
@@ -135,11 +138,13 @@ def _decide(base: Path, name: str) -> Path:
     if holder.mine:
         claim.keep_alive(base, name, on_lost=lambda why: lost(base, name, why))
         return base
-    if holder.server == name:  # another live server on this host was given this name
+    if holder.server == name:  # another live server, on this host or another, was given this name
         own = safe_name(f"{name}.{socket.gethostname().split('.')[0]}-pid{os.environ.get(PID_ENV) or os.getpid()}")
-        logger.warning("rlprof: another running server is named %r and holds %s: two servers were given one "
-                       "server_name; this one writes below %s (give each server its own server_name)",
-                       name, base, base / SERVERS_DIR / own)
+        held = _claim(base / CLAIM) or {}
+        logger.warning("rlprof: two servers were given the name %r: the one on %s (pid %s) holds %s, and this one "
+                       "on %s (pid %s) writes below %s (give each server its own server_name)", name,
+                       held.get("host"), held.get("pid"), base, socket.gethostname(),
+                       os.environ.get(PID_ENV) or os.getpid(), base / SERVERS_DIR / own)
         return base / SERVERS_DIR / own
     return base / SERVERS_DIR / name
 

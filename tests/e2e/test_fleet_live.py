@@ -12,6 +12,7 @@ manifest; no step log holds two servers' lines; the status names both servers of
 from __future__ import annotations
 
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -46,31 +47,36 @@ def start_pair(engine: str, tmp: Path, root: Path) -> list:
 pytestmark = pytest.mark.extended
 
 
+def drive(engine: str, servers: list) -> None:
+    """RL steps 1..4 on every server, with traffic in each; step 3 traced on every one."""
+    for step in STEPS:
+        for server in servers:
+            r = server.post("/profile_step", {"global_step": step})
+            assert r.status_code == 200 and r.json()["status"] == "marked", r.text
+        if step == TRACED:
+            for server in servers:
+                body = {"global_step": step, **({"num_steps": 3} if engine == "sglang" else {})}
+                r = server.post("/start_profile", body)
+                assert r.status_code == 200, r.text
+        for server in servers:
+            for _ in range(2):
+                server.complete(max_tokens=4)
+        if step == TRACED:
+            for server in servers:
+                if engine == "vllm":
+                    assert server.post("/stop_profile", {}).status_code == 200
+                assert server.wait_state()["state"] == "done", server.log()[-3000:]
+    for server in servers:  # step 4 ends: its numbers are written when the next step begins
+        assert server.post("/profile_step", {"global_step": 5}).status_code == 200
+
+
 @pytest.fixture(scope="module", params=["vllm", "sglang"])
 def fleet(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"fleet-{request.param}")
     root = tmp / "shared"
     servers = start_pair(request.param, tmp, root)
     try:
-        for step in STEPS:
-            for server in servers:
-                r = server.post("/profile_step", {"global_step": step})
-                assert r.status_code == 200 and r.json()["status"] == "marked", r.text
-            if step == TRACED:
-                for server in servers:
-                    body = {"global_step": step, **({"num_steps": 3} if request.param == "sglang" else {})}
-                    r = server.post("/start_profile", body)
-                    assert r.status_code == 200, r.text
-            for server in servers:
-                for _ in range(2):
-                    server.complete(max_tokens=4)
-            if step == TRACED:
-                for server in servers:
-                    if request.param == "vllm":
-                        assert server.post("/stop_profile", {}).status_code == 200
-                    assert server.wait_state()["state"] == "done", server.log()[-3000:]
-        for server in servers:  # step 4 ends: its numbers are written when the next step begins
-            assert server.post("/profile_step", {"global_step": 5}).status_code == 200
+        drive(request.param, servers)
         yield request.param, root, servers
     finally:
         for server in servers:
@@ -137,3 +143,69 @@ def test_the_report_on_the_shared_directory_shows_both_replicas_for_every_step(f
         assert sorted(r["name"] for r in by_step[step]["replicas"]) == sorted(names_of(root)), step
         assert by_step[step]["slowest_replica"] in names_of(root)
     assert by_step[TRACED]["traced"] and all(r["traced"] for r in by_step[TRACED]["replicas"])
+
+
+# ---- one name on two hosts ------------------------------------------------------------------------------
+SECOND_HOST = "rlprof-node-b"
+
+
+@pytest.fixture(scope="module")
+def one_name_two_hosts(tmp_path_factory):
+    """Two vLLM servers given one name (``RLPROF_SERVER_NAME`` set for both, as a cluster-wide variable sets
+    it) on one shared folder, the second on "another host": its own UTS namespace with its own hostname
+    (``unshare --uts``, which needs root), the one thing two nodes differ in that the claim reads first."""
+    import shutil
+    import subprocess
+
+    from tests.helpers.vllm_server import VllmServer, cpu_env, free_port, launch, server_command
+
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0 or not shutil.which("unshare"):
+        pytest.skip("no UTS namespace here (unshare --uts needs root): the second host cannot be stood for")
+    tmp = tmp_path_factory.mktemp("one-name")
+    root = tmp / "shared"
+    config = {"profiler": "torch", "torch_profiler_dir": str(root), "torch_profiler_with_stack": False}
+    env = {"RLPROF_SERVER_NAME": "rollout"}
+    starts = {}
+    for k in range(2):
+        folder = tmp / f"host-{k}"
+        folder.mkdir()
+        port = free_port()
+        command = server_command(port, config)
+        if k == 1:
+            command = ["unshare", "--uts", "sh", "-c", f'hostname {SECOND_HOST} && exec "$@"', "sh", *command]
+        starts[k] = (lambda f=folder, p=port, c=command: launch(VllmServer, "vLLM", f, f / f"server-{p}.log", p, c,
+                                                                cpu_env(**env), config, 240))
+    started = start_together(starts)
+    servers = [started[0], started[1]]
+    try:
+        drive("vllm", servers)
+        yield root, servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def test_one_name_on_two_hosts_is_two_replicas_each_with_its_own_files(one_name_two_hosts, tmp_path):
+    root, servers = one_name_two_hosts
+    holder = json.loads((root / CLAIM).read_text())
+    assert holder["server"] == "rollout"
+    (below,) = [p for p in (root / SERVERS_DIR).iterdir()]
+    other_host = SECOND_HOST if holder["host"] != SECOND_HOST else socket.gethostname()
+    assert below.name.startswith(f"rollout.{other_host.split('.')[0]}-pid"), below
+    logs = "".join(s.log() for s in servers)
+    warned = [line for line in logs.splitlines() if "two servers were given the name 'rollout'" in line]
+    assert warned and SECOND_HOST in warned[0] and socket.gethostname() in warned[0], warned
+    for folder in (root, below):  # both sessions in their manifests, every listed file on disk
+        wait_for_lines(folder, 4)
+        step = folder / f"global_step_{TRACED}"
+        data = json.loads((step / "manifest.json").read_text())
+        assert data["state"] == "done" and data["writers"], data
+        listed = {f["path"] for w in data["writers"].values() for f in w.get("files", [])}
+        assert any(p.startswith("ranks/") for p in listed)
+        assert all((step / p).is_file() for p in listed), [p for p in listed if not (step / p).is_file()]
+    out = tmp_path / "fleet.json"
+    assert rlprof(["report", str(root), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["replicas"]) == 2, data["replicas"]
+    by_step = {s["global_step"]: s for s in data["steps"]}
+    assert len(by_step[TRACED]["replicas"]) == 2 and all(r["traced"] for r in by_step[TRACED]["replicas"])

@@ -163,7 +163,8 @@ def test_two_servers_given_one_name_never_both_hold_the_root(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, logger="rlprof"):
             mine = servers.server_root(root, "rollout")
         assert mine.parent == root / servers.SERVERS_DIR and mine.name.startswith("rollout.") and mine != root
-        assert any("two servers were given one server_name" in m for m in caplog.messages), caplog.messages
+        assert any("two servers were given the name 'rollout'" in m and f"(pid {other.pid})" in m
+                   for m in caplog.messages), caplog.messages
         assert json.loads((root / claim.CLAIM).read_text())["id"] == "theirs"  # untouched
     finally:
         other.kill()
@@ -220,6 +221,36 @@ def test_a_lease_the_filesystem_refuses_to_renew_is_given_up(tmp_path, monkeypat
         moved = _moved_within(root, "read-only")
     assert moved == root / servers.SERVERS_DIR / "read-only"
     assert any("could not be renewed" in m for m in caplog.messages), caplog.messages
+
+
+def test_one_name_on_two_hosts_is_two_servers_and_a_launch_is_one(tmp_path, monkeypatch, caplog):
+    """A claim of this name written on another host by another launch (its instance id) is another server's
+    while its lease runs: this one is told so, naming both, and writes below a folder of its own. A claim of
+    the same launch (a process it started elsewhere), or one written before claims carried an instance id, is
+    this server's, as it was."""
+    import logging
+
+    root = tmp_path / "two-hosts"
+    root.mkdir()
+    path = root / claim.CLAIM
+    theirs = {"server": "rollout", "host": "node-b", "boot": "other-boot", "pidns": "pid:[1]", "pid": 4242,
+              "started": 1, "id": "theirs", "instance": "launch-on-node-b"}
+    path.write_text(json.dumps(theirs))
+    monkeypatch.setenv(claim.INSTANCE_ENV, "launch-on-this-host")
+    assert claim.take(root, "rollout") == claim.Holder("rollout", False)
+    servers._resolved.pop((str(root), "rollout"), None)
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        mine = servers.server_root(root, "rollout")
+    host = socket.gethostname().split(".")[0]
+    assert mine.parent == root / servers.SERVERS_DIR and mine.name.startswith(f"rollout.{host}-pid")
+    assert any("on node-b (pid 4242) holds" in m and f"this one on {socket.gethostname()}" in m
+               for m in caplog.messages), caplog.messages
+    monkeypatch.setenv(claim.INSTANCE_ENV, "launch-on-node-b")  # a process of that launch
+    assert claim.take(root, "rollout") == claim.Holder("rollout", True)
+    path.write_text(json.dumps({k: v for k, v in theirs.items() if k != "instance"}))  # an older claim
+    monkeypatch.setenv(claim.INSTANCE_ENV, "launch-on-this-host")
+    assert claim.take(root, "rollout") == claim.Holder("rollout", True)
+    assert json.loads(path.read_text())["id"] == "theirs"  # never taken over while its lease runs
 
 
 def test_the_nodes_of_one_server_spanning_nodes_share_its_claim(tmp_path, monkeypatch):
