@@ -26,6 +26,10 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     # the frontends' request times, live: the rollout with one long response (tests/helpers/rollout_tail.py)
     "rlprof_plugins.patches.vllm.request_times": ("tests/e2e/test_vllm_server_tp1.py",),
     "rlprof_plugins.patches.sglang.request_times": ("tests/e2e/test_sglang_server_tp1.py",),
+    "rlprof_plugins.patches.vllm.request_keeper": ("tests/e2e/test_vllm_server_tp1.py",
+                                                   "tests/verl/test_verl_replica.py"),
+    "rlprof_plugins.patches.sglang.request_keeper": ("tests/e2e/test_sglang_server_tp1.py",
+                                                     "tests/verl/test_verl_replica.py"),
     "rlprof_plugins.backends.npu_options": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.npu_profiler": ("tests/npu/test_npu_backend.py",),
     "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),

@@ -12,20 +12,18 @@ here is logged once and the requests are no longer followed.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.config.launch_config import from_environment
-from rlprof_plugins.metrics.requests import LongestRequests
 
 from ..base import Patch
 from ..features import LONGEST_REQUESTS
 from .facts import BELOW
+from .request_keeper import KEEPER_ATTR, keep
 
 REQUEST_TIMES_VERSIONS = f">=0.5.15,<{BELOW}"  # the request state's time_stats, shapes checked
-KEEPER_ATTR = "_rlprof_longest_requests"
 
 
 def _stop_following(manager: Any, error: Exception) -> None:
@@ -41,7 +39,7 @@ def _follow(wrapped, instance, args, kwargs):
         config = from_environment()
         root = config.server_root() if config is not None else None
         if root is not None and config.options.step_metrics:
-            instance.__dict__[KEEPER_ATTR] = LongestRequests(root, f"frontend-{os.getpid()}")
+            keep(instance, root)
     except Exception as e:
         warn_once("sglang request times", "rlprof: the requests that held each step are not followed: %s: %s",
                   type(e).__name__, e)

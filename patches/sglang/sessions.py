@@ -23,7 +23,7 @@ from rlprof_plugins.session.protocol import (combine, ignored_as_native, roster_
                                              wait_until_written, with_step_manifest)
 from rlprof_plugins.store import reaping
 
-from . import weight_reader
+from . import request_keeper, weight_reader
 from .start_requests import build_request, server_config
 from .wire import send
 
@@ -93,10 +93,17 @@ async def until_written(tokenizer_manager: Any, replies: list, wait: Any) -> dic
     return result
 
 
-async def mark_step(tokenizer_manager: Any, weights_version: int, *, trainer: str) -> list:
+async def mark_step(tokenizer_manager: Any, weights_version: int, *, trainer: str,
+                    measure_dir: str | None = None) -> list:
     """A trainer integration's weight sync (verl's ``set_global_steps``): every scheduler's step
-    metrics count for the version + ``trainer_step_offset`` from now on."""
-    return await send(tokenizer_manager, {"op": "mark_step", "weights_version": weights_version, "trainer": trainer})
+    metrics count for the version + ``trainer_step_offset`` from now on. ``measure_dir``: the trainer's
+    folder for this server, where its step metrics go if it was launched without a profiler directory;
+    the requests that held each step are followed there too."""
+    command = {"op": "mark_step", "weights_version": weights_version, "trainer": trainer}
+    if measure_dir is not None:
+        command["measure_dir"] = measure_dir
+        request_keeper.follow_at(tokenizer_manager, measure_dir)
+    return await send(tokenizer_manager, command)
 
 
 async def status(tokenizer_manager: Any, global_step: Optional[int]) -> dict:

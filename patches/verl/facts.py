@@ -12,6 +12,9 @@ actors only to hand the RL step to the engine patches
 - ``SERVER_MODULES``: the server actors' modules, by engine.
 - ``WEIGHTS_VERSION_ATTR``: the attribute each server actor's
   ``set_global_steps`` sets at every weight sync (``None`` before the first).
+- ``PROFILER_ATTR``, ``REPLICA_RANK_ATTR``, ``REPLICA_FOLDER``: the actor's
+  rollout profiler and replica rank, and the folder below the profiler's
+  ``save_path`` verl names for each replica's engine (``rollout_trace_dir``).
 - ``ENGINE_ATTRS``: where each server actor holds its engine, by engine:
   ``vLLMHttpServer.engine`` (the ``AsyncLLM``, set by ``launch_server`` on the
   server's first node only) and ``SGLangHttpServer.tokenizer_manager``.
@@ -29,7 +32,7 @@ FIRST = "0.9.1"  # rollout profiling on by default (verl #7408); the entry-point
 BELOW = "0.10"
 VERSIONS = f">={FIRST},<{BELOW}"
 
-TESTED = ("0.9.1",)  # the newest on PyPI (November 2026)
+TESTED = ("0.9.1",)  # the newest release on PyPI
 CI_SUBSET = ("0.9.1",)
 
 SERVER_MODULES = {
@@ -38,6 +41,9 @@ SERVER_MODULES = {
 }
 WEIGHTS_VERSION_ATTR = "global_steps"
 ENGINE_ATTRS = {"vllm": "engine", "sglang": "tokenizer_manager"}
+PROFILER_ATTR = "profiler_controller"  # the actor's DistProfiler: its config (save_path), check_enable()
+REPLICA_RANK_ATTR = "replica_rank"
+REPLICA_FOLDER = "agent_loop_rollout_replica_{rank}"  # verl's rollout_trace_dir below save_path
 
 
 def version() -> str | None:

@@ -25,7 +25,13 @@ rollout with no call from the trainer. The actor's engine is reached the
 way verl's own methods reach it (``engine`` on vLLM, ``tokenizer_manager``
 on SGLang); an actor without one (a node other than the server's first)
 sends nothing, and a failure is one warning: verl's call returns as it
-would without rlprof.
+would without rlprof. verl hands the engine a profiler directory only on
+the replicas it traces (vLLM) or on none (SGLang, whose folder comes with
+each start), so the command also names the replica's folder verl would
+give it (``replica_folder``), where the step metrics, the flight recorder
+and the requests that held each step go when the engine has no directory
+of its own: every replica is measured with verl's defaults, and only the
+traced ones are traced.
 
 Patched where the actor runs: the module's import in each actor process (an
 actor class is unpickled by reference) applies the patch. Plain ``async
@@ -37,6 +43,7 @@ there would change.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rlprof_plugins.steps import trainer as trainer_step
@@ -45,7 +52,8 @@ from rlprof_plugins.steps.trainer import TrainerStep
 
 from ..base import Patch
 from ..features import TRAINER_STEPS
-from .facts import ENGINE_ATTRS, NAME, SERVER_MODULES, VERSIONS, WEIGHTS_VERSION_ATTR
+from .facts import (ENGINE_ATTRS, NAME, PROFILER_ATTR, REPLICA_FOLDER, REPLICA_RANK_ATTR, SERVER_MODULES, VERSIONS,
+                    WEIGHTS_VERSION_ATTR)
 
 
 def _count(value: Any) -> int | None:
@@ -79,22 +87,37 @@ async def _set_global_steps(wrapped, instance, args, kwargs):
     return result
 
 
+def replica_folder(server: Any) -> str | None:
+    """The folder verl gives this replica's engine for its profiles (``<save_path>/agent_loop_rollout_replica_
+    <r>``, verl's ``rollout_trace_dir``), where verl's rollout profiler is on; None where it is off. verl
+    configures the engine's profiler only on the replicas it traces (and SGLang's on none), so the others'
+    step metrics are placed there by the weight sync's ``mark_step``."""
+    controller = getattr(server, PROFILER_ATTR, None)
+    config = getattr(controller, "config", None)
+    save_path = getattr(config, "save_path", None)
+    rank = _count(getattr(server, REPLICA_RANK_ATTR, None))
+    if controller is None or not controller.check_enable() or not save_path or rank is None:
+        return None
+    return os.path.join(str(save_path), REPLICA_FOLDER.format(rank=rank))
+
+
 async def _mark_engine_step(server: Any) -> None:
     """The step the actor's weights serve, marked on every rank of its engine (see the docstring)."""
     version = _count(getattr(server, WEIGHTS_VERSION_ATTR, None))
     if version is None:
         return
+    folder = replica_folder(server)
     engine = getattr(server, ENGINE_ATTRS["vllm"], None)
     if engine is not None and hasattr(engine, "engine_core"):
         from ..vllm import sessions as vllm_sessions
 
-        await vllm_sessions.mark_step(engine, version, trainer=NAME)
+        await vllm_sessions.mark_step(engine, version, trainer=NAME, measure_dir=folder)
         return
     manager = getattr(server, ENGINE_ATTRS["sglang"], None)
     if manager is not None:
         from ..sglang import sessions as sglang_sessions
 
-        await sglang_sessions.mark_step(manager, version, trainer=NAME)
+        await sglang_sessions.mark_step(manager, version, trainer=NAME, measure_dir=folder)
 
 
 def _server_patch(engine: str, cls: str) -> Patch:

@@ -35,7 +35,6 @@ from ..features import HTTP_ROUTES, STEP_WINDOWS
 from ..http_common import PIECE_BYTES, native_validation_error
 from ..profile_routes import PROFILE_PATHS, endpoints, requested_wait
 from . import sessions, weight_reader
-from .control import UTILITY
 from .config import env_profiler_config, options_of, plugin_handles, request_server, root_of
 from .facts import CONFIG_VERSIONS, ENV_ERA_VERSIONS
 
@@ -94,7 +93,7 @@ class VllmCalls:
         return await raw_request.app.state.engine_client.profile_status(global_step)
 
     async def send(self, raw_request, command: dict) -> list:
-        return await raw_request.app.state.engine_client.engine_core.call_utility_async(UTILITY, command)
+        return await sessions.on_every_engine(raw_request.app.state.engine_client, command)
 
     def reader(self, raw_request, global_step: int, rank: str, path: str):
         return sessions.file_reader(raw_request.app.state.engine_client, global_step, rank, path, PIECE_BYTES)

@@ -22,7 +22,7 @@ from rlprof_plugins.backends.torch_profiler import TorchSettings, settings_from_
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.store import manifest, servers
-from rlprof_plugins.trace.format.naming import rank_label, vllm_worker_name
+from rlprof_plugins.trace.format.naming import rank_label, vllm_rank_suffix, vllm_worker_name
 
 from .config import options_of, plugin_handles, profiler_config_of, root_of
 from .facts import NAME, PLATFORM_ACTIVITIES, version as vllm_version
@@ -39,10 +39,18 @@ PENDING_ATTR = "_rlprof_iteration_open"
 FORWARDS_ATTR = "_rlprof_forwards"  # forward passes run by this worker (SGLang's start_step counts them)
 
 
+def engines_of(parallel_config: Any) -> int:
+    """How many engines of this server write its step folders: its data-parallel size, where one API server
+    runs them all (vLLM's own balancing), else one (an engine per server: external balancing)."""
+    size = int(getattr(parallel_config, "data_parallel_size", 1) or 1)
+    return 1 if getattr(parallel_config, "data_parallel_external_lb", False) else size
+
+
 def manifest_header(vllm_config: Any, trace_dir: str | None) -> dict[str, Any]:
     """What every writer of a step's manifest (each rank, the API server) says about the engine."""
     p = vllm_config.parallel_config
-    return manifest.engine_header(engine=NAME, engine_version=vllm_version(), expected_ranks=p.world_size,
+    return manifest.engine_header(engine=NAME, engine_version=vllm_version(),
+                                  expected_ranks=p.world_size * engines_of(p),
                                   parallel={"tp": p.tensor_parallel_size, "pp": p.pipeline_parallel_size,
                                             "dp": p.data_parallel_size},
                                   trace_dir=trace_dir, plugin_version=PLUGIN_VERSION, nodes=getattr(p, "nnodes", 1),
@@ -73,14 +81,42 @@ def worker_profiler_config(worker: Any) -> Any:
     return cfg if cfg is not None else profiler_config_of(getattr(worker, "vllm_config", None))
 
 
+def data_parallel_rank(worker: Any) -> int | None:
+    """The data-parallel rank of the worker's engine where the server runs data-parallel (None: it does
+    not, or this is rank 0 of a dense model's, which vLLM runs as independent engines of size one). Each
+    engine numbers its workers from 0, so this is what tells two engines' rank 0 apart. vLLM keeps the
+    original rank in ``data_parallel_index`` when it resets a dense model's engine to size one."""
+    p = worker.vllm_config.parallel_config
+    index = getattr(p, "data_parallel_index", None)
+    if isinstance(index, int) and index > 0:
+        return index
+    if int(getattr(p, "data_parallel_size", 1) or 1) <= 1:
+        return None
+    return int(getattr(p, "data_parallel_rank", 0) or 0)
+
+
+def rank_name(worker: Any) -> str:
+    """The worker's one name (``rank_label``): in step logs, manifests, flight dumps and metrics labels."""
+    dp = data_parallel_rank(worker)
+    return rank_label(worker.rank, {"dp": dp} if dp else None)
+
+
 def rank_suffix(worker: Any) -> str:
     """vLLM's own worker trace name (0.17+: ``dp0_pp0_tp1_dcp0_ep0_rank1``);
-    ``rank<r>`` on releases without it."""
+    ``rank<r>`` on releases without it. A data-parallel engine's worker whose
+    suffix does not say its data-parallel rank (vLLM's falls back to
+    ``rank<r>`` where its groups are not set up) gets it in vLLM's form."""
     try:
         from vllm.distributed.utils import get_worker_rank_suffix
     except ImportError:
-        return rank_label(worker.rank)
-    return get_worker_rank_suffix(global_rank=worker.rank)
+        suffix = rank_label(worker.rank)
+    else:
+        suffix = get_worker_rank_suffix(global_rank=worker.rank)
+    dp = data_parallel_rank(worker)
+    if dp is not None and not suffix.startswith("dp"):
+        tp = int(getattr(worker.vllm_config.parallel_config, "tensor_parallel_size", 1) or 1)
+        suffix = vllm_rank_suffix(worker.rank, dp, tp)
+    return suffix
 
 
 def backend_factory(cfg: Any, options: Any) -> Any:
@@ -114,7 +150,7 @@ def controller_for(worker: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=root_of(cfg),
             worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
-            rank_name=rank_label(worker.rank),  # the rank's one name; its files keep vLLM's suffix
+            rank_name=rank_name(worker),  # the rank's one name; its files keep vLLM's suffix
             backend_factory=factory,
             manifest_header=manifest_header(worker.vllm_config, root_of(cfg)),
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),

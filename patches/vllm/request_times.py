@@ -16,21 +16,19 @@ longer followed.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from rlprof_plugins._log import warn_once
-from rlprof_plugins.metrics.requests import LongestRequests
 
 from ..base import Patch
 from ..features import LONGEST_REQUESTS
 from . import sessions
 from .config import options_of, plugin_handles, root_of
 from .facts import BELOW, WEIGHT_VERSION_FIRST
+from .request_keeper import KEEPER_ATTR, keep
 
 REQUEST_TIMES_VERSIONS = f">={WEIGHT_VERSION_FIRST},<{BELOW}"  # the releases RL trainers run, shapes checked
-KEEPER_ATTR = "_rlprof_longest_requests"
 
 
 def _stop_following(processor: Any, error: Exception) -> None:
@@ -46,9 +44,7 @@ def _follow(wrapped, instance, args, kwargs):
     try:
         cfg = sessions.config_of(instance)
         if plugin_handles(cfg) and options_of(cfg).step_metrics:
-            processor = instance.output_processor
-            processor.__dict__[KEEPER_ATTR] = LongestRequests(root_of(cfg), f"frontend-{os.getpid()}",
-                                                              in_flight=lambda: processor.request_states)
+            keep(instance.output_processor, root_of(cfg))
     except Exception as e:
         warn_once("vllm request times", "rlprof: the requests that held each step are not followed: %s: %s",
                   type(e).__name__, e)

@@ -28,7 +28,7 @@ from rlprof_plugins.store import reaping
 from rlprof_plugins.store.layout import session_dir
 from rlprof_plugins.trace.format.naming import vllm_frontend_name, vllm_worker_name
 
-from . import weight_reader
+from . import request_keeper, weight_reader
 from .config import options_of, profiler_config_of, request_server, root_of
 from .control import UTILITY, manifest_header, torch_settings, with_overrides
 
@@ -86,22 +86,33 @@ def _recorder(llm: Any) -> FrontendRecorder | None:
     return recorder
 
 
+async def on_every_engine(llm: Any, command: dict) -> list:
+    """Every worker's reply to ``command``. A data-parallel server runs an engine per data-parallel rank, each
+    answering for its own workers; vLLM's client sends a utility call to every engine but hands back only the
+    first one's answer, so where it can ask them all (``call_utility_all_async``) the answers are joined."""
+    client = llm.engine_core
+    every = getattr(client, "call_utility_all_async", None)
+    if every is not None and len(getattr(client, "core_engines", None) or ()) > 1:
+        return [reply for replies in await every(UTILITY, command) for reply in replies]
+    return await client.call_utility_async(UTILITY, command)
+
+
 async def start(llm: Any, request: StartRequest) -> dict:
     """One parsed request on every worker (and the API-server trace); the
     route and ``AsyncLLM.start_profile`` both come here."""
     cfg = config_of(llm)
     await asyncio.to_thread(reaping.reap_all, Path(request.output_dir or root_of(cfg)))
-    replies = await llm.engine_core.call_utility_async(UTILITY, request.to_command())
+    replies = await on_every_engine(llm, request.to_command())
     result = combine(replies)  # a second start is a 409, as vLLM's own route answers it
     roster = roster_command(result)
     if roster is not None:  # a server spanning nodes: each folder's manifest names where the others write
-        await llm.engine_core.call_utility_async(UTILITY, roster)
+        await on_every_engine(llm, roster)
     recorder = _recorder(llm)
     if recorder is not None:
         directory = session_dir(request.output_dir or root_of(cfg), request.global_step)
 
         async def workers_active() -> bool:
-            status = combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "status"}))
+            status = combine(await on_every_engine(llm, {"op": "status"}))
             return status["state"] in ("waiting", "recording")
 
         info = None
@@ -137,7 +148,7 @@ async def stop(llm: Any, wait: Any = None) -> dict:
     if recorder is not None:
         recorder.stop_soon()  # its export runs beside the workers'
     try:
-        result = _with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, {"op": "stop"})))
+        result = _with_frontend(llm, combine(await on_every_engine(llm, {"op": "stop"})))
     except ConflictError as e:  # nothing running: vLLM's own profiler ignores the stop; ``wait`` is rlprof's
         if wait is not None:
             raise
@@ -150,14 +161,19 @@ async def stop(llm: Any, wait: Any = None) -> dict:
 
 async def status(llm: Any, global_step: int | None = None) -> dict:
     command = {"op": "status", "global_step": global_step}
-    return with_step_manifest(_with_frontend(llm, combine(await llm.engine_core.call_utility_async(UTILITY, command))))
+    return with_step_manifest(_with_frontend(llm, combine(await on_every_engine(llm, command))))
 
 
-async def mark_step(llm: Any, weights_version: int, *, trainer: str) -> list:
+async def mark_step(llm: Any, weights_version: int, *, trainer: str, measure_dir: str | None = None) -> list:
     """A trainer integration's weight sync (verl's ``set_global_steps``): every worker's step metrics
-    count for the version + ``trainer_step_offset`` from now on."""
+    count for the version + ``trainer_step_offset`` from now on. ``measure_dir``: the trainer's folder for
+    this server, where its step metrics go if the engine was launched without a profiler directory; the
+    requests that held each step are followed there too."""
     command = {"op": "mark_step", "weights_version": weights_version, "trainer": trainer}
-    return await llm.engine_core.call_utility_async(UTILITY, command)
+    if measure_dir is not None:
+        command["measure_dir"] = measure_dir
+        request_keeper.follow_at(llm, measure_dir)
+    return await on_every_engine(llm, command)
 
 
 def file_reader(llm: Any, global_step: int, rank: str, path: str, length: int):
@@ -169,7 +185,7 @@ def file_reader(llm: Any, global_step: int, rank: str, path: str, length: int):
             return local_piece(await status(llm, global_step), rank, path, offset, length)
         command = {"op": "read", "global_step": global_step, "rank": rank, "path": path, "offset": offset,
                    "length": length}
-        return file_piece(await llm.engine_core.call_utility_async(UTILITY, command), rank, path)
+        return file_piece(await on_every_engine(llm, command), rank, path)
 
     return read_piece
 

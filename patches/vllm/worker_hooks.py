@@ -25,13 +25,14 @@ from typing import Any
 from rlprof_plugins._log import warn_once
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
+from rlprof_plugins.metrics.engine_hook import STEP_OPS, RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
-from rlprof_plugins.trace.format.naming import rank_label
+
+from rlprof_plugins.store import servers
 
 from ..base import Patch
-from .config import options_of, plugin_handles, request_server, root_of
-from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, worker_profiler_config
+from .config import launch_options, options_of, plugin_handles, request_server, root_of
+from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, rank_name, worker_profiler_config
 from .iterations import iteration_info, quick_info
 
 INFO_ATTR = "_rlprof_iteration_info"  # the open iteration's stage and tokens, for the step metrics
@@ -39,14 +40,18 @@ ITERATING_ATTR = "_rlprof_iterating"  # the controller whose session counts the 
 
 
 # ---- step metrics --------------------------------------------------------
-def _step_metrics_place(worker: Any) -> RecorderPlace | None:
-    """Where a worker's step metrics go: its profiler config's root, under its rank's label. The
-    weight version lives in the EngineCore process, not here: the ``engine_core`` patch forwards
-    each ``set_weight_version`` to every worker as a ``weight_version`` command."""
+def _step_metrics_place(worker: Any, measure_dir: str | None = None) -> RecorderPlace | None:
+    """Where a worker's step metrics go: its profiler config's root, under its rank's name; where the
+    engine has no profiler directory, the trainer's folder for this server (``measure_dir``: a verl replica
+    verl does not profile), with the options of ``RLPROF_PROFILER_CONFIG``. The weight version lives in
+    the EngineCore process, not here: the ``engine_core`` patch forwards each ``set_weight_version`` to
+    every worker as a ``weight_version`` command."""
     config = worker_profiler_config(worker)
-    if config is None or not plugin_handles(config):
+    if config is not None and plugin_handles(config):
+        return RecorderPlace(root_of(config), rank_name(worker), options_of(config))
+    if measure_dir is None:
         return None
-    return RecorderPlace(root_of(config), rank_label(worker.rank), options_of(config))
+    return RecorderPlace(str(servers.server_root(measure_dir)), rank_name(worker), launch_options())
 
 
 STEP_METRICS = StepMetricsHook("vllm", _step_metrics_place)
@@ -63,7 +68,10 @@ def worker_control(obj: Any, command: dict) -> dict:
         return unavailable_reply(f"the worker hooks are not installed in this process ({type(worker).__name__})")
     config = worker_profiler_config(worker)
     if not plugin_handles(config):
-        return unavailable_reply("the profiler config is not handled by rlprof")
+        # the step metrics alone, where a trainer gave this engine its folder (``measure_dir``) or did before
+        measured = command.get("measure_dir") or worker.__dict__.get(RECORDER_ATTR)
+        if command.get("op") not in STEP_OPS or not measured:
+            return unavailable_reply("the profiler config is not handled by rlprof")
     answer = STEP_METRICS.command(worker, command)
     if answer is not None:
         return answer

@@ -13,7 +13,12 @@ then gives the patch module the same calls on both engines:
 - ``command(owner, command)``: a step command (``weight_version``,
   ``mark_step`` with a ``global_step``, or with a trainer's
   ``weights_version``; ``flight_dump``, the flight recorder's ring written
-  now) answered, or None for a profiling command;
+  now) answered, or None for a profiling command. A trainer's ``mark_step``
+  may carry ``measure_dir``: the folder the trainer gives this server for its
+  files, where an engine launched without a profiler directory (a verl
+  replica it does not profile) measures its steps; ``locate`` is then asked
+  with ``measure_dir=`` and places the step metrics there when the engine's
+  own configuration names no directory;
 - ``started(owner, command, reply)``: a start that went through names its
   step, so iterations count for it from then on;
 - ``phase(owner, record)``: an RL phase the owner ran (``phases.timed``), kept
@@ -57,14 +62,16 @@ class StepMetricsHook:
         self._locate = locate
         self.attr = attr  # where the owner keeps its recorder (False: step metrics are off for it)
 
-    def recorder(self, owner: Any, *context: Any) -> StepRecorder | None:
-        """The owner's recorder (``context``: what ``locate`` needs beside the owner)."""
+    def recorder(self, owner: Any, *context: Any, measure_dir: str | None = None) -> StepRecorder | None:
+        """The owner's recorder (``context``: what ``locate`` needs beside the owner; ``measure_dir``: the
+        trainer's folder for an engine launched without one, tried where the owner has no recorder yet)."""
         found = owner.__dict__.get(self.attr)
-        if found is not None:
+        if found is not None and (found or measure_dir is None):
             return found or None
         recorder = None
         try:
-            place = self._locate(owner, *context)
+            place = (self._locate(owner, *context) if measure_dir is None
+                     else self._locate(owner, *context, measure_dir=measure_dir))
             if place is not None:
                 recorder = recorder_for(place.root, place.rank, place.options)
                 if recorder is not None:
@@ -83,7 +90,8 @@ class StepMetricsHook:
         op = command.get("op")
         if op not in STEP_OPS:
             return None
-        recorder = self.recorder(owner, *context)
+        measure_dir = command.get("measure_dir") if op == "mark_step" else None
+        recorder = self.recorder(owner, *context, measure_dir=measure_dir if isinstance(measure_dir, str) else None)
         if recorder is None:
             return {"ok": True, "step_metrics": False}
         if op == "flight_dump":

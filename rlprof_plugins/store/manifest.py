@@ -233,6 +233,10 @@ def update(
         before = data.get("state")
         for key, value in header.items():
             data.setdefault(key, value)
+        if int(header.get("expected_ranks") or 0) > int(data.get("expected_ranks") or 0):
+            # the writer that knows the whole server (a data-parallel server's API server: each of its engines
+            # knows only its own ranks) raises what the folder waits for
+            data["expected_ranks"], data["parallel"] = header["expected_ranks"], header.get("parallel")
         data["writers"][writer] = {**section, "process": identity()}
         _write(directory, data)
     if on_complete is not None and data["state"] in TERMINAL and before not in TERMINAL:

@@ -264,7 +264,9 @@ def replicas_of(root: str | Path) -> list[Replica]:
         shared = servers_in(folder)
         claimed, _ = shared[0]
         if holds_steps(folder):
-            found.append(Replica(_identity(folder, claimed) or label or folder.name, folder))
+            # a folder below ROOT (verl's replica folders, ``rlprof collect``'s) is named by its folder; ROOT
+            # itself by the server that holds it
+            found.append(Replica(label or _identity(folder, claimed) or folder.name, folder))
         for name, server in shared[1:]:
             if holds_steps(server):
                 found.append(Replica(name if not label else f"{label}/{name}", server))

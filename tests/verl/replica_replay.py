@@ -19,7 +19,11 @@ the next sync, and so on, with no start or stop at all; the result holds every
 step log line written under ``save_path`` (``steps/<rank>.jsonl``), as the
 engine wrote them.
 
-    python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate | --no-profile]
+With ``--two-replicas``, two server actors with verl's defaults (replica 0
+traced, replica 1 not) through three synced steps, the middle one profiled;
+the result lists every file under ``save_path`` and every step log line.
+
+    python -m tests.verl.replica_replay vllm|sglang MODEL SAVE_PATH [--relocate | --no-profile | --two-replicas]
 """
 
 from __future__ import annotations
@@ -106,8 +110,48 @@ async def replay_without_profile(engine: str, model: str, save_path: Path) -> di
     return {"tokens": tokens, "step_lines": step_lines(save_path), "patched_in_driver": _patched(engine)}
 
 
+async def replay_two_replicas(engine: str, model: str, save_path: Path) -> dict:
+    """Two replicas with verl's defaults (``all_ranks=False``: replica 0 alone traced), driven as the trainer
+    drives them: a weight sync on both, verl's ``start_profile()`` on each replica (verl's server profiles
+    only replica 0), a rollout on both, ``stop_profile()``; three steps, the middle one profiled; then one
+    more sync ends the last step."""
+    import ray
+
+    server_class, replica_class = server_classes(engine)
+    actors = [ray.remote(server_class).options(max_concurrency=8, num_cpus=0).remote(str(save_path), model, False, r)
+              for r in (0, 1)]
+    await asyncio.gather(*[a.launch.remote() for a in actors])
+    replicas = []
+    for actor in actors:
+        replica = object.__new__(replica_class)
+        replica.servers = [actor]
+        replicas.append(replica)
+    try:
+        for version in SYNCED_VERSIONS:
+            await asyncio.gather(*[a.set_global_steps.remote(version) for a in actors])
+            profiled = version == SYNCED_VERSIONS[1]
+            if profiled:
+                for replica in replicas:
+                    await replica.start_profile()
+            await asyncio.gather(*[a.rollout.remote(2) for a in actors])
+            if profiled:
+                for replica in replicas:
+                    await replica.stop_profile()
+        await asyncio.gather(*[a.set_global_steps.remote(SYNCED_VERSIONS[-1] + 1) for a in actors])
+        for _ in range(100):  # the step logs are appended off the engine thread
+            lines = step_lines(save_path)
+            if all(sum(str(save_path / f"agent_loop_rollout_replica_{r}") in line["_log"] for line in lines)
+                   >= len(SYNCED_VERSIONS) for r in (0, 1)):
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await asyncio.gather(*[a.close.remote() for a in actors])
+    return {"files": listing(save_path), "step_lines": step_lines(save_path), "patched_in_driver": _patched(engine)}
+
+
 def step_lines(save_path: Path) -> list[dict]:
-    return [json.loads(line) for path in sorted(save_path.rglob("steps/*.jsonl"))
+    """Every step log line below ``save_path``, each with ``_log``: the log it was read from."""
+    return [{**json.loads(line), "_log": str(path)} for path in sorted(save_path.rglob("steps/*.jsonl"))
             for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -123,6 +167,7 @@ def main() -> None:
     engine, model, save_path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     relocate = "--relocate" in sys.argv[4:]
     run = (replay_without_profile(engine, model, save_path) if "--no-profile" in sys.argv[4:]
+           else replay_two_replicas(engine, model, save_path) if "--two-replicas" in sys.argv[4:]
            else replay(engine, model, save_path, relocate))
     save_path.mkdir(parents=True, exist_ok=True)
     # the documented line: rlprof's keys reach every server actor through Ray's runtime_env

@@ -25,9 +25,9 @@ CPU_ARGS = dict(device="cpu", attention_backend="torch_native", sampling_backend
 
 
 class TestSGLangServer(SGLangHttpServer):
-    def __init__(self, save_path: str, model: str, relocate_results: bool = False):
+    def __init__(self, save_path: str, model: str, relocate_results: bool = False, replica_rank: int = 0):
         self.model_path = model
-        attach(self, save_path, relocate_results=relocate_results)
+        attach(self, save_path, relocate_results=relocate_results, replica_rank=replica_rank)
 
     async def launch(self) -> None:
         import sglang.srt.entrypoints.engine

@@ -146,3 +146,45 @@ def test_every_synced_step_is_measured_with_no_profile(unprofiled, engine):
                     "sglang": [("cache_reset", "flush_cache"), ("resume", "continue_generation")]}[engine]
         assert [(p["phase"], p["call"]) for p in line.get("phases", [])] == expected, line
         assert all(p["started_at"] >= line["last_iteration_at"] for p in line["phases"]), line
+
+
+@pytest.fixture(scope="module")
+def two_replicas(tmp_path_factory):
+    """Two replicas with verl's defaults (``all_ranks=False``: verl traces replica 0 alone), nothing added to
+    verl's config or the environment: ``replica_replay --two-replicas`` on each engine."""
+    root = tmp_path_factory.mktemp("verl-two-replicas")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {engine: pool.submit(replay, engine, root / engine, "--two-replicas") for engine in ("vllm", "sglang")}
+        return {engine: (root / engine, run.result()) for engine, run in runs.items()}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_replica_is_measured_and_only_the_profiled_one_traced(two_replicas, engine, tmp_path):
+    """verl hands the engine a profiler directory only on the replica it traces (vLLM), or none at all (SGLang):
+    both replicas still write their step logs under verl's save_path, in verl's replica folders, and the report
+    reads both replicas' steps with their numbers; replica 1 has no trace."""
+    from rlprof_plugins.cli.command import main as rlprof
+    from tests.verl.replica_replay import SYNCED_VERSIONS
+
+    save_path, result = two_replicas[engine]
+    assert result["patched_in_driver"]
+    replicas = ("agent_loop_rollout_replica_0", "agent_loop_rollout_replica_1")
+    for replica in replicas:
+        steps = sorted(line["global_step"] for line in result["step_lines"] if f"/{replica}/steps/" in line["_log"])
+        assert steps == [v + 1 for v in SYNCED_VERSIONS], (replica, steps)
+    for replica in replicas:  # the requests that held each step, followed on both
+        assert any(f.startswith(f"{replica}/steps/requests/frontend-") for f in result["files"]), result["files"]
+    traced = {f.split("/")[0] for f in result["files"] if ".pt.trace.json" in f or ".trace.json" in f}
+    assert traced == {replicas[0]}, result["files"]
+    profiled_step = SYNCED_VERSIONS[1] + 1
+    out = tmp_path / "fleet.json"
+    assert rlprof(["report", str(save_path), "-q", "--no-cache", "--json", str(out), "-o", str(tmp_path / "r.html")]) == 0
+    data = json.loads(out.read_text())
+    assert sorted(data["replicas"]) == list(replicas)
+    by_step = {s["global_step"]: s for s in data["steps"]}
+    for version in SYNCED_VERSIONS:
+        rows = {r["name"]: r for r in by_step[version + 1]["replicas"]}
+        assert sorted(rows) == list(replicas), (version, rows)
+        assert all(r["iterations"] and r["iterations"] >= 6 for r in rows.values()), rows
+    rows = {r["name"]: r for r in by_step[profiled_step]["replicas"]}
+    assert rows[replicas[0]]["traced"] and not rows[replicas[1]]["traced"], rows

@@ -90,17 +90,22 @@ class TraceName:
 
 # ---- one name per rank ---------------------------------------------------------
 _POSITION_KEYS = ("tp", "dp", "pp", "ep")  # SGLang's order in its file names
-_RANK_LABEL = re.compile(r"^rank(?P<rank>\d+)$|^TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?$")
+_RANK_LABEL = re.compile(r"^(?:dp(?P<vllm_dp>\d+)-)?rank(?P<rank>\d+)$"
+                         r"|^TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?$")
 
 
 def rank_label(rank: int | None = None, position: dict[str, int] | None = None) -> str:
     """A rank's one name, in its engine's words: in manifests (the writer and
-    its files), status answers, merged traces and summaries alike. vLLM:
-    ``rank<R>``, the global rank its own trace names end with; SGLang:
+    its files), step logs, flight dumps, metrics labels, status answers,
+    merged traces and summaries alike. vLLM: ``rank<R>``, the rank within
+    its engine that its own trace names end with, and ``dp<D>-rank<R>`` for
+    the engines of data-parallel ranks above 0 (each engine numbers its
+    workers from 0, so the data-parallel rank tells them apart; rank 0 keeps
+    the name a server without data parallelism gives); SGLang:
     ``TP-<t>[-DP-<d>][-PP-<p>][-EP-<e>]``, its trace names' rank part."""
-    if rank is not None:
-        return f"rank{rank}"
     pos = position or {}
+    if rank is not None:
+        return f"dp{pos['dp']}-rank{rank}" if pos.get("dp") else f"rank{rank}"
     return "-".join(f"{k.upper()}-{pos[k]}" for k in _POSITION_KEYS if k in pos)
 
 
@@ -110,14 +115,16 @@ def parse_rank_label(label: str) -> tuple[int | None, dict[str, int]] | None:
     if m is None:
         return None
     rank = m.group("rank")
-    return (int(rank) if rank is not None else None,
-            {k: int(m.group(k)) for k in _POSITION_KEYS if m.group(k) is not None})
+    if rank is not None:
+        return int(rank), ({"dp": int(m.group("vllm_dp"))} if m.group("vllm_dp") is not None else {})
+    return None, {k: int(m.group(k)) for k in _POSITION_KEYS if m.group(k) is not None}
 
 
 def rank_order(rank: int | None, position: dict[str, int]) -> tuple:
-    """Ranks in merge order: tp fastest, then pp, then dp (vLLM's global ranks count so)."""
+    """Ranks in merge order: tp fastest, then pp, then dp (vLLM's global ranks count so; each data-parallel
+    engine's ranks after the one before)."""
     if rank is not None:
-        return (0, rank)
+        return (0, position.get("dp", 0), rank)
     p = position
     return (0, p.get("dp", 0), p.get("pp", 0), p.get("tp", 0), p.get("ep", 0))
 
@@ -231,6 +238,12 @@ def expected_labels(labels: list[str], expected: int) -> list[str] | None:
 
 
 # ---- the names rlprof writes ------------------------------------------------
+def vllm_rank_suffix(rank: int, dp: int, tp_size: int) -> str:
+    """A vLLM worker's trace name suffix in vLLM's own form (``dp1_pp0_tp0_rank0``), for a data-parallel
+    engine's worker where vLLM's own suffix does not say its data-parallel rank."""
+    return f"dp{dp}_pp{rank // max(tp_size, 1)}_tp{rank % max(tp_size, 1)}_rank{rank}"
+
+
 def vllm_worker_name(prefix: str | None, suffix: str) -> str:
     """A vLLM worker's trace name: vLLM's own (``<prefix>_<suffix>``)."""
     return f"{prefix}_{suffix}" if prefix else suffix
