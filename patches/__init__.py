@@ -16,7 +16,7 @@ patch binds them to its server), ``http_common`` (the routes' replies) and
 Floors inside, top to bottom (a module imports its own floor and the floors below; a patch module never
 imports another): the package's face and its table; the registry; an engine's package; patch modules;
 helpers; facts; the Patch declaration; what every engine's patches share.
-May import: `session`, `metrics`, `config`, `steps`, `backends`, `trace`, `store` and the ground.
+May import: `session`, `metrics`, `config`, `step_sources`, `backends`, `trace`, `store` and the base modules.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The command line (``cli/command.py``) is assembled from a list of these; the
 trace tools, the report, doctor, selftest and the fleet commands
 (``client/commands.py``) each declare theirs where their handler lives, so a
-command is one declaration in one place. In the ground layer because the
+command is one declaration in one place. Among the base modules because the
 trainer client declares commands too and sits below the command line.
 """
 

@@ -100,7 +100,7 @@ def controller_for(manager: Any, module: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=config.server_root() or ".",  # every start names its directory
             worker_name=lambda prefix: sglang_worker_name(prefix, label),
-            rank_name=label,  # the rank's one name, as in its file names
+            rank_name=label,  # the rank's name, as in its file names
             backend_factory=which_backend.factory(kind, BuildContext(
                 lambda table, overrides: config.torch_settings(cuda_available=cuda, overrides=overrides),
                 config.options)),

@@ -13,7 +13,7 @@ forms on every release. When rlprof is configured in this process
 (``--profiler-config`` or ``RLPROF_PROFILER_CONFIG``) or the call uses a
 field SGLang does not define (rlprof's ``global_step``, vLLM's
 ``delay_iterations``, ...) or a trainer integration gave the RL step
-(``rlprof_plugins.steps.trainer``: verl's server actor), the request is
+(``rlprof_plugins.step_sources.trainer``: verl's server actor), the request is
 parsed like an HTTP body (same fields, same errors, raised naming the
 field) and sent to the schedulers as an
 rlprof command; the stop returns once the files are written (bounded by
@@ -29,7 +29,7 @@ import dataclasses
 import json
 from typing import Any
 
-from rlprof_plugins.steps import trainer as trainer_step
+from rlprof_plugins.step_sources import trainer as trainer_step
 
 from . import sessions
 from ..base import Patch

@@ -3,7 +3,7 @@
 verl is a trainer, not an engine: it drives vLLM or SGLang in-process from
 Ray actors (``vLLMHttpServer``, ``SGLangHttpServer``). rlprof patches those
 actors only to hand the RL step to the engine patches
-(``rlprof_plugins.steps.trainer``); the engine's own patches do the rest.
+(``rlprof_plugins.step_sources.trainer``); the engine's own patches do the rest.
 
 - ``ENTRY_POINTS``: verl imports every ``verl.plugins`` entry point when
   ``verl`` itself is imported (in the trainer and in every actor process that

@@ -8,7 +8,7 @@ builds its own ``tokenizer_manager.start_profile(...)`` arguments and drops
 the incoming ones. Neither passes a step, but each actor holds the weights
 version of its last sync (``set_global_steps``).
 
-The wrapper sets ``rlprof_plugins.steps.trainer.CURRENT`` (the caller's
+The wrapper sets ``rlprof_plugins.step_sources.trainer.CURRENT`` (the caller's
 ``global_step`` kwarg, else that weights version) around verl's own method;
 the start request that method makes, through rlprof's ``AsyncLLM`` or
 ``TokenizerManager`` patch, takes its global step from there
@@ -46,9 +46,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rlprof_plugins.steps import trainer as trainer_step
+from rlprof_plugins.step_sources import trainer as trainer_step
 from rlprof_plugins._log import warn_once
-from rlprof_plugins.steps.trainer import TrainerStep
+from rlprof_plugins.step_sources.trainer import TrainerStep
 
 from ..base import Patch
 from ..features import TRAINER_STEPS

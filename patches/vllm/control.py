@@ -96,7 +96,7 @@ def data_parallel_rank(worker: Any) -> int | None:
 
 
 def rank_name(worker: Any) -> str:
-    """The worker's one name (``rank_label``): in step logs, manifests, flight dumps and metrics labels."""
+    """The worker's name (``rank_label``): in step logs, manifests, flight dumps and metrics labels."""
     dp = data_parallel_rank(worker)
     return rank_label(worker.rank, {"dp": dp} if dp else None)
 
@@ -150,7 +150,7 @@ def controller_for(worker: Any) -> ProfilerController:
         ctl = ProfilerController(
             root_dir=root_of(cfg),
             worker_name=lambda prefix: vllm_worker_name(prefix, suffix),
-            rank_name=rank_name(worker),  # the rank's one name; its files keep vLLM's suffix
+            rank_name=rank_name(worker),  # the rank's name; its files keep vLLM's suffix
             backend_factory=factory,
             manifest_header=manifest_header(worker.vllm_config, root_of(cfg)),
             forward_count=lambda: worker.__dict__.get(FORWARDS_ATTR, 0),

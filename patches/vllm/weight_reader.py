@@ -1,8 +1,7 @@
 """Helper: vLLM's weight version read as the global step (``step_source: weight_version``).
 
 vLLM keeps the version of the weights it serves in its EngineCore
-(vllm#49040, July 2026; among tested releases from 0.32, while 0.24 has
-none): ``"default"`` until ``POST /finish_weight_update {"weight_version": ...}``
+(vllm#49040; among tested releases from 0.32, while 0.24 has none): ``"default"`` until ``POST /finish_weight_update {"weight_version": ...}``
 or ``POST /update_weight_version {"new_version": ...}`` (routes of the API
 server in ``VLLM_SERVER_DEV_MODE``), or ``LLM``/``AsyncLLM``'s
 ``update_weight_version``. rlprof reads it where a start request is parsed
@@ -20,7 +19,7 @@ from packaging.version import Version
 
 from rlprof_plugins.config.options import ProfileOptions
 from rlprof_plugins.errors import OptionsError
-from rlprof_plugins.steps.which_step import WEIGHT_VERSION
+from rlprof_plugins.step_sources.which_step import WEIGHT_VERSION
 
 from .facts import WEIGHT_VERSION_FIRST, version
 

@@ -9,7 +9,7 @@ recorded), ``export(place, name)`` (on any thread; rlprof runs it off the
 engine loop; ``place`` is the session's ``layout.Placement``: whole traces
 in ``place.ranks()``, stage traces in ``place.ranks(stage)``).
 
-May import: `store`, `trace` and the ground.
+May import: `store`, `trace` and the base modules.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ its parts. The fleet commands (start, stop, status, collect) are the trainer
 client's (``client.commands``).
 
 The top layer of the core: nothing imports it; doctor dry-runs the patches.
-May import: `report`, `client`, `patches`, `session`, `config`, `backends`, `trace`, `store` and the ground.
+May import: `report`, `client`, `patches`, `session`, `config`, `backends`, `trace`, `store` and the base modules.
 """
 
 from .command import main

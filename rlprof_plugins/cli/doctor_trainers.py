@@ -85,7 +85,7 @@ def diagnose_trainer(name: str, *, dry_run: bool = True) -> TrainerReport:
                           "before the first sync, none (the engine's default folder)")
     report.configure = ("rlprof's keys reach verl's server actors through Ray: "
                         "+ray_kwargs.ray_init.runtime_env.env_vars.RLPROF_PROFILER_CONFIG='\"{...}\"'; "
-                        "relocate_results moves each step folder whole into save_path (docs/trainer.md)")
+                        "relocate_results moves each step folder whole into save_path (docs/verl.md, relocate_results)")
     return report
 
 

@@ -12,7 +12,7 @@ the servers behind a router, ``profiler`` sends each action to all servers
 at once, ``answers`` reads what each server answered, ``results`` holds
 every server's outcome; ``commands`` is ``rlprof start|stop|status|collect``.
 
-May import: `metrics` (the step logs' file names, the flight dump's route), `config`, `store` and the ground.
+May import: `metrics` (the step logs' file names, the flight dump's route), `config`, `store` and the base modules.
 """
 
 from .discovery import DiscoveryError, Server

@@ -31,7 +31,7 @@ from ..store import object_store
 CHUNK_AUTO = "auto"
 DEFAULT_MAX_PAUSE_MS = 200
 DEFAULT_MAX_RECORDING_MB = 1024
-# Where a start request without a global_step takes one (rlprof_plugins.steps.which_step).
+# Where a start request without a global_step takes one (rlprof_plugins.step_sources.which_step).
 STEP_SOURCES = ("request", "weight_version", "profile_prefix")
 # The flight recorder's settings (``flight_recorder``: true, false or an object of these; the
 # ``metrics.flight`` module runs them). Defaults measured: docs/performance.md, "Flight recorder".
@@ -101,7 +101,7 @@ class ProfileOptions:
     engines); rlprof never writes anywhere else.
 
     ``trainer_step_offset``: where a trainer integration knows only the
-    weights version its server holds (verl: ``rlprof_plugins.steps.trainer``),
+    weights version its server holds (verl: ``rlprof_plugins.step_sources.trainer``),
     a start without a ``global_step`` writes ``global_step_<version + this>``;
     1 by default (verl syncs after step N, so step N's rollout holds N-1);
     negative where the version runs ahead (slime: -1).

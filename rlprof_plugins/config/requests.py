@@ -31,7 +31,7 @@ from ..store.layout import session_dir
 from .options import DEFAULT_MAX_PAUSE_MS, DEFAULT_MAX_RECORDING_MB, ProfileOptions, check_chunking, check_count, check_flag, check_positive, check_window
 from .recorded import parse_recorded
 from .request_fields import BY_NAME, END_KEYS, FIELD_NAMES, SGLANG, START_KEYS, VLLM, needs_rlprof
-from ..steps.which_step import choose
+from ..step_sources.which_step import choose
 
 
 TYPO_CUTOFF = 0.8  # an unknown field this close to a field's name is taken for a typo of it (difflib's ratio)

@@ -1,6 +1,6 @@
 """Per-engine entry points: thin, they only install the patches on import.
 
-May import: `patches` and the ground.
+May import: `patches` and the base modules.
 """
 
 from __future__ import annotations

@@ -17,5 +17,5 @@ Prometheus collector, reading the state files at scrape time), ``reader``
 iterations, pauses and sampled stacks, and the triggers against the
 engine's own recent past) and ``flight_dump`` (a dump written and read back).
 
-May import: `config`, `steps`, `backends` (a frame's name), `trace` (the sampled stacks' category), `store` and the ground.
+May import: `config`, `step_sources`, `backends` (a frame's name), `trace` (the sampled stacks' category), `store` and the base modules.
 """

@@ -2,7 +2,7 @@
 
 Where: ``<dir>/global_step_<N>/flight/<time>-<reason>/`` (``<dir>/flight/...``
 while no step is known), N the step the event belongs to, ``<time>`` the
-event's end in UTC (``20261127-150405``), by the clock of the rank that
+event's end in UTC (``YYYYmmdd-HHMMSS``), by the clock of the rank that
 wrote it first. The ranks of one server see one slow iteration together
 (their collectives keep them in step, so they count the same iterations),
 each in its own process: a rank finding a folder of the same reason whose

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from .._log import logger
 from ..config.options import ProfileOptions
-from ..steps.weight_version import step_of
-from ..steps.which_step import WEIGHT_VERSION
+from ..step_sources.weight_version import step_of
+from ..step_sources.which_step import WEIGHT_VERSION
 from ..store.layout import STEPS_DIR
 from ..stages import IterationInfo
 from .flight import FlightRecorder

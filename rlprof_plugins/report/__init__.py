@@ -11,5 +11,5 @@ rank's memory snapshot), ``cache`` (a step's row kept while its files hold),
 ``step_section`` (the offline page), ``build`` (notes, JSON, CSV) and
 ``summary`` (``rlprof summary``: a root's steps in brief).
 
-May import: `metrics`, `trace`, `store` and the ground.
+May import: `metrics`, `trace`, `store` and the base modules.
 """

@@ -6,5 +6,5 @@ and write through its ``RecordingOutput`` (the exporter thread's), and
 report to the step manifest through ``exporter.report``. Nothing here imports
 torch or an engine.
 
-May import: `metrics` (the step logs' file names), `config`, `backends`, `trace`, `store` and the ground.
+May import: `metrics` (the step logs' file names), `config`, `backends`, `trace`, `store` and the base modules.
 """

@@ -101,27 +101,12 @@ class Session:
         self.ended_by = self.ended_by or "error"
         self.ended_at = self.ended_at or time.time()
 
-    def summary(self, rank: str) -> dict[str, Any]:
-        """This session in a status answer; ``rank``: the rank's one name (``naming.rank_label``)."""
-        r = self.request
+    def _outcome(self) -> dict[str, Any]:
+        """What the session did, as both its status answer and its manifest section say it."""
         return {
-            "rank": rank,
-            "host": HOST,
-            "node": self.node,
-            "session_id": r.session_id,
-            "global_step": r.global_step,
-            "step_source": r.step_source,
             "state": self.state,
-            "directory": str(self.directory),
-            "worker": self.worker_name,
-            "step_start": r.step_start,
-            "step_end": r.step_end,
-            "by_stage": r.by_stage,
-            "chunk_iterations": r.chunk_iterations, "max_pause_ms": r.max_pause_ms,
-            "iterations_seen": self.iteration,
             "iterations_recorded": self.recorded,
             "stage_iterations": dict(self.stages),
-            "files": [str(self.directory / f["path"]) for f in self.files],
             "error": self.error,
             "ended_by": self.ended_by,
             "started_at": self.started_at,
@@ -132,6 +117,27 @@ class Session:
             "chunking": self.chunking,
             "export_seconds": self.export_seconds,
             "memory": self.memory,
+        }
+
+    def summary(self, rank: str) -> dict[str, Any]:
+        """This session in a status answer; ``rank``: the rank's name (``naming.rank_label``)."""
+        r = self.request
+        return {
+            "rank": rank,
+            "host": HOST,
+            "node": self.node,
+            "session_id": r.session_id,
+            "global_step": r.global_step,
+            "step_source": r.step_source,
+            "directory": str(self.directory),
+            "worker": self.worker_name,
+            "step_start": r.step_start,
+            "step_end": r.step_end,
+            "by_stage": r.by_stage,
+            "chunk_iterations": r.chunk_iterations, "max_pause_ms": r.max_pause_ms,
+            "iterations_seen": self.iteration,
+            "files": [str(self.directory / f["path"]) for f in self.files],
+            **self._outcome(),
         }
 
     def manifest_header(self) -> dict[str, Any]:
@@ -171,22 +177,5 @@ class Session:
 
     def manifest_section(self) -> dict[str, Any]:
         """This worker's section of the step manifest."""
-        return {
-            "role": "worker",
-            "node": self.node,
-            "state": self.state,
-            "iterations_recorded": self.recorded,
-            "stage_iterations": dict(self.stages),
-            "files": self.files,
-            "error": self.error,
-            "ended_by": self.ended_by,
-            "started_at": self.started_at,
-            "recording_started_at": self.recording_started_at,
-            "ended_at": self.ended_at,
-            "stop_seconds": self.stop_seconds,
-            "longest_stop_seconds": self.longest_stop_seconds,
-            "stops": self.stops,
-            "chunking": self.chunking,
-            "export_seconds": self.export_seconds,
-            "memory": self.memory,
-        }
+        return {"role": "worker", "node": self.node, "files": self.files,
+                "recording_started_at": self.recording_started_at, **self._outcome()}

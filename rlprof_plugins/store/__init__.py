@@ -14,5 +14,5 @@ finished by a command: its manifest section says ``done``). Object stores:
 URI read back through a local copy of what a command needs).
 
 The trace tools, the backends and the sessions build on it.
-May import: `trace` (the names and rank files of the traces a step folder holds) and the ground.
+May import: `trace` (the names and rank files of the traces a step folder holds) and the base modules.
 """

@@ -10,5 +10,5 @@ Three rooms, each stating what it may import:
 Pure Python, no engine imports; the step report (``report``) is an
 application built on these.
 
-May import: the ground.
+May import: the base modules.
 """

@@ -18,7 +18,13 @@ from tests.helpers.installed import REPO
 
 MEASUREMENT = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|seconds|minutes|min|MB|GB|KB|MiB|GiB|KiB"
                          r"|%|x)(?![\w])")
-DATE_OR_ISSUE = re.compile(r"\b20\d\d-\d\d(?:-\d\d)?\b|\b(?:issue|PR) #?\d+\b", re.I)
+MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?"
+DATE_OR_ISSUE = re.compile(r"\b20\d\d[-/.]\d\d(?:[-/.]\d\d)?\b"  # 2026-11, 2026-11-29, 2026/11/29
+                           r"|\b\d\d?[-/.]\d\d?[-/.]20\d\d\b"  # 29.11.2026, 11/29/2026
+                           r"|\b20\d\d(?:0[1-9]|1[0-2])(?:[0-2]\d|3[01])\b"  # 20261129
+                           rf"|\b{MONTH} (?:\d\d?,? )?20\d\d\b|\b\d\d? {MONTH} 20\d\d\b"  # November 2026, 29 Nov 2026
+                           r"|\b(?:in|since|until|as of|by|from|during) (?:early |late |mid-)?20\d\d\b"  # as of 2026
+                           r"|\b(?:issue|PR) #?\d+\b", re.I)
 
 # (file, the text matched): why it is no measurement
 ALLOWED: dict[tuple[str, str], str] = {

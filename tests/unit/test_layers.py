@@ -48,14 +48,14 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("configuration and requests", "the keys, the launch configuration, one start request",
      (f"{P}.config",)),
     ("step sources", "which global step a request records into",
-     (f"{P}.steps",)),
+     (f"{P}.step_sources",)),
     ("backends", "how to record: torch.profiler, torch_npu, Nsight Systems' ranges",
      (f"{P}.backends",)),
     ("output store", "folders, manifest, a step folder's trace files, writers' processes, retention",
      (f"{P}.store",)),
     ("trace tools", "read, write, name, merge, split, stitch, check traces",
      (f"{P}.trace",)),
-    ("ground", "the vocabularies every layer speaks (errors, stages), atomic writes, the logger, the switches, work in "
+    ("base modules", "the vocabularies every layer speaks (errors, stages), atomic writes, the logger, the switches, work in "
      "other processes, the version",
      (f"{P}.errors", f"{P}.stages", f"{P}.atomic_files", f"{P}._log", f"{P}._env", f"{P}._child", f"{P}._parallel",
       f"{P}._progress", f"{P}._command", P)),
@@ -214,11 +214,11 @@ def test_the_top_level_reads_as_the_architecture():
 
 
 # ---- what each room may import, stated in its __init__ --------------------------
-GROUND = "the ground"
+GROUND = "the base modules"
 
 
 def room_of(module: str) -> str:
-    """The room a module belongs to: its top-level package, or ``the ground``."""
+    """The room a module belongs to: its top-level package, or ``the base modules``."""
     rest = module.removeprefix(P).lstrip(".").split(".")[0]
     if module == P or layer_of(module) == len(LAYERS) - 1:
         return GROUND

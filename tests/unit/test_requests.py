@@ -223,10 +223,10 @@ def test_docs_table_is_generated_from_the_declarations():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_trainer_step_fills_an_unnamed_global_step(tmp_path, engine):
-    """verl's integration (rlprof_plugins.steps.trainer): the weights version + the offset,
+    """verl's integration (rlprof_plugins.step_sources.trainer): the weights version + the offset,
     the caller's own step first, nothing without a sync, and only inside the call."""
-    from rlprof_plugins.steps import trainer as trainer_step
-    from rlprof_plugins.steps.trainer import TrainerStep
+    from rlprof_plugins.step_sources import trainer as trainer_step
+    from rlprof_plugins.step_sources.trainer import TrainerStep
 
     srv = server(tmp_path, engine)
     with trainer_step.given(TrainerStep("verl", weights_version=4)):

@@ -14,9 +14,9 @@ import pytest
 from rlprof_plugins.config.options import ProfileOptions, parse_options
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
-from rlprof_plugins.steps import trainer as trainer_step
-from rlprof_plugins.steps.trainer import TrainerStep
-from rlprof_plugins.steps.weight_version import as_integer, step_of
+from rlprof_plugins.step_sources import trainer as trainer_step
+from rlprof_plugins.step_sources.trainer import TrainerStep
+from rlprof_plugins.step_sources.weight_version import as_integer, step_of
 from tests.unit.test_requests import server
 
 SLIME = ProfileOptions(step_source="weight_version", trainer_step_offset=-1)

@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from rlprof_plugins.steps import trainer as trainer_step
+from rlprof_plugins.step_sources import trainer as trainer_step
 from rlprof_plugins.patches import shapes
 from rlprof_plugins.patches.base import apply_guarded
 from rlprof_plugins.patches.verl import facts as trainer

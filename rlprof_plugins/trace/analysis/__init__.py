@@ -9,5 +9,5 @@ at the iterations' edges), ``python_stacks`` (the frames per stage, exact or
 sampled), ``step_numbers`` (the one definition of a step's numbers) and
 ``spill`` (the long passes' columns kept on disk, not in memory).
 
-May import: `format` and the ground.
+May import: `format` and the base modules.
 """

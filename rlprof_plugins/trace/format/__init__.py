@@ -11,5 +11,5 @@ rank and category name, Kineto's older categories read as today's),
 ``progress`` (the long passes' progress lines). What every other room of
 ``trace`` stands on.
 
-May import: the ground.
+May import: the base modules.
 """

@@ -44,8 +44,8 @@ STAGES = ("prefill", "decode")
 DEVICE_WORK_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 DEVICE_CATS = DEVICE_WORK_CATS | {"gpu_user_annotation", "cuda_driver_kernel"}
 DEVICE_WORDS = ("GPU", "NPU", "XPU", "HPU", "Device", "Ascend")
-# Kineto's categories before June 2021 (pytorch/kineto 6f9c0eef, "Refactor trace activities", renamed them to
-# the ActivityType names above): torch 1.8 and 1.9 wrote these, and their traces are still handed around
+# Kineto's categories before its trace activities were renamed (pytorch/kineto 6f9c0eef, "Refactor trace
+# activities", gave them the ActivityType names above): torch 1.8 and 1.9 wrote these, and their traces are still handed around
 KINETO_2021_CATS = {"Operator": "cpu_op", "User": "user_annotation", "Runtime": "cuda_runtime", "Kernel": "kernel",
                     "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 
@@ -79,7 +79,7 @@ class TraceName:
 
     @property
     def label(self) -> str:
-        """This rank's one name (``rank_label``), or the role: ``rank1``, ``TP-1-PP-0``, ``frontend``."""
+        """This rank's name (``rank_label``), or the role: ``rank1``, ``TP-1-PP-0``, ``frontend``."""
         return rank_label(self.rank, self.position) if self.role == "worker" else self.role
 
     @property
@@ -88,16 +88,16 @@ class TraceName:
         return rank_order(self.rank, self.position) if self.role == "worker" else (1, 0)
 
 
-# ---- one name per rank ---------------------------------------------------------
+# ---- a rank's name ----------------------------------------------------------------
 _POSITION_KEYS = ("tp", "dp", "pp", "ep")  # SGLang's order in its file names
 _RANK_LABEL = re.compile(r"^(?:dp(?P<vllm_dp>\d+)-)?rank(?P<rank>\d+)$"
                          r"|^TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?$")
 
 
 def rank_label(rank: int | None = None, position: dict[str, int] | None = None) -> str:
-    """A rank's one name, in its engine's words: in manifests (the writer and
-    its files), step logs, flight dumps, metrics labels, status answers,
-    merged traces and summaries alike. vLLM: ``rank<R>``, the rank within
+    """The name rlprof gives a rank, the same in manifests (the writer and its
+    files), step logs, flight dumps, metrics labels, status answers, merged
+    traces and summaries, and close to the engine's own trace names. vLLM: ``rank<R>``, the rank within
     its engine that its own trace names end with, and ``dp<D>-rank<R>`` for
     the engines of data-parallel ranks above 0 (each engine numbers its
     workers from 0, so the data-parallel rank tells them apart; rank 0 keeps

@@ -19,7 +19,7 @@ class RankFile:
     """One input of a merge."""
 
     path: Path
-    label: str  # the rank's one name (``naming.rank_label``: "rank1", "TP-1-PP-0") or "frontend"
+    label: str  # the rank's name (``naming.rank_label``: "rank1", "TP-1-PP-0") or "frontend"
     role: str = "worker"  # or "frontend"
     order: tuple = ()
     # torch_npu's trace_view.json: an event array whose ``ts`` are absolute

@@ -6,5 +6,5 @@ ends), ``stitch`` (a session's chunks into one trace), ``stage_split`` (a
 trace into its prefill and decode iterations) and ``rename`` (ranks' process
 names as a merged view shows them).
 
-May import: `analysis`, `format` and the ground.
+May import: `analysis`, `format` and the base modules.
 """

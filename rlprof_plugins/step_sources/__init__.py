@@ -8,7 +8,7 @@ over within one call: verl's server actors, ``patches/verl``), with
 ``global_step_<N>`` trace-name prefix (``prefix``: frontends that forward
 nothing else). ``which_step`` picks among them. Imports only the small helpers.
 
-May import: the ground.
+May import: the base modules.
 """
 
 from __future__ import annotations
