@@ -15,7 +15,7 @@ Two ways, measured against each other (``benchmarks/bench_stack_sampling.py``, d
   for, so a sample lands where the engine is. Installed with ``SA_RESTART``
   (``siginterrupt(False)``), so a system call it interrupts resumes where the kernel restarts
   it (the waits it does not, ``epoll_wait``, ``poll``, ``select``, sleeps and futex waits with a
-  timeout, return ``EINTR``: Python retries its own, docs/configuration.md names the rest); the
+  timeout, return ``EINTR``: Python retries its own, docs/python-stacks.md names the rest); the
   timer is re-armed each time. Not used where the signal or the timer is already someone else's,
   and given back at the stop only while still its own.
 - ``thread``: a sampler thread reads the engine thread's frames (``sys._current_frames``).

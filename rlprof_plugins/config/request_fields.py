@@ -2,7 +2,7 @@
 
 ``requests.parse_start`` accepts exactly these fields at every entry point
 where the engine's own signature lets them through (``ENTRY_POINTS``), and
-docs/configuration.md's table of fields x engines x entry points is generated
+docs/api.md's table of fields x engines x entry points is generated
 from this module (``field_table``; a unit test keeps the docs equal to it).
 """
 

@@ -1,6 +1,6 @@
 """The step report's charts, drawn as inline SVG by Python: no plotting library, no script.
 
-Against the libraries a page could embed instead (docs/report.md): a chart
+Against the libraries a page could embed instead (docs/architecture.md): a chart
 here costs its own markup only (an iteration timeline a few bytes per
 iteration, with at most ``MAX_BARS`` bars a step), where a plotting library
 adds its whole script to every page and draws at load time. SVG opens in every browser, prints, and scales; each

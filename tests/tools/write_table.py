@@ -1,5 +1,5 @@
 """Rewrite a generated table between its markers in a Markdown file: ``write_table.py FILE NAME``, NAME one of
-``request-fields`` (docs/configuration.md, ``config.request_fields``), ``communication-kernels``
+``request-fields`` (docs/api.md, ``config.request_fields``), ``communication-kernels``
 (docs/report.md, ``trace.analysis.communication``) and ``cli-synopsis`` (docs/cli.md, ``cli.command``)."""
 
 import sys

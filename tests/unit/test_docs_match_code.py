@@ -216,7 +216,7 @@ SECTION_REFERENCE = re.compile(r'\[?(?P<doc>[\w-]+\.md)\]?(?:\([^)]*\))?,? "(?P<
 
 
 def test_every_section_a_doc_points_to_exists():
-    """``[report.md](report.md), "A fleet of replicas"``: the page holds a heading that starts so (headings
+    """``[fleet-report.md](fleet-report.md), "A fleet of replicas"``: the page holds a heading that starts so (headings
     keep a subtitle after a colon)."""
     pages = {doc.name: doc for doc in DOCS}
     missing = []
@@ -266,13 +266,13 @@ def test_every_default_the_key_reference_states_is_the_parsers():
 
 
 def test_the_http_reference_has_every_route_each_engine_serves():
-    """docs/configuration.md's "HTTP" section heads one entry per route, and those are exactly the routes
+    """docs/api.md's "HTTP" section heads one entry per route, and those are exactly the routes
     rlprof serves on vLLM and on SGLang (``patches/profile_routes.py``, bound by each engine's HTTP patch);
     no page counts the routes in words (a count drifts as routes are added: "all three routes" stood beside
     six)."""
     from rlprof_plugins.patches.profile_routes import ROUTES
 
-    documented = set(re.findall(r"^### `(?:GET|POST) (/[\w/]+)", section(CONFIGURATION.read_text(), "## HTTP"), re.M))
+    documented = set(re.findall(r"^### `(?:GET|POST) (/[\w/]+)", section((REPO / "docs" / "api.md").read_text(), "## HTTP"), re.M))
     assert documented == {route.path for route in ROUTES}  # declared once, bound by both engines' patches
     counted = [f"{doc.name}: {m.group(0)}" for doc in DOCS
                for m in re.finditer(r"\b(?:two|three|four|five|six|seven|eight|\d+) (?:profiling )?routes\b",
