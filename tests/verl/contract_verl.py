@@ -144,8 +144,19 @@ def test_the_documented_verl_overrides_compose(page):
     """The verl overrides of the README's quick start and of docs/verl.md, composed with verl's own Hydra
     config: steps 36 and 37 profiled in discrete mode on every rollout replica (``all_ranks``: verl's
     default traces replica 0 only), and the RLPROF_PROFILER_CONFIG they set is a valid rlprof configuration
-    beside the profiler config verl builds (a window, by stage, sampled stacks)."""
+    beside the profiler config verl builds (a window, by stage, sampled stacks). docs/verl.md gives the command
+    for vLLM and for SGLang."""
     import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / page).read_text()
+    blocks = [m.group(0) for m in re.finditer(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", readme, re.S)]
+    engines = [_composed(block) for block in blocks]
+    assert engines == (["vllm"] if page == "README.md" else ["vllm", "sglang"]), engines
+
+
+def _composed(block: str) -> str:
+    """One documented command's overrides composed with verl's config and checked; the rollout engine."""
     import shlex
     from pathlib import Path
 
@@ -156,8 +167,6 @@ def test_the_documented_verl_overrides_compose(page):
 
     from rlprof_plugins.config.options import parse_options, split_options
 
-    readme = (Path(__file__).resolve().parents[2] / page).read_text()
-    block = re.search(r"```bash\npython -m verl.trainer.main_ppo .*?\n```", readme, re.S).group(0)
     lines = [line for line in block.splitlines()[1:-1] if not line.startswith("rlprof ")]
     overrides = [word for line in lines[1:] for word in shlex.split(line.rstrip("\\ "))]
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
@@ -175,3 +184,5 @@ def test_the_documented_verl_overrides_compose(page):
     assert (options.step_start, options.step_end, options.by_stage) == (10, 74, True)
     assert options.backend_keys["python_stacks"] == "sampled"
     assert "rlprof report /traces --compare 36 37" in block
+    assert "torch_profiler_dir" not in given  # one rule for the folders: verl's save_path alone
+    return cfg.actor_rollout_ref.rollout.name
