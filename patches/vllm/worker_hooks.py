@@ -27,7 +27,6 @@ from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.engine_hook import STEP_OPS, RecorderPlace, StepMetricsHook
 from rlprof_plugins.session.protocol import unavailable_reply
-
 from rlprof_plugins.store import servers
 
 from ..base import Patch
