@@ -23,6 +23,22 @@ from typing import Any
 ERROR_TAIL = 2000  # characters of the child's stderr an error keeps
 
 
+BASE_SECONDS = 300.0  # a child working on files gets this long, and ``SECONDS_PER_MB`` more for each megabyte
+SECONDS_PER_MB = 2.0
+
+
+def seconds_for(*paths: Path | str) -> float:
+    """How long a child may take over ``paths``: every wait ends, so a child that hangs fails with its
+    work named instead of holding up the session that waits for it."""
+    size = 0
+    for path in paths:
+        try:
+            size += os.path.getsize(path)
+        except OSError:
+            continue
+    return BASE_SECONDS + SECONDS_PER_MB * size / 1e6
+
+
 class ChildFailed(RuntimeError):
     """The child process failed: what it was doing, its exit status and its own error."""
 

@@ -93,6 +93,27 @@ def test_a_failed_stitch_keeps_the_chunks_and_says_how_to_finish(tmp_path, monke
     assert iteration_indices(load_trace(out)) == list(range(5))
 
 
+def test_a_stitching_child_that_hangs_fails_within_its_bound_and_keeps_the_chunks(tmp_path, monkeypatch):
+    """Every wait ends: the child that stitches a session's chunks gets a bound from their size; one that
+    never finishes (here a child that sleeps past it) fails the session with the chunks kept and the
+    command that finishes the job, instead of holding up the stop that waits for it."""
+    from rlprof_plugins import _child
+    from rlprof_plugins.trace.rewrite import stitch as stitch_module
+
+    monkeypatch.setattr(_child, "BASE_SECONDS", 1.0)
+    real = _child.run_in_child
+
+    def hanging(target, *args, **kwargs):
+        assert kwargs["timeout"] >= 1.0, kwargs  # the bound is passed
+        return real("time:sleep", 30, what=kwargs["what"], timeout=kwargs["timeout"])
+
+    monkeypatch.setattr(stitch_module, "run_in_child", hanging)
+    status, folder = record(tmp_path, 4, chunk=2, n=5)
+    assert status["state"] == "failed" and "did not finish within" in status["error"], status
+    kept = [Path(f) for f in status["files"]]
+    assert len(kept) == 3 and all(p.exists() for p in kept) and "rlprof stitch" in status["error"]
+
+
 def test_stitch_moves_each_chunk_onto_the_first_clock_and_keeps_ids_apart(tmp_path):
     def chunk(path: Path, base_ns: int, first_iteration: int) -> Path:
         events = [

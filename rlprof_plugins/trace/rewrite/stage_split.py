@@ -266,7 +266,8 @@ def split_for_child(raw: str, out_dir: str, basename: str, gzip: bool = True) ->
 
 def split_in_subprocess(raw: Path, out_dir: str | Path, basename: str, gzip: bool = True) -> list[tuple[str, Path]]:
     """Run ``split_file`` in a child Python process; raises with the child's error on failure."""
-    from ..._child import run_in_child
+    from ..._child import run_in_child, seconds_for
 
-    written = run_in_child(f"{__name__}:split_for_child", raw, out_dir, basename, gzip, what="stage split")
+    written = run_in_child(f"{__name__}:split_for_child", raw, out_dir, basename, gzip, what="stage split",
+                           timeout=seconds_for(raw))
     return [(stage, Path(path)) for stage, path in written]

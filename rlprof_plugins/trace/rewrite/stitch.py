@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..._child import run_in_child
+from ..._child import run_in_child, seconds_for
 from ..format.clock import base_time_ns
 from ..format.pauses import Pause, pauses_from_json
 from ..format.reader import TraceReader
@@ -114,4 +114,4 @@ def stitch_in_subprocess(chunks: list[Path], output: Path, pauses: list[Pause]) 
     """``stitch`` in a child Python process (JSON work never holds an engine
     process's GIL); raises with the child's error on failure."""
     run_in_child(f"{__name__}:stitch_for_child", chunks, output, [p.to_json() for p in pauses],
-                 what="stitching chunks")
+                 what="stitching chunks", timeout=seconds_for(*chunks))
