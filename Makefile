@@ -187,8 +187,10 @@ demo: $(VENV_VLLM)/.demo-installed tiny-model
 demo-sglang: env tiny-model
 	$(VPY) examples/demo.py sglang
 
-# docs/report-screenshot.png: the top of the step report `make demo` writes, in headless Chromium.
+# docs/report-screenshot.png: the top of the step report `make demo` writes, in headless Chromium; the page
+# written again from the folder's relative path, so the picture shows no path of this checkout.
 report-screenshot: demo
+	$(VPY) -m rlprof_plugins.cli report demo-traces/traces -q --compare 36 37
 	$(VPY) tests/tools/report_screenshot.py demo-traces/traces/report.html docs/report-screenshot.png
 
 # Everything but tests/sglang runs in the vLLM environment (SGLang servers are
