@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from rlprof_plugins._log import warn_once
-from rlprof_plugins.config.launch_config import from_environment
+from rlprof_plugins.config.launch_config import options_from_environment
 from rlprof_plugins.metrics.requests import LongestRequests
 from rlprof_plugins.store import servers
 
@@ -28,8 +28,7 @@ def follow_at(manager: Any, root: str) -> None:
     folder for this server), where they are not followed yet and step metrics are on in
     ``RLPROF_PROFILER_CONFIG`` (or by default)."""
     try:
-        config = from_environment()
-        if KEEPER_ATTR not in manager.__dict__ and (config is None or config.options.step_metrics):
+        if KEEPER_ATTR not in manager.__dict__ and options_from_environment().step_metrics:
             keep(manager, str(servers.server_root(root)))
     except Exception as e:
         warn_once("sglang request times", "rlprof: the requests that held each step are not followed: %s: %s",

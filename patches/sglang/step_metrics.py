@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from rlprof_plugins.config.launch_config import from_environment
-from rlprof_plugins.config.options import parse_options
+from rlprof_plugins.config.launch_config import from_environment, options_from_environment
 from rlprof_plugins.store.servers import server_root
 from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.trace.format.naming import sglang_rank_label
@@ -32,8 +31,8 @@ def _step_metrics_place(manager: Any, source: Any, measure_dir: str | None = Non
     if root is None:
         return None
     module = source if isinstance(source, type(sys)) else sys.modules[type(source).__module__]
-    return RecorderPlace(root, sglang_rank_label(parallel_of(manager, module)),
-                         config.options if config is not None else parse_options({}), scheduler_reader())
+    return RecorderPlace(root, sglang_rank_label(parallel_of(manager, module)), options_from_environment(),
+                         scheduler_reader())
 
 
 STEP_METRICS = StepMetricsHook("sglang", _step_metrics_place)

@@ -88,13 +88,6 @@ def plugin_handles(cfg: Any) -> bool:
     return not (getattr(cfg, "wait_iterations", 0) or getattr(cfg, "warmup_iterations", 0))
 
 
-def launch_options() -> ProfileOptions:
-    """rlprof's options where the engine has no profiler config of its own to carry them: those of
-    ``RLPROF_PROFILER_CONFIG``, else the defaults."""
-    config = env_profiler_config()
-    return config.options if config is not None else parse_options({})
-
-
 DEFAULT_ROOT = "/tmp"  # where a config naming no directory puts its step folders (SGLang's default)
 
 

@@ -11,10 +11,9 @@ import os
 from typing import Any
 
 from rlprof_plugins._log import warn_once
+from rlprof_plugins.config.launch_config import options_from_environment
 from rlprof_plugins.metrics.requests import LongestRequests
 from rlprof_plugins.store import servers
-
-from .config import launch_options
 
 KEEPER_ATTR = "_rlprof_longest_requests"
 
@@ -32,7 +31,7 @@ def follow_at(llm: Any, root: str) -> None:
     ``RLPROF_PROFILER_CONFIG`` (or by default)."""
     try:
         processor = llm.output_processor
-        if KEEPER_ATTR not in processor.__dict__ and launch_options().step_metrics:
+        if KEEPER_ATTR not in processor.__dict__ and options_from_environment().step_metrics:
             keep(processor, str(servers.server_root(root)))
     except Exception as e:
         warn_once("vllm request times", "rlprof: the requests that held each step are not followed: %s: %s",

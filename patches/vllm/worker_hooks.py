@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlprof_plugins._log import warn_once
+from rlprof_plugins.config.launch_config import options_from_environment
 from rlprof_plugins.config.requests import parse_start
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.engine_hook import STEP_OPS, RecorderPlace, StepMetricsHook
@@ -30,7 +31,7 @@ from rlprof_plugins.session.protocol import unavailable_reply
 from rlprof_plugins.store import servers
 
 from ..base import Patch
-from .config import launch_options, options_of, plugin_handles, request_server, root_of
+from .config import options_of, plugin_handles, request_server, root_of
 from .control import CONTROLLER_ATTR, FORWARDS_ATTR, PENDING_ATTR, controller_for, rank_name, worker_profiler_config
 from .iterations import iteration_info, quick_info
 
@@ -50,7 +51,7 @@ def _step_metrics_place(worker: Any, measure_dir: str | None = None) -> Recorder
         return RecorderPlace(root_of(config), rank_name(worker), options_of(config))
     if measure_dir is None:
         return None
-    return RecorderPlace(str(servers.server_root(measure_dir)), rank_name(worker), launch_options())
+    return RecorderPlace(str(servers.server_root(measure_dir)), rank_name(worker), options_from_environment())
 
 
 STEP_METRICS = StepMetricsHook("vllm", _step_metrics_place)

@@ -151,6 +151,17 @@ def from_environment() -> ProfilerConfig | None:
     return parse_profiler_config(text)
 
 
+def options_from_environment() -> ProfileOptions:
+    """rlprof's options where the engine has no profiler config of its own to carry them (a server a
+    trainer gives only a folder): those of ``RLPROF_PROFILER_CONFIG`` where it is set and valid, else the
+    defaults. An invalid one has already stopped the launch where it was parsed."""
+    try:
+        config = from_environment()
+    except OptionsError:
+        config = None
+    return config.options if config is not None else parse_options({})
+
+
 def export_to_environment(config: ProfilerConfig) -> None:
     """Hand the validated config to every process the engine spawns later."""
     global _exported

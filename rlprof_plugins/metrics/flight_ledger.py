@@ -53,10 +53,12 @@ class DumpLedger:
         with open(self.path.parent / _LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             entries = self._read()
+            before = None if entries is None else dict(entries)
             if entries is None:
                 entries = {e.folder: e for e in self._walk()}
             yield entries
-            write_text_atomic(self.path, json.dumps([asdict(e) for e in entries.values()]))
+            if entries != before:  # rebuilt, or changed: written; a dump that fit as it was writes nothing
+                write_text_atomic(self.path, json.dumps([asdict(e) for e in entries.values()]))
 
     def _read(self) -> dict[str, LedgerEntry] | None:
         try:
