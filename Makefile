@@ -243,12 +243,13 @@ compat-latest: env
 	$(VPY) -m tests.compat.latest
 
 # Regenerate docs/patches.md, docs/compatibility.md, the request-field table of docs/api.md, the
-# communication kernels of docs/report.md and the synopsis of docs/cli.md from the code that declares them.
+# communication kernels of docs/device-time.md, the key table of docs/configuration.md and the synopsis of docs/cli.md from the code that declares them.
 patch-table: env
 	$(VPY) -m rlprof_plugins.patches > docs/patches.md
 	$(VPY) -m rlprof_plugins.cli.compatibility > docs/compatibility.md
 	$(VPY) tests/tools/write_table.py docs/api.md request-fields
-	$(VPY) tests/tools/write_table.py docs/report.md communication-kernels
+	$(VPY) tests/tools/write_table.py docs/configuration.md config-keys
+	$(VPY) tests/tools/write_table.py docs/device-time.md communication-kernels
 	$(VPY) tests/tools/write_table.py docs/cli.md cli-synopsis
 
 clean:

@@ -97,13 +97,17 @@ def long_flags(command: str) -> set[str]:
 
 
 def test_every_key_is_documented_and_every_documented_key_exists():
+    """docs/configuration.md's key table is ``config.key_reference.key_table()`` (one row a key, every key
+    the parser takes, in its order), and every native key rlprof reads is named on the page."""
+    from rlprof_plugins.config.key_reference import key_table
     from rlprof_plugins.config.launch_config import TORCH_KEYS
     from rlprof_plugins.config.options import OUR_KEYS
 
     text = CONFIGURATION.read_text()
-    documented = entry_heads(section(text, "## Keys (in `--profiler-config`)"))
-    assert set(OUR_KEYS) - documented == set(), "keys the code defines that docs/configuration.md does not"
-    assert documented - set(OUR_KEYS) == set(), "keys docs/configuration.md documents that the code lacks"
+    keys = section(text, "## Keys (in `--profiler-config`)")
+    block = keys.split("<!-- config-keys:start -->\n")[1].split("<!-- config-keys:end -->")[0]
+    assert block == key_table(), "regenerate: make patch-table"
+    assert re.findall(r"^\| `([a-z_]+)` \|", block, re.M) == list(OUR_KEYS)
     assert {k for k in TORCH_KEYS if f"`{k}`" not in text and f'"{k}"' not in text} == set(), (
         "native keys rlprof reads, undocumented")
 
@@ -232,36 +236,17 @@ def test_every_section_a_doc_points_to_exists():
     assert missing == []
 
 
-DEFAULT_STATED = re.compile(r"^- `(?P<key>[a-z_]+)`: type: [^\n]*?; default: `(?P<value>[^`]+)`", re.M)
-
-
-def _parsed_default(key: str):
+def test_every_default_the_key_table_shows_is_the_parsers():
+    """The key table reads each default from the parser; where it writes one another way (``shown``:
+    ``flight_recorder``'s settings as ``true``), that value parses to the same default, so the page never
+    states a default the code does not have."""
+    from rlprof_plugins.config.key_reference import KEYS, defaults
     from rlprof_plugins.config.options import parse_options
 
-    options = parse_options({})
-    value = options.backend_keys[key] if key in options.backend_keys else getattr(options, key)
-    return list(value) if isinstance(value, tuple) else value
-
-
-def test_every_default_the_key_reference_states_is_the_parsers():
-    """``- `key`: type: ...; default: `V``` in docs/configuration.md: V is what an empty configuration gives
-    (a default stated in prose drifts from the code otherwise). A default with a condition after it
-    (``python_stacks``: sampled where nothing else is written) is compared as the text says it."""
-    import json
-
-    wrong = []
-    conditional = {"python_stacks": "sampled"}  # "where the configuration writes neither key": what a user gets
-    stated = list(DEFAULT_STATED.finditer(section(CONFIGURATION.read_text(), "## Keys (in `--profiler-config`)")))
-    assert len(stated) >= 20, len(stated)
-    for m in stated:
-        key, text = m.group("key"), m.group("value")
-        try:
-            value = json.loads(text)
-        except ValueError:
-            value = text  # a bare word: a string (`request`)
-        expected = conditional.get(key, _parsed_default(key))
-        if value != expected:
-            wrong.append(f"{key}: the docs say {text}, the parser gives {expected!r}")
+    parsed = defaults()
+    rewritten = [doc for doc in KEYS if doc.shown is not None]
+    assert rewritten, "no default is written another way: this test checks nothing"
+    wrong = [doc.key for doc in rewritten if parse_options({doc.key: doc.shown}).to_dict()[doc.key] != parsed[doc.key]]
     assert wrong == []
 
 
@@ -307,6 +292,30 @@ def test_no_user_page_carries_a_date_an_issue_number_or_a_checkout_path():
                     continue  # another project's issue, named with its project
                 found.append(f"{page.name}:{n}: an issue number: {line.strip()[:120]}")
     assert found == []
+
+
+# Pages for maintainers (the design, the measurements, the tests) and pages generated from the code may run long;
+# a user reads the others to the end.
+MAINTAINER_PAGES = {"architecture.md", "performance.md", "testing.md", "patches.md", "compatibility.md"}
+MAX_USER_PAGE_LINES = 400
+# How a note from the bench reads on a user page: where it ran, not what the product does.
+LAB_NOTE = re.compile(r"this (?:CPU )?(?:test|bench) machine|this VM\b|tested live on CPU|not run here|"
+                      r"on this machine's kernel", re.I)
+
+
+def test_every_user_page_is_short_enough_to_finish_and_holds_no_lab_note():
+    long_pages = [f"{page.name}: {n} lines" for page in USER_PAGES if page.name not in MAINTAINER_PAGES
+                  and (n := len(page.read_text().splitlines())) > MAX_USER_PAGE_LINES]
+    assert long_pages == [], f"split them: no user page over {MAX_USER_PAGE_LINES} lines"
+    notes = [f"{page.name}:{n}: {line.strip()[:100]}" for page in USER_PAGES if page.name not in MAINTAINER_PAGES
+             for n, line in enumerate(page.read_text().splitlines(), 1) if LAB_NOTE.search(line)]
+    assert notes == [], "lab notes belong in performance.md or testing.md"
+
+
+def test_the_lab_note_check_finds_what_it_looks_for():
+    assert all(LAB_NOTE.search(s) for s in ("answers 400 (this CPU test machine)", "Tested live on CPU: ...",
+                                            "trainer.md's part not run here", "this bench machine"))
+    assert not LAB_NOTE.search("runs on this machine, with no engine")  # the user's own machine
 
 
 CHECKED_BY = re.compile(r"^(\d+)\. `(tests/[\w/]+\.py)::(\w+)`$", re.M)
