@@ -14,6 +14,8 @@ Each case runs on a server of its own kind, rounds alternating with the same ser
 - ``rlprof default``: the recipe every guide gives (vLLM ``{"profiler": "torch", "torch_profiler_dir": D}``;
   SGLang ``--profiler-config '{"torch_profiler_dir": D}'``) and a start request naming the global step;
 - ``rlprof stacks off`` / ``rlprof exact stacks``: the same with ``python_stacks`` set;
+- ``rlprof one torch session``: the same with ``chunk_iterations: 0``: torch stopped once, at the stop request,
+  as the engines' own profilers do, instead of when the engine is about to wait (what that choice costs);
 - ``rlprof default, first session``: rlprof's default as a fresh server's first recorded step (a new server
   each round, warmed by one unrecorded step): what a fresh install's first session costs.
 
@@ -68,7 +70,7 @@ from tests.helpers.traces import written_traces  # noqa: E402
 from rlprof_plugins.trace.format.sampler_account import SAMPLER_KEY  # noqa: E402
 
 CASES = ("native, stacks off", "native, engine default", "rlprof default", "rlprof stacks off",
-         "rlprof exact stacks", "rlprof default, first session")
+         "rlprof exact stacks", "rlprof one torch session", "rlprof default, first session")
 FIRST_SESSION = "rlprof default, first session"  # a fresh server per round
 
 
@@ -179,6 +181,7 @@ def launcher(tmp: Path, engine: str, tp: int):
 # per case: (the server it runs on, its start body); ``None`` as the server: a fresh one every round
 ALTERNATING = {"native, stacks off": ("native", None), "rlprof default": ("rlprof", {"global_step": 0}),
                "rlprof stacks off": ("rlprof", {"global_step": 0, "python_stacks": "off"}),
+               "rlprof one torch session": ("rlprof", {"global_step": 0, "chunk_iterations": 0}),
                FIRST_SESSION: (None, {"global_step": 0})}
 
 
@@ -241,6 +244,7 @@ def vllm_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds: i
         "rlprof default": ({}, {}, {"global_step": 0}),
         "rlprof stacks off": ({}, {}, {"global_step": 0, "python_stacks": "off"}),
         "rlprof exact stacks": ({}, {}, {"global_step": 0, "python_stacks": "exact"}),
+        "rlprof one torch session": ({}, {}, {"global_step": 0, "chunk_iterations": 0}),
     }
     rlprof_server = None
     together = [label for label in cases if label.startswith("rlprof")] if interleave else []
@@ -294,6 +298,7 @@ def sglang_cases(tmp: Path, tp: int, rounds: int, cases: list[str], slow_rounds:
         "rlprof default": {"global_step": 0},
         "rlprof stacks off": {"global_step": 0, "python_stacks": "off"},
         "rlprof exact stacks": {"global_step": 0, "python_stacks": "exact"},
+        "rlprof one torch session": {"global_step": 0, "chunk_iterations": 0},
     }
     servers: dict = {}
     together = [label for label in cases if label.startswith("rlprof")] if interleave else []

@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.gcs_emulator import GCS_LOOPBACK_ONLY
 from tests.helpers.installed import check_installed
 
 # Children (engines, scripts, nested pytest runs) started with the tree as working directory.
 os.environ["PYTHONSAFEPATH"] = "1"
+# Google's libraries look for a Compute Engine metadata server (a link-local address) and Google's own
+# storage-control service when they look for credentials and a bucket's layout; the tests reach only the
+# loopback. google-auth reads these once, at import, so they are set before any test imports it.
+os.environ.update(GCS_LOOPBACK_ONLY)
 
 collect_ignore = []
 if importlib.util.find_spec("sglang") is None:
