@@ -81,7 +81,8 @@ def folder_name(end_ns: int, reason: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(end_ns / 1e9))}-{reason}"
 
 
-def _folder_seconds(name: str) -> tuple[float, str] | None:
+def folder_seconds(name: str) -> tuple[float, str] | None:
+    """A dump folder's time (seconds, from its name's clock) and reason; None for a folder no dump named."""
     m = _FOLDER.match(name)
     if not m:
         return None
@@ -187,7 +188,7 @@ def same_event(folder: Path, anomaly: Anomaly) -> bool:
     """Whether a dump's folder is of ``anomaly``'s event: the same reason, and its first rank's iteration
     within ``JOIN_ITERATIONS`` of the anomaly's (the ranks of one server count the same iterations), or,
     where either has no iteration, its name's time within ``JOIN_SECONDS`` of the anomaly's end."""
-    found = _folder_seconds(folder.name)
+    found = folder_seconds(folder.name)
     if not found or found[1] != anomaly.reason:
         return False
     try:
@@ -324,14 +325,14 @@ def _folder_size(folder: Path) -> int:
 
 def ledger_entry(folder: Path) -> LedgerEntry:
     """A dump's folder as the ledger keeps it: its bytes now, its event's time and reason from its name."""
-    found = _folder_seconds(folder.name) or (0.0, "")
+    found = folder_seconds(folder.name) or (0.0, "")
     return LedgerEntry(str(folder), _folder_size(folder), found[0], found[1] == REQUESTED)
 
 
 def ledger_entries(root: Path) -> Iterator[LedgerEntry]:
     """Every dump below ``root`` (the ledger's rebuild)."""
     for folder in flight_folders(root):
-        if _folder_seconds(folder.name) is not None:
+        if folder_seconds(folder.name) is not None:
             yield ledger_entry(folder)
 
 
@@ -343,26 +344,6 @@ def flight_folders(root: Path) -> Iterator[Path]:
             for entry in sorted(base.iterdir()):
                 if entry.is_dir() and not entry.name.startswith("."):
                     yield entry
-
-
-def read_anomalies(step_folder: Path) -> list[dict[str, Any]]:
-    """A step folder's dumps as their ``anomaly.json`` says, with ``path`` (the dump's folder), oldest
-    first; a dump whose file cannot be read is listed by its folder's name with ``error``."""
-    base = step_folder / FLIGHT_DIR
-    out = []
-    for entry in sorted(base.iterdir()) if base.is_dir() else []:
-        if not entry.is_dir() or entry.name.startswith("."):
-            continue
-        try:
-            data = json.loads((entry / ANOMALY_FILE).read_text())
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError) as e:
-            found = _folder_seconds(entry.name)
-            data = {"reason": found[1] if found else None, "error": f"{type(e).__name__}: {e}"}
-        data["path"] = str(entry)
-        out.append(data)
-    return out
 
 
 def _round(value: float | None) -> float | None:

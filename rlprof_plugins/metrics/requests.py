@@ -12,7 +12,7 @@ it a state file (``<frontend>.state.json``: the requests finished so far and
 the newest period's longest) that ``/metrics`` reads (``series``). A
 trainer syncs weights while the engine has nothing in flight, so a rollout
 step is one or more whole busy periods; the report gives each period to the
-step whose span holds its end (``longest_of``).
+step whose span holds its end (``step_logs.requests``, which reads them back).
 
 Every call comes from the frontend's one event loop thread and costs a dict
 or heap operation; lines are written by a thread of their own.
@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, NamedTuple
 
 from ..store.layout import STEPS_DIR
-from ..store.listing import as_path
 from ..atomic_files import write_text_atomic
-from .log import ROTATED, STATE_SUFFIX, SUFFIX, LineFile
+from .log import STATE_SUFFIX, SUFFIX, LineFile
 
 log = logging.getLogger("rlprof")
 REQUESTS_DIR = "requests"  # below ``steps/``: not a rank's log
@@ -219,42 +218,6 @@ class LongestRequests:
                 if self.error is None:
                     log.warning("rlprof: the longest requests not written to %s: %s", self.path, e)
                 self.error = f"{type(e).__name__}: {e}"
-
-
-def read_periods(root: Any) -> list[BusyPeriod]:
-    """Every frontend's busy periods below ``ROOT/steps/requests/`` (rotated files too); a line that is not
-    one is skipped, and so is a file that cannot be read (one a live frontend rotated away meanwhile: its
-    lines are in the rotated file the next read finds)."""
-    folder = as_path(root) / STEPS_DIR / REQUESTS_DIR
-    if not folder.is_dir():
-        return []
-    periods = []
-    for path in sorted(folder.glob(f"*{ROTATED}")) + sorted(folder.glob(f"*{SUFFIX}")):
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            try:
-                periods.append(BusyPeriod.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return periods
-
-
-def longest_of(periods: list[BusyPeriod], started_at: float, ended_at: float,
-               keep: int = KEEP) -> list[FinishedRequest]:
-    """The ``keep`` longest requests of the periods that ended within a step's span, longest first."""
-    held = [r for p in periods if started_at <= p.ended_at <= ended_at for r in p.longest]
-    return sorted(held, key=lambda r: r.seconds, reverse=True)[:keep]
-
-
-def held_step(periods: list[BusyPeriod], measured: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    """A measured step's longest requests as the report's JSON holds them (``requests``), longest first; None
-    for a step the step metrics did not measure."""
-    if not measured:
-        return None
-    return [r.to_json() for r in longest_of(periods, measured["started_at"], measured["ended_at"])]
 
 
 def frontend_states(root: str | Path) -> dict[str, dict[str, Any]]:

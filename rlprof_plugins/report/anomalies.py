@@ -16,7 +16,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from ..metrics.flight_dump import TRACE_SUFFIX, read_anomalies
+from ..metrics.flight_dump import TRACE_SUFFIX
+from ..step_logs.anomalies import read_anomalies
 from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX
 from ..trace.analysis.trace_stats import TraceJob
 from ..store.listing import as_path

@@ -34,7 +34,7 @@ def of_row(row: dict[str, Any]) -> list:
 
 
 def of_measured(numbers: dict[str, Any]) -> list:
-    """A measured step's numbers (``metrics.reader.measured_numbers``) in brief, as ``of_row`` gives for
+    """A measured step's numbers (``step_logs.steps.measured_numbers``) in brief, as ``of_row`` gives for
     the row ``measured_rows.measured_row`` makes of them."""
     straggler = numbers.get("straggler") or {}
     return [numbers["iterations"], numbers["iteration_ms_total"] or 0.0, numbers["mean_ms"],

@@ -41,7 +41,8 @@ from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
 from .cache import StepCache
 from .measured_rows import MeasuredSteps, measured_row
 from .passes import Passes
-from ..metrics.requests import BusyPeriod, held_step
+from ..metrics.requests import BusyPeriod
+from ..step_logs.requests import held_step
 from .steps import StepsFound, in_sequence
 
 

@@ -4,7 +4,7 @@ Every RL step the engine ran has numbers there, traced or not: a step with
 no trace folder gets its own row (state ``measured``, "metrics only"), a
 traced step keeps its trace's numbers and carries the measured ones beside
 (``measured``). How a measured step's numbers are taken (each rank's
-aggregates, the slowest rank's) is ``metrics.reader``.
+aggregates, the slowest rank's) is ``step_logs.steps``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Iterator
 
 from ..metrics.log import step_folder
 from ..metrics.tail import longest_tail
-from ..metrics.reader import measured_incrementally
+from ..step_logs.steps import measured_incrementally
 from ..atomic_files import write_bytes_atomic
 from ..trace.format.codec import decode, encode
 from . import brief

@@ -40,7 +40,7 @@ from .cache import StepCache, fingerprint
 from .passes import LocalPasses, Passes
 from .flame import stage_python, view as flame_view
 from ..metrics.log import step_folder
-from ..metrics.requests import held_step, read_periods
+from ..step_logs.requests import held_step, read_periods
 from ..metrics.tail import longest_tail
 from .measured_rows import measured_row, measured_steps
 from .memory import memory_files, step_memory

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..metrics.phases import longest as longest_phases
-from ..metrics.reader import phases_of, read_steps, rollout_of, step_span
-from ..metrics.requests import held_step, read_periods
+from ..step_logs.steps import phases_of, read_steps, rollout_of, step_span
+from ..step_logs.requests import held_step, read_periods
 from ..metrics.tail import longest_tail
 from ..store.layout import step_folders, step_of
 from ..store.listing import as_path

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.metrics.flight_dump import flight_folders, read_anomalies
+from rlprof_plugins.metrics.flight_dump import flight_folders
+from rlprof_plugins.step_logs.anomalies import read_anomalies
 from tests.helpers import sglang_server
 from tests.helpers.bursty import engine_pid
 from tests.helpers.flight import mark, wait_anomalies

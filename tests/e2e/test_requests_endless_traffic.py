@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from rlprof_plugins.metrics.requests import read_periods
+from rlprof_plugins.step_logs.requests import read_periods
 from tests.helpers.streaming import pieces, stream_request
 from tests.helpers.vllm_server import start_server
 

@@ -101,7 +101,7 @@ def scraped(server, tmp_path, ranks: int) -> None:
 def dumped(server, root, ranks: int) -> None:
     """A requested flight recorder dump (``rlprof dump``): one folder below the current step (7), a trace per
     rank, counted on /metrics (the dashboard's anomalies panel then has data)."""
-    from rlprof_plugins.metrics.flight_dump import read_anomalies
+    from rlprof_plugins.step_logs.anomalies import read_anomalies
 
     assert rlprof(["dump", "--url", server.url]) == 0
     deadline = time.time() + 10

@@ -26,7 +26,8 @@ import requests
 
 from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.config.options import FLIGHT_DEFAULTS
-from rlprof_plugins.metrics.flight_dump import flight_folders, read_anomalies
+from rlprof_plugins.metrics.flight_dump import flight_folders
+from rlprof_plugins.step_logs.anomalies import read_anomalies
 from tests.helpers.bursty import engine_pid
 
 STOP_S = 3.0  # longer than the default stall limit (2 s): a gap this long is a stall

@@ -180,7 +180,7 @@ def test_a_claim_whose_server_ended_passes_to_the_next(tmp_path):
 
 def test_a_measured_steps_replica_numbers_are_those_of_its_row():
     """The fleet reads measured-only steps without making their rows: the numbers must be the same."""
-    from rlprof_plugins.metrics.reader import measured_numbers
+    from rlprof_plugins.step_logs.steps import measured_numbers
     from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
     from rlprof_plugins.report.fleet import measured_replica_numbers, replica_numbers
     from rlprof_plugins.report.measured_rows import measured_row
@@ -240,7 +240,7 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
     """The report's store of measured numbers (``measured_rows.measured_steps``): a warm run adds a line
     per new step, and the numbers are a whole read's; a store that is not as the cache left it (cut
     short) is written anew, never read half; one that cannot be written gives every step from the logs."""
-    from rlprof_plugins.metrics.reader import measured_numbers, read_steps
+    from rlprof_plugins.step_logs.steps import measured_numbers, read_steps
     from rlprof_plugins.report import measured_rows
     from rlprof_plugins.report.cache import StepCache
     from rlprof_plugins.report.measured_rows import NUMBERS, measured_steps

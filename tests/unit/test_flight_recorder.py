@@ -20,7 +20,8 @@ from rlprof_plugins.cli.command import main as rlprof
 from rlprof_plugins.config.options import parse_options
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.flight import REASONS
-from rlprof_plugins.metrics.flight_dump import ANOMALY_FILE, read_anomalies
+from rlprof_plugins.metrics.flight_dump import ANOMALY_FILE
+from rlprof_plugins.step_logs.anomalies import read_anomalies
 from rlprof_plugins.metrics.log import STATE_SUFFIX
 from rlprof_plugins.metrics.record import RankTotals
 from rlprof_plugins.metrics.recorder import StepRecorder

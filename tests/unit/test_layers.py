@@ -42,8 +42,11 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      (f"{P}.patches",)),
     ("sessions", "when to record: the workers' controller, the API server's recorder, the protocol",
      (f"{P}.session",)),
-    ("step metrics", "every iteration timed into its RL step: the record, the log, the series, the reader; the "
-                     "flight recorder",
+    ("step logs read back", "what the engines logged beside their step folders, read by the report: step logs, "
+                            "busy periods, flight dumps",
+     (f"{P}.step_logs",)),
+    ("step metrics", "in the engine's processes, every iteration timed into its RL step: the record, the log, the "
+                     "series; the flight recorder",
      (f"{P}.metrics",)),
     ("configuration and requests", "the keys, the launch configuration, one start request",
      (f"{P}.config",)),

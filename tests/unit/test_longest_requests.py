@@ -15,7 +15,8 @@ import time
 from types import SimpleNamespace
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.metrics.requests import LongestRequests, longest_of, read_periods
+from rlprof_plugins.metrics.requests import LongestRequests
+from rlprof_plugins.step_logs.requests import longest_of, read_periods
 
 
 def finish(keeper: LongestRequests, request_id: str, arrived: float, first: float, ended: float,

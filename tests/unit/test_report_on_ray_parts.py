@@ -79,7 +79,7 @@ def test_a_listing_names_every_file_carries_small_ones_whole_and_reads_nothing_o
 def test_a_listing_carries_line_logs_whole_however_large_rotated_ones_too(root):
     """The step logs and the frontends' requests are read by the report itself, not by a pass: on Ray they must
     travel whole as they are read locally, the file a log rotated into included."""
-    from rlprof_plugins.metrics.requests import read_periods
+    from rlprof_plugins.step_logs.requests import read_periods
 
     requests = root / "steps" / "requests"
     requests.mkdir(parents=True)

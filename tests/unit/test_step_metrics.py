@@ -15,7 +15,7 @@ from rlprof_plugins.config.options import parse_options
 from rlprof_plugins.errors import OptionsError
 from rlprof_plugins.metrics.engine_hook import RecorderPlace, StepMetricsHook
 from rlprof_plugins.metrics.log import StepLog
-from rlprof_plugins.metrics.reader import measured_numbers, quantile_ms, read_steps
+from rlprof_plugins.step_logs.steps import measured_numbers, quantile_ms, read_steps
 from rlprof_plugins.metrics.record import BUCKETS_MS, NotARecord, RankTotals, StageRecord, StepRecord
 from rlprof_plugins.metrics.recorder import recorder_for
 from rlprof_plugins.metrics.timer import StepMetrics
@@ -284,7 +284,7 @@ def test_reading_again_reads_only_what_the_logs_gained_and_gives_the_same_number
     """The report's incremental reader (``measured_incrementally``) against a whole read, after appends:
     a new step, a rank's late line of a recent step, a torn line; a rotation reads everything again.
     The reader gives the steps the new lines touched; the caller keeps the others."""
-    from rlprof_plugins.metrics.reader import measured_incrementally
+    from rlprof_plugins.step_logs.steps import measured_incrementally
 
     def put(rank: str, step: int, busy: float) -> None:
         with (tmp_path / "steps" / f"{rank}.jsonl").open("a") as f:
@@ -336,7 +336,7 @@ def test_the_logs_are_read_side_by_side_with_the_numbers_of_a_whole_read(tmp_pat
     recorded in two parts (a restart), a step some ranks lack, a line with no step, a blank and a torn
     line give the numbers and warnings of a whole read (``read_steps``); a log whose steps go back is
     read whole, with the same numbers; one more step appended is read alone."""
-    from rlprof_plugins.metrics import reader
+    from rlprof_plugins.step_logs import steps as reader
 
     monkeypatch.setattr(reader, "BLOCK", block)
     steps = tmp_path / "steps"

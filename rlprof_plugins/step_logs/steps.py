@@ -26,9 +26,9 @@ import itertools
 from pathlib import Path
 from typing import Any, Iterator
 
-from .log import ROTATED, SUFFIX, step_folder
-from .phases import totals as phase_totals
-from .record import BUCKETS_MS, NotARecord, StepRecord
+from ..metrics.log import ROTATED, SUFFIX, step_folder
+from ..metrics.phases import totals as phase_totals
+from ..metrics.record import BUCKETS_MS, NotARecord, StepRecord
 
 
 def read_steps(root: str | Path) -> tuple[dict[int | None, dict[str, StepRecord]], list[str]]:
