@@ -359,15 +359,20 @@ class ProfilerController:
     def _fail(self, s: Session, exc: BaseException) -> None:
         logger.warning("rlprof: profiling session failed: %s: %s", type(exc).__name__, exc)
         s.fail(exc)
-        if s is self._session:
-            self.active = self._stopping is not None
-            recording, self._recording = self._recording, None
-            self._annotations = ()
-            if recording is not None:
-                recording.abandon()
-                if recording.output.keeps_data:  # what earlier chunks and the memory history recorded stays on disk
-                    self._exporter.submit(self._keep_chunks, s, recording)
-        self._write_manifest(s)
+        with self._lock:
+            recording = None
+            if s is self._session:
+                self.active = self._stopping is not None
+                recording, self._recording = self._recording, None
+                self._annotations = ()
+                if recording is not None:
+                    recording.abandon()
+            # the failure is in the manifest before the exporter may list what it keeps: the exporter's write
+            # comes after this one, never under it (which would leave the kept files unlisted)
+            self._write_manifest(s)
+            if recording is not None and recording.output.keeps_data:
+                # what earlier chunks and the memory history recorded stays on disk
+                self._exporter.submit(self._keep_chunks, s, recording)
 
     def _keep_chunks(self, s: Session, recording: Recording) -> None:
         """Exporter thread, after a failure: the chunks stopped before it, kept with the command that joins

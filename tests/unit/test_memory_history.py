@@ -263,3 +263,42 @@ def test_a_failure_while_recording_keeps_the_memory_history_recorded_before_it(t
     sizes = [e["size"] for e in snapshot["device_traces"][0] if e["action"] == "alloc" and e["size"] >= MB]
     assert sizes == [1 * MB, 2 * MB, 3 * MB, 4 * MB]  # iterations 0-3, then the failed rotation
     assert status["memory"]["entries"] == len(snapshot["device_traces"][0]) and not allocator.recording
+
+
+def test_the_failures_manifest_never_lands_after_the_one_that_lists_the_kept_files(tmp_path, monkeypatch):
+    """The failure's own manifest write, slowed (a preempted engine thread on a loaded host), cannot land after
+    the exporter's, which lists the chunks and the memory history it kept: the manifest still lists them."""
+    import threading
+    import time
+
+    from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
+    from rlprof_plugins.session import controller as controller_module
+
+    made = []
+
+    class NoStart(TorchProfilerBackend):
+        def start(self):
+            raise RuntimeError("Kineto could not start")
+
+    def factory(table, overrides=None):
+        made.append(1)
+        return (NoStart if len(made) == 3 else TorchProfilerBackend)(TorchSettings())
+
+    real_report, engine_thread = controller_module.report, threading.get_ident()
+
+    def slow_on_the_engine_thread(directory, *, section, **kw):
+        if threading.get_ident() == engine_thread and section.get("state") == "failed" and not section.get("files"):
+            built = dict(section)
+            time.sleep(0.5)  # the exporter, free to run now, writes what it kept meanwhile
+            return real_report(directory, section=built, **kw)
+        return real_report(directory, section=section, **kw)
+
+    monkeypatch.setattr(controller_module, "report", slow_on_the_engine_thread)
+    allocator, keep = AllocatorStandIn(), []
+    ctl = memory_controller(tmp_path, allocator, backend_factory=factory)
+    assert start(ctl, global_step=5, step_end=9, chunk_iterations=2, memory=True)["ok"]
+    run_allocating(ctl, allocator, 9, keep)
+    ctl.shutdown()
+    manifest = json.loads((tmp_path / "global_step_5" / "manifest.json").read_text())
+    assert manifest["state"] == "failed"
+    assert sorted(f["kind"] for f in manifest["files"]) == ["memory", "trace", "trace"]
