@@ -1,7 +1,8 @@
 """Configuration and requests: what the user asks for, validated once at the edge.
 
 ``options`` (the keys of ``--profiler-config``, rlprof's and the engines'
-native ones, validated at start-up), ``launch_config`` (that JSON where the
+native ones, validated at start-up), ``key_reference`` (each key in one
+line, the docs' key table), ``launch_config`` (that JSON where the
 engine has no profiler configuration of its own: ``RLPROF_PROFILER_CONFIG``,
 SGLang's ``--profiler-config``), ``request_fields`` (every start-request
 field, declared once) and ``requests`` (one start request for both engines,

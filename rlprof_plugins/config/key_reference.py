@@ -125,8 +125,10 @@ def defaults() -> dict[str, Any]:
 def key_table() -> str:
     """The Markdown table of every key: type, default, one sentence."""
     missing = [k for k in OUR_KEYS if k not in BY_KEY]
-    if missing:
-        raise KeyError(f"keys without a line in config.key_reference: {', '.join(missing)}")
+    stale = [k for k in BY_KEY if k not in OUR_KEYS]
+    if missing or stale:
+        raise KeyError(f"config.key_reference: keys without a line: {', '.join(missing) or 'none'}; "
+                       f"lines of keys the parser no longer takes: {', '.join(stale) or 'none'}")
     parsed = defaults()
     lines = ["| key | type | default | what it does |", "| --- | --- | --- | --- |"]
     for key in OUR_KEYS:

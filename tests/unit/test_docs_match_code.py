@@ -294,6 +294,31 @@ def test_no_user_page_carries_a_date_an_issue_number_or_a_checkout_path():
     assert found == []
 
 
+METRIC = re.compile(r"\brlprof_[a-z_]+[a-z]\b")
+SAMPLE_SUFFIXES = ("_total", "_bucket", "_count", "_sum")
+
+
+def test_every_metric_served_is_on_the_dashboards_page_and_every_metric_it_names_is_served():
+    """The metric families ``/metrics`` serves (``metrics.series``, where each is named once) against
+    docs/dashboards.md and the Grafana dashboard beside it: a family served and not documented, or a query
+    naming a family no collector serves (it would show nothing), fails."""
+    served = set(re.findall(r'"(rlprof_[a-z_]+)"', (REPO / "rlprof_plugins" / "metrics" / "series.py").read_text()))
+    assert len(served) >= 15, served
+    page = (REPO / "docs" / "dashboards.md").read_text()
+    assert {name for name in served if name not in page} == set(), "served, not in docs/dashboards.md"
+
+    def family(name: str) -> str:
+        for suffix in SAMPLE_SUFFIXES:
+            if name.endswith(suffix) and name[:-len(suffix)] in served:
+                return name[:-len(suffix)]
+        return name
+
+    named = set(METRIC.findall(page))
+    for board in (REPO / "docs" / "grafana").glob("*.json"):
+        named |= set(METRIC.findall(board.read_text()))
+    assert {n for n in named if family(n) not in served} == set(), "named in the docs, served by nothing"
+
+
 # Pages for maintainers (the design, the measurements, the tests) and pages generated from the code may run long;
 # a user reads the others to the end.
 MAINTAINER_PAGES = {"architecture.md", "performance.md", "testing.md", "patches.md", "compatibility.md"}
