@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .vllm_server import answers, free_port
+from .vllm_server import answers, free_port, stop_process
 
 GCS_LOOPBACK_ONLY = {"NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9",
                      "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
@@ -75,13 +75,7 @@ class GcsEmulator:
         return f"gs://{self.bucket}/{prefix}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace=5)
 
 
 @pytest.fixture(scope="module")

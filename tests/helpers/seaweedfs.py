@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .vllm_server import answers, free_port
+from .vllm_server import answers, free_port, stop_process
 
 KEYS = {"writer": ("rlprof-writer", "writer-secret-key"), "reader": ("rlprof-reader", "reader-secret-key")}
 
@@ -84,13 +84,8 @@ class SeaweedS3:
         raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            stop_process(self.process, grace=5)
         self.process = None
 
     def env(self, identity: str = "writer") -> dict[str, str]:

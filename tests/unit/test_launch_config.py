@@ -40,7 +40,7 @@ def test_request_overrides_win():
     ('{"step_strat": 1}', "step_strat"),
     ('{"profiler": "nsys"}', "profiler"),
     ('{"profiler": "cuda", "backend": "npu"}', "backend"),
-    ('{"torch_profiler_dir": "gs://bucket/x"}', "torch_profiler_dir"),
+    ('{"torch_profiler_dir": "abfs://container/x"}', "torch_profiler_dir"),  # adlfs: in no extra
     ('{"torch_profiler_activities": ["TPU"]}', "torch_profiler_activities"),
     ('{"torch_profiler_with_stack": "yes"}', "torch_profiler_with_stack"),
     ('{"step_start": 4, "step_end": 2}', "step_end"),

@@ -14,23 +14,14 @@ import pytest
 from rlprof_plugins.config.options import check_directory
 from rlprof_plugins.store import destination, manifest, upload
 from tests.helpers.gcs_emulator import GcsEmulator, gcs, gcs_available  # noqa: F401 (gcs: the fixture)
-from tests.unit.test_object_store_output import write_step
+from tests.unit.test_object_store_output import remote_manifest, spool_for, write_step
 
 pytestmark = pytest.mark.skipif(not gcs_available(), reason="`make env` installs gcsfs and gcp-storage-emulator")
 
 
 @pytest.fixture
 def spool_env(gcs, tmp_path, monkeypatch):
-    gcs.apply_env(monkeypatch)
-    monkeypatch.setenv(destination.SPOOL_ENV, str(tmp_path / "spool"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "spool"
-
-
-def remote_manifest(gcs, uri: str, step: int) -> dict | None:
-    fs = gcs.client()
-    key = f"{uri.removeprefix('gs://')}/global_step_{step}/manifest.json"
-    return json.loads(fs.cat_file(key)) if fs.exists(key) else None
+    return spool_for(gcs, tmp_path, monkeypatch)
 
 
 def test_a_gs_folder_is_accepted_and_a_step_reaches_the_bucket_manifest_last_saying_done(gcs, spool_env):
@@ -52,6 +43,7 @@ def test_a_gs_folder_is_accepted_and_a_step_reaches_the_bucket_manifest_last_say
     assert fs.exists("rlprof/job-g/traces/steps/rank0.jsonl")
 
 
+@pytest.mark.extended  # gcsfs retries each call for about half a minute before it says the store is down
 def test_the_gcs_store_down_says_failed_keeps_the_files_then_done_once_it_is_back(tmp_path, monkeypatch):
     """A store that stops answering mid-job: ``failed`` with the reason and ``rlprof upload <spool>``, nothing
     removed from the spool; the store back again (at the same address) takes the upload."""

