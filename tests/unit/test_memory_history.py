@@ -235,9 +235,8 @@ def test_a_snapshot_that_asks_for_code_is_refused_not_run(tmp_path):
     assert "builtins.print" in step_memory(tmp_path)["rank0"]["error"]
 
 
-def test_a_failure_while_recording_keeps_the_memory_history_recorded_before_it(tmp_path):
-    """The third chunk's profiler cannot start: the session fails, the two chunks before it stay, and so
-    does the memory history of the iterations recorded until then (never dropped)."""
+def third_chunk_cannot_start():
+    """A backend factory whose third backend's profiler cannot start: a session's third chunk fails."""
     from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
 
     made = []
@@ -249,6 +248,14 @@ def test_a_failure_while_recording_keeps_the_memory_history_recorded_before_it(t
     def factory(table, overrides=None):
         made.append(1)
         return (NoStart if len(made) == 3 else TorchProfilerBackend)(TorchSettings())
+
+    return factory
+
+
+def test_a_failure_while_recording_keeps_the_memory_history_recorded_before_it(tmp_path):
+    """The third chunk's profiler cannot start: the session fails, the two chunks before it stay, and so
+    does the memory history of the iterations recorded until then (never dropped)."""
+    factory = third_chunk_cannot_start()
 
     allocator, keep = AllocatorStandIn(), []
     ctl = memory_controller(tmp_path, allocator, backend_factory=factory)
@@ -271,18 +278,9 @@ def test_the_failures_manifest_never_lands_after_the_one_that_lists_the_kept_fil
     import threading
     import time
 
-    from rlprof_plugins.backends.torch_profiler import TorchProfilerBackend, TorchSettings
     from rlprof_plugins.session import controller as controller_module
 
-    made = []
-
-    class NoStart(TorchProfilerBackend):
-        def start(self):
-            raise RuntimeError("Kineto could not start")
-
-    def factory(table, overrides=None):
-        made.append(1)
-        return (NoStart if len(made) == 3 else TorchProfilerBackend)(TorchSettings())
+    factory = third_chunk_cannot_start()
 
     real_report, engine_thread = controller_module.report, threading.get_ident()
 
