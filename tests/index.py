@@ -22,7 +22,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     # the report's `analysis` and its run on Ray: through `rlprof report/summary --json [--ray]` in a child
     "rlprof_plugins.report.analysis": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
     "rlprof_plugins.report.on_ray.driver": ("tests/ray/test_report_on_ray.py",),
-    "rlprof_plugins.report.on_ray.cluster": ("tests/ray/test_report_on_ray.py",),  # the report's Ray process
+    "rlprof_plugins.report.on_ray.cluster": ("tests/ray/test_report_on_ray.py",),  # the session on the joined cluster
     # the frontends' request times, live: the rollout with one long response (tests/helpers/rollout_tail.py)
     "rlprof_plugins.patches.vllm.request_times": ("tests/e2e/test_vllm_server_tp1.py",),
     "rlprof_plugins.patches.sglang.request_times": ("tests/e2e/test_sglang_server_tp1.py",),

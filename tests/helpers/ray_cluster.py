@@ -5,11 +5,12 @@ Ray is the one verl's test folder installs (``.cache/verl-0.9.1``, Ray 2.60,
 folder on ``PYTHONPATH``, so the test process never imports Ray, and each
 node's environment (``env_vars``) can differ: the folder it keeps its traces
 in (``FLEET_NODE``), or a ``PYTHONPATH`` under which rlprof cannot be
-imported. Every node is ``127.0.0.2`` (Ray rewrites ``127.0.0.1``), and so is
+imported; ``held_by_trainer`` gives a node an actor holding its one CPU, as a
+trainer holds a node's CPUs. Every node is ``127.0.0.2`` (Ray rewrites ``127.0.0.1``), and so is
 every driver that joins it (``rlprof report --ray 127.0.0.2:PORT`` joins from
 that address).
 
-    with RayCluster({"head": {...}, "a": {...}}) as cluster:
+    with RayCluster({"head": {...}, "a": {"held_by_trainer": True}}) as cluster:
         cluster.address; cluster.remove("a")
 
 As a script (what ``RayCluster`` runs): ``python -m tests.helpers.ray_cluster
@@ -101,6 +102,27 @@ class RayCluster:
             self.proc.wait()
 
 
+def hold_cpus(cluster, handles: dict) -> list:
+    """On each node of ``handles``, an actor holding every CPU the node offers, as a trainer's workers hold
+    them: a task asking Ray for a CPU there waits for good. Returns the actors (kept alive by the caller)."""
+    if not handles:
+        return []
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address=cluster.address, log_to_driver=False)
+
+    @ray.remote
+    class Trainer:
+        def ready(self) -> bool:
+            return True
+
+    actors = [Trainer.options(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(
+        handle.node_id, soft=False)).remote() for handle in handles.values()]
+    ray.get([a.ready.remote() for a in actors], timeout=120)
+    return actors
+
+
 def main() -> None:
     from ray.cluster_utils import Cluster
 
@@ -110,6 +132,7 @@ def main() -> None:
     def args(name: str) -> dict:
         spec = dict(nodes[name])
         env = dict(spec.pop("env", {}))
+        spec.pop("held_by_trainer", None)
         return {"node_ip_address": NODE_IP, "num_cpus": spec.pop("num_cpus", 1), "env_vars": env, **spec}
 
     cluster = Cluster(initialize_head=True, head_node_args={**args(names[0]), "include_dashboard": False,
@@ -118,6 +141,8 @@ def main() -> None:
     for name in names[1:]:
         handles[name] = cluster.add_node(**args(name))
     cluster.wait_for_nodes()
+    trainers = {name: handles[name] for name in names if nodes[name].get("held_by_trainer")}
+    held = hold_cpus(cluster, trainers)  # alive until the cluster ends
     print(f"ADDRESS {cluster.address}", flush=True)
     try:
         for line in sys.stdin:
@@ -126,6 +151,11 @@ def main() -> None:
                 cluster.remove_node(handles.pop(name), allow_graceful=False)
                 print(f"REMOVED {name}", flush=True)
     finally:
+        if held:  # the trainers' driver leaves first: Ray refuses to remove a node a driver is connected to
+            import ray
+
+            del held[:]
+            ray.shutdown()
         cluster.shutdown()
 
 

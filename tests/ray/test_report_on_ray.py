@@ -10,13 +10,15 @@ replica layout built from real vLLM TP=2 traces (``test_fleet_report``).
 In ``make test``: without Ray, exit 2 and one line naming the extra; one node
 giving the local report's JSON (report and summary) for a ROOT named with
 quotes, ``&``, ``<>`` and spaces, its node cache on the second run, no Ray
-connection off the loopback, and (``summary`` called in a Python process)
-that process's streams left in place and Ray never imported there. In ``make test-extended``
+connection off the loopback, and (``summary`` called in a Python process,
+which joins the cluster as a Ray driver) that process's streams, exception
+hook and fault handler left as they were. In ``make test-extended``
 (each starts a cluster of its own): three nodes holding a replica each give the
 local report's steps, replicas, slowest replica and rank times; a filesystem
-all nodes share is read once, spread over them; a corrupt trace, a node that
-cannot import rlprof and a node killed mid-report are each named by file and
-node, with a non-zero exit within the timeout; a node of another rlprof release
+all nodes share is read once, spread over them; a node whose CPU a trainer's
+actor holds still runs the passes; a corrupt trace, a node that
+cannot import rlprof (named, with the mend) and a node killed mid-report are
+each named by file or node, with a non-zero exit within the timeout; a node of another rlprof release
 is named and read; an address that takes connections and is no cluster ends
 within the timeout (one where nothing answers: at once, in ``make test``).
 """
@@ -90,8 +92,9 @@ def report_killing(cluster: RayCluster, root: str, node: str, cwd: Path, timeout
     return rc, "".join(said), time.monotonic() - started
 
 
-# ``rlprof summary --ray`` called in a Python process whose streams are objects of its own, watched while it
-# runs: they must stay in place (Ray joins from a process of the report's own), and Ray is never imported here.
+# ``rlprof summary --ray`` called in a Python process whose streams are objects of its own (no file behind
+# them), watched while it runs: they must stay in place while Ray joins from this process, and Ray's exception
+# hook and fault handler must be gone once it has left.
 IN_PROCESS = """
 import json, sys, threading, time
 from rlprof_plugins.cli.command import main
@@ -114,10 +117,13 @@ def watch():
 sys.stdout, sys.stderr = out, err
 watcher = threading.Thread(target=watch)
 watcher.start()
+hook = sys.excepthook
 rc = main(sys.argv[1:])
 running = False
 watcher.join()
+import faulthandler
 sys.__stdout__.write(json.dumps({"rc": rc, "replaced": replaced[:3], "ray_imported": "ray" in sys.modules,
+                                 "hook_kept": sys.excepthook is hook, "fault_handler": faulthandler.is_enabled(),
                                  "out": "".join(out.text), "err": "".join(err.text)}))
 """
 
@@ -198,7 +204,8 @@ def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback
     assert in_process.returncode == 0, in_process.stderr
     summary = json.loads(in_process.stdout)
     assert summary["rc"] == 0, summary["err"]
-    assert summary["replaced"] == [] and not summary["ray_imported"]
+    assert summary["replaced"] == [] and summary["ray_imported"]  # joined from this process
+    assert summary["hook_kept"] and not summary["fault_handler"]
     local_summary = run(["summary", str(root), "--json"], tmp_path, ray=False)
     assert comparable(json.loads(summary["out"])) == comparable(json.loads(local_summary.stdout))
     loopback_only(seen)
@@ -236,6 +243,18 @@ def test_a_filesystem_every_node_shares_is_read_once_spread_over_the_nodes(tmp_p
 
 
 @pytest.mark.extended
+def test_passes_run_on_a_node_whose_cpus_the_trainer_holds(tmp_path):
+    """A trainer's actors hold the node's one CPU: the report's passes ask Ray for none, so they still run."""
+    root = fleet(tmp_path, ["node0"])
+    local, local_json = report_json(str(root), tmp_path, "local")
+    with RayCluster({"head": {"held_by_trainer": True}}, tmp_path) as cluster:
+        done, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address, "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    assert comparable(on_ray) == comparable(local_json)
+    assert on_ray["analysis"]["unread"] == [] and sum(on_ray["analysis"]["traces_per_node"].values()) == 12
+
+
+@pytest.mark.extended
 def test_a_corrupt_trace_a_node_without_rlprof_and_one_of_another_release_are_named_by_file_and_node(tmp_path):
     nodes = ["node0", "node1", "node2"]
     fleet(tmp_path, nodes)
@@ -263,16 +282,16 @@ def test_a_corrupt_trace_a_node_without_rlprof_and_one_of_another_release_are_na
     assert len(a["faults"]) == 1 and "cannot run rlprof" in a["faults"][0] and "not installed" in a["faults"][0]
     unread = {u["path"]: u for u in a["unread"]}
     assert str(corrupt.relative_to(tmp_path / "node1" / "save_path")) in unread  # with the node that read it
-    broken = [u for path, u in unread.items() if path.startswith(REPLICAS[2])]
-    assert len(broken) == 4  # node2's traces (2 steps x 2 ranks), none read
-    broken_node = broken[0]["node"]
-    assert broken_node in a["faults"][0] and broken_node not in a["nodes"]
+    # node2 cannot import rlprof: named with what it said and how to mend it; what it holds is not read
+    broken_node = a["faults"][0].split()[1].rstrip(":")  # "node <ip>/<id>: cannot run rlprof (...)"
+    assert "install rlprof-plugins there" in a["faults"][0] and broken_node not in a["nodes"]
+    assert not any(path.startswith(REPLICAS[2]) for path in unread)
     notes = "\n".join(on_ray["notes"])
     assert corrupt.name in notes and broken_node in notes
     (older, version), = a["versions"].items()  # node0, named with its release; its passes still read
     assert version == "0.1.99" and f"node {older} runs rlprof 0.1.99" in notes and older in a["nodes"]
     steps = {s["global_step"]: s for s in on_ray["steps"]}  # what the other nodes read is kept
-    assert {r["name"] for r in steps[5]["replicas"]} >= {REPLICAS[0], REPLICAS[1]}
+    assert {r["name"] for r in steps[5]["replicas"]} == {REPLICAS[0], REPLICAS[1]}
     assert all(r["iterations"] > 0 for s in steps.values() for r in s["replicas"] if r["name"] == REPLICAS[0])
 
 

@@ -1,7 +1,7 @@
 """The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's listing, the
 listed root made of listings (``store.listing``), the report planned, executed and rendered over it (the
 local report's JSON, no file opened by the renderer), the pass with its cache, what a blob may hold, and
-the pipe between the report's process and its Ray process.
+a task's failure in one line.
 
 The cluster itself (Ray's nodes, node affinity, a node killed, a node without rlprof) is
 tests/ray/test_report_on_ray.py.
@@ -14,8 +14,6 @@ import os
 import pickle
 import shutil
 import sys
-import threading
-import time
 import zlib
 from pathlib import Path
 
@@ -25,7 +23,6 @@ from rlprof_plugins.report import wire
 from rlprof_plugins.report.analysis import Analysis
 from rlprof_plugins.report.build import build, write_csv, write_json, write_page
 from rlprof_plugins.report.on_ray import node
-from rlprof_plugins.report.on_ray.channel import ChannelClosed, ChannelTimeout, Kind, Receiver, send
 from rlprof_plugins.report.passes import PASSES_DIR, PlannedPasses
 from rlprof_plugins.report.plan import plan_passes
 from rlprof_plugins.report.summary import summarise
@@ -94,6 +91,24 @@ def test_a_listing_carries_line_logs_whole_however_large_rotated_ones_too(root):
     listing = Listing(str(root))
     listing.add("node-a", got)
     assert len(read_periods(listing.root)) == len(read_periods(root)) == node.SMALL // len(line) + 2
+
+
+def test_a_flight_recorders_window_travels_by_name_and_a_large_json_file_not_whole(root):
+    """Only what the report reads itself travels whole: a dump's ``anomaly.json``, not its ranks' windows
+    (up to the recorder's ``disk_mb``: a pass reads each on its node), and no other file above ``SMALL``."""
+    from rlprof_plugins.metrics.flight_dump import ANOMALY_FILE, TRACE_SUFFIX
+
+    dump = root / "global_step_3" / "flight" / "20261127-000000-requested-001"
+    dump.mkdir(parents=True)
+    (dump / ANOMALY_FILE).write_text(json.dumps({"reason": "requested"}))
+    (dump / f"rank0{TRACE_SUFFIX}").write_text(json.dumps({"traceEvents": []}))  # small, yet its pass's
+    (root / "global_step_3" / "large.json").write_text(json.dumps({"x": "y" * node.SMALL}))
+    got = listed(root)
+    names = {rel for rel, _, _, _ in got["files"]}
+    window, anomaly = f"{dump.relative_to(root)}/rank0{TRACE_SUFFIX}", f"{dump.relative_to(root)}/{ANOMALY_FILE}"
+    assert {window, anomaly, "global_step_3/large.json"} <= names
+    assert anomaly in got["contents"]
+    assert window not in got["contents"] and "global_step_3/large.json" not in got["contents"]
 
 
 def test_a_root_template_is_read_as_each_node_expands_it(root, monkeypatch):
@@ -225,16 +240,8 @@ class Opened:
 
 
 def sent_back(listing: Listing) -> Listing:
-    """The merged listing as the report's process receives it from its Ray process (``channel``)."""
-    read_end, write_end = os.pipe()
-    with os.fdopen(write_end, "wb") as pipe_in:
-        writer = threading.Thread(target=send, args=(pipe_in, Kind.LISTED), kwargs={"listing": listing.as_plain()})
-        writer.start()
-        kind, fields = Receiver(read_end).receive(time.monotonic() + 60)
-        writer.join()
-    os.close(read_end)
-    assert kind is Kind.LISTED
-    return Listing.from_plain(fields["listing"])
+    """The merged listing after a trip through the report's plain-data format (``report.wire``)."""
+    return Listing.from_plain(wire.unpack(wire.pack(listing.as_plain())))
 
 
 def test_the_report_over_the_nodes_listings_is_the_local_one_and_its_renderer_opens_no_file(tmp_path):
@@ -289,24 +296,6 @@ def test_a_pass_the_plan_lacks_is_named_unread_never_empty_numbers(tmp_path):
     built = build(listing.root, passes=passes)
     unread = [n for n in built.notes if "no pass was planned" in n]
     assert unread and all("global_step_4" in n for n in unread)
-
-
-def test_the_channel_carries_messages_of_any_size_and_says_when_the_other_end_is_silent_or_gone():
-    read_end, write_end = os.pipe()
-    answers = Receiver(read_end)
-    big = "x" * (1 << 20)  # past the pipe's buffer: read while it is written
-    with os.fdopen(write_end, "wb") as pipe_in:
-        writer = threading.Thread(target=lambda: [send(pipe_in, Kind.SAY, text=big), send(pipe_in, Kind.JOINED)])
-        writer.start()
-        assert answers.receive(time.monotonic() + 60) == (Kind.SAY, {"text": big})
-        assert answers.receive(time.monotonic() + 60) == (Kind.JOINED, {})
-        writer.join()
-        with pytest.raises(ChannelTimeout):
-            answers.receive(time.monotonic() + 0.2)
-        pipe_in.write(b"\0\0")  # half of a length, then the writer ends
-    with pytest.raises(ChannelClosed):
-        answers.receive(time.monotonic() + 60)
-    os.close(read_end)
 
 
 def test_a_task_failure_says_whether_its_node_went_away_in_one_line():

@@ -6,10 +6,11 @@ lists what it holds below ROOT (``node.listing``), each trace's pass
 (``trace_stats``: iterations, stages, device time, operators) runs as a Ray
 task pinned by node affinity to a node that holds the file (``node.trace_pass``,
 with a cache of passes on that node), and only the passes' summaries travel
-(``report.wire``). The machine running the command merges the listings
-into one listed root (``store.listing``), plans the report's passes over it
-(``report.plan``), has the nodes run them (``driver``), and makes the report
-once over the listed root with their results (``report.passes``). Ray's scheduling,
+(``report.wire``). The command joins the cluster as a Ray driver in its own
+process (``driver``), merges the listings into one listed root
+(``store.listing``), plans the report's passes over it (``report.plan``), has
+the nodes run them (``cluster``), and makes the report once over the listed
+root with their results (``report.passes``). Ray's scheduling,
 transfers, retries and failure detection do the distributing; every wait has
 a timeout, and what could not be read is named by file and node.
 

@@ -1,49 +1,38 @@
-"""The Ray process of ``rlprof report --ray``: join the cluster, list ROOT on every node, and run the
-report's passes where the files lie.
+"""The report on a joined Ray cluster: list ROOT on every node, and run the report's passes where the files lie.
 
-The report's process starts this module as a child (``driver.open_session``)
-and never imports Ray itself. Here ``ray.init`` joins the cluster, every
-alive node lists what it holds below ROOT (``node.listing``), the listings
-are merged into one ``store.listing.Listing`` and sent back; then each pass
-the report planned runs as a Ray task on a node that holds its file, and the
-results are sent back (``channel``). Ray's driver prints its cluster's
-messages (a raylet's last log lines when a node dies) on this process's
-standard output and error, which are a pipe the report's process reads.
+``ClusterSession`` is what the report sees of the cluster (``driver.open_session``
+joins it): every alive node lists what it holds below ROOT (``node.listing``),
+the listings are merged into one ``store.listing.Listing`` (``root``, shown as
+the user wrote it), and each pass the report planned runs as a Ray task on a
+node that holds its file (``execute``).
 
-Every wait has a deadline (``timeout``): a node that does not list in time,
-dies while reading, or cannot import rlprof, and a trace whose pass fails,
-are named (``unread``, ``faults``) by file and node; the report keeps what
-the other nodes read. A pass whose node dies goes to another node that holds
-the same file (a filesystem they share) before it is named unread.
+The tasks ask Ray for no CPU, so they run on a cluster whose CPUs the
+trainer holds all of, and on a node that offers none; rlprof itself keeps
+at most a quarter of a node's CPUs (at least one, ``Node.passes``) reading
+on it at a time. Every wait has a deadline (``timeout``): a node that does not
+list in time, dies while reading, or cannot import rlprof, and a trace whose
+pass fails, are named (``unread``, ``faults``) by file and node; the report
+keeps what the other nodes read. A pass whose node dies goes to another node
+that holds the same file (a filesystem they share) before it is named unread.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
-import os
 import socket
-import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ... import __version__
-from ..._parallel import die_with_parent
-from ...store.listing import Listing
+from ...store.listing import ListedPath, Listing
 from ..analysis import Analysis
+from ..passes import PlannedPasses
+from ..plan import PassPlan
 from ..wire import unpack
-from .channel import NEEDS_RAY, ChannelClosed, Kind, NoCluster, RayMissing, Receiver, send
-from .failures import TaskFailure, why_failed
+from .failures import NoCluster, TaskFailure, why_failed
 
-
-def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise RayMissing(NEEDS_RAY) from None
-    return ray
+CPUS_A_PASS = 4  # a node runs one pass at a time for each this many CPUs it has (one at least)
 
 
 @dataclass
@@ -53,34 +42,39 @@ class Node:
     cpus: float
 
     @property
+    def passes(self) -> int:
+        """How many passes read on this node at once: a quarter of its CPUs, one at least (each pass holds
+        a trace's events while it reads, and the trainer's work goes on beside it)."""
+        return max(1, int(self.cpus) // CPUS_A_PASS)
+
+    @property
     def name(self) -> str:
         return f"{self.ip}/{self.id[:8]}"
 
 
-def _remote_functions(ray):
-    """The tasks, sent by value so a node that cannot import rlprof still answers: each imports the
-    node's own rlprof and calls it; the listing falls back to names and sizes alone."""
+@dataclass
+class Job:
+    """One planned pass: a trace's (``path``, ``rank``, ``stage``) or a memory snapshot's (``path``)."""
 
-    def list_root(root_text: str) -> bytes:
+    kind: str  # ``trace`` or ``memory``
+    path: str
+    rank: str | None = None
+    stage: str | None = None
+
+    @property
+    def key(self) -> Any:
+        return (self.path, self.rank, self.stage) if self.kind == "trace" else self.path
+
+
+def _remote_functions(ray):
+    """The tasks. Each is sent by value and imports the node's own rlprof, so a node where rlprof cannot be
+    imported answers why (``import_error``) instead of failing in Ray's unpickling."""
+
+    def list_root(root_text: str) -> Any:
         try:
             from rlprof_plugins.report.on_ray.node import listing
-        except Exception as e:  # no rlprof (or a broken one) on this node: name what it holds all the same
-            import json
-            import os
-            import zlib
-
-            files, root = [], os.path.abspath(os.path.expanduser(os.path.expandvars(root_text)))
-            for top, dirs, names in os.walk(root):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
-                for name in names:
-                    path = os.path.join(top, name)
-                    if os.path.isfile(path) and not os.path.islink(path):
-                        st = os.stat(path)
-                        kind = "trace" if name.endswith((".trace.json", ".trace.json.gz")) else "file"
-                        files.append([os.path.relpath(path, root), st.st_size, st.st_mtime_ns, kind])
-            # the wire's own format (``wire.pack``: compressed JSON), written without rlprof
-            return zlib.compress(json.dumps({"import_error": f"{type(e).__name__}: {e}", "files": files,
-                                             "exists": os.path.isdir(root), "root": root}).encode(), 6)
+        except Exception as e:  # no rlprof (or a broken one) on this node
+            return {"import_error": f"{type(e).__name__}: {e}"}
         return listing(root_text)
 
     def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
@@ -97,7 +91,8 @@ def _remote_functions(ray):
 
 
 class ClusterSession:
-    """One report's use of the cluster, once joined: ROOT listed on every alive node, then the passes run."""
+    """One report's use of the joined cluster: ROOT listed on every alive node (``list_root``), then the planned
+    passes run where the files lie (``execute``)."""
 
     def __init__(self, ray, root_text: str, *, timeout: float, use_cache: bool, say: Callable[[str], None]) -> None:
         self.ray, self.root_text, self.timeout, self.use_cache, self.say = ray, root_text, timeout, use_cache, say
@@ -108,35 +103,44 @@ class ClusterSession:
         self.runs_rlprof: set[str] = set()  # node names whose listing ran rlprof's own
         self._list, self._trace, self._memory = _remote_functions(ray)
 
-    # ---- listing -------------------------------------------------------------------------------
-    def list_root(self) -> None:
+    @property
+    def root(self) -> ListedPath:
+        """ROOT as the nodes listed it, shown as the user wrote it: what the report is planned and made over."""
+        return self.listing.root
+
+    def _on(self, node: str, retries: int = 0) -> dict[str, Any]:
+        """A task's options: on ``node`` alone, asking no CPU (the trainer may hold them all)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        return dict(num_cpus=0, max_retries=retries,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
+
+    # ---- listing -------------------------------------------------------------------------------
+    def list_root(self) -> None:
         started = time.monotonic()
         for n in self.ray.nodes():
             if n.get("Alive"):
-                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
+                cpus = float(n.get("Resources", {}).get("CPU", 0))
+                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), cpus)
                 self.nodes[node.name] = node
         self.say(f"Ray: {len(self.nodes)} alive node(s); listing {self.root_text} on each")
-        refs = {self._list.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node.id, soft=False)).remote(self.root_text): name for name, node in self.nodes.items()}
-        for ref, name, outcome in self._gather(refs, started + self.timeout, "listing"):
+        refs = {self._list.options(**self._on(name)).remote(self.root_text): name for name in self.nodes}
+        for _ref, name, outcome in self._gather(refs, started + self.timeout, "listing", len(refs)):
             if isinstance(outcome, TaskFailure):
                 self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome.reason}")
                 continue
+            if isinstance(outcome, dict):  # rlprof could not be imported there
+                self.analysis.faults.append(f"node {name}: cannot run rlprof ({outcome['import_error']}): what it "
+                                            "holds is not read; install rlprof-plugins there")
+                continue
             self.analysis.bytes_returned += len(outcome)
             listed = unpack(outcome)
-            if "import_error" in listed:
-                self.analysis.faults.append(f"node {name}: cannot run rlprof ({listed['import_error']})"
-                                            + (f"; it holds {len(listed['files'])} file(s) below {listed['root']}, "
-                                               "named unread" if listed["files"] else ""))
-            else:
-                self.runs_rlprof.add(name)
-                if listed["version"] != __version__:
-                    self.analysis.versions[name] = listed["version"]
-                    self.notes.append(f"node {name} runs rlprof {listed['version']}, this machine {__version__}: "
-                                      "its passes are its own release's")
-                self.notes += [f"node {name}: {line}" for line in listed["skipped"]]
+            self.runs_rlprof.add(name)
+            if listed["version"] != __version__:
+                self.analysis.versions[name] = listed["version"]
+                self.notes.append(f"node {name} runs rlprof {listed['version']}, this machine {__version__}: "
+                                  "its passes are its own release's")
+            self.notes += [f"node {name}: {line}" for line in listed["skipped"]]
             if listed.get("exists"):
                 self.listing.add(name, listed)
         self.notes += self.listing.conflicts
@@ -147,93 +151,107 @@ class ClusterSession:
                  f"below {self.root_text}; reading each where it lies")
 
     # ---- the passes ------------------------------------------------------------------------------
-    def read(self, traces: list[tuple], memories: list[str]) -> tuple[dict[tuple, Any], dict[str, Any]]:
-        """Each pass on a node holding its file, the least loaded first. A pass whose node dies (or leaves the
-        cluster) goes to another live holder of the same file (a shared filesystem), once per holder; with none
-        left, the file is named unread with the node and the reason."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    def execute(self, plan: PassPlan) -> PlannedPasses:
+        """Every planned pass, each on a node that holds its file; their results, to answer the report."""
+        jobs = [Job("trace", j.path.rel, j.rank, j.stage) for j in plan.traces] + \
+            [Job("memory", path.rel) for path in plan.memory]
+        answers = self._read(jobs)
+        return PlannedPasses(self.analysis, {j.key: answers[j.key] for j in jobs if j.kind == "trace"},
+                             {j.key: answers[j.key] for j in jobs if j.kind == "memory"})
 
+    def _read(self, jobs: list[Job]) -> dict[Any, Any]:
+        """Each pass on a node holding its file, the least loaded first, ``Node.passes`` at a time on each.
+        A pass whose node dies (or leaves the cluster) goes to another live holder of the same file (a shared
+        filesystem), once per holder; with none left, the file is named unread with the node and the reason."""
         started = time.monotonic()
         load: dict[str, int] = {}
-        answers: dict[tuple, Any] = {}
-        memory: dict[str, Any] = {}
-        refs: dict[Any, tuple] = {}
-        again: list[Any] = []  # refs of passes given to another holder while the others are gathered
+        answers: dict[Any, Any] = {}
+        refs: dict[Any, tuple[Job, str]] = {}
+        queued: dict[str, deque[Job]] = {name: deque() for name in self.nodes}  # placed, not yet sent
+        running: dict[str, int] = {name: 0 for name in self.nodes}
+        sent: list[Any] = []  # refs sent while the others are gathered
         gone: set[str] = set()  # nodes that died or left during the passes
         tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
 
-        def place(rel: str, job: Any) -> str | None:
-            held = self.listing.files.get(rel)
+        def place(job: Job) -> str | None:
+            """Queue the pass on the least loaded live holder of its file it was not given to yet (None: none)."""
+            held = self.listing.files.get(job.path)
             able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof and n not in gone
-                    and n not in tried.get(job, ())]
+                    and n not in tried.get(job.key, ())]
             if not able:
                 return None
             node = min(able, key=lambda n: (load.get(n, 0), n))
             load[node] = load.get(node, 0) + held.size
-            tried.setdefault(job, set()).add(node)
+            tried.setdefault(job.key, set()).add(node)
+            queued[node].append(job)
             return node
 
-        def options(node: str, cpus: float = 1.0):
-            return dict(num_cpus=min(cpus, self.nodes[node].cpus), max_retries=1,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
-
-        def submit(kind: str, job: Any) -> Any:
-            """The pass's task on a holder of its file (None: no holder is left to ask)."""
-            rel = job[0] if kind == "trace" else job
-            node = place(rel, (kind, job))
-            if node is None:
-                return None
-            if kind == "trace":
-                self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
-                ref = self._trace.options(**options(node)).remote(self.root_text, *job, self.use_cache)
-            else:
-                ref = self._memory.options(**options(node)).remote(self.root_text, rel)
-            refs[ref] = (kind, job, node)
-            return ref
-
-        for job in sorted(traces, key=lambda j: -(self.listing.files[j[0]].size if j[0] in self.listing.files else 0)):
-            if submit("trace", job) is None:
-                answers[job] = self._unread(job[0], self._holders(job[0]), "no node that holds it can run rlprof")
-            else:
-                self.analysis.trace_bytes += self.listing.files[job[0]].size
-        for rel in memories:
-            if submit("memory", rel) is None:
-                memory[rel] = self._unread(rel, self._holders(rel), "no node that holds it can run rlprof")
-        for _ref, (kind, job, node), outcome in self._gather(refs, started + self.timeout, "reading", again):
-            rel = job[0] if kind == "trace" else job
-            if isinstance(outcome, TaskFailure):
-                if outcome.node_gone:
-                    gone.add(node)
-                    if kind == "trace":
-                        self.analysis.traces_per_node[node] -= 1
-                    other = submit(kind, job)
-                    if other is not None:  # another live holder of the same file reads it
-                        again.append(other)
-                        self.notes.append(f"{rel}: node {node} went away while reading it ({outcome.reason}); "
-                                           f"read on node {refs[other][2]}")
-                        continue
-                reason = self._unread(rel, node, outcome.reason)
-                if kind == "trace":
-                    answers[job] = reason
+        def send_queued(node: str) -> None:
+            while node not in gone and queued[node] and running[node] < self.nodes[node].passes:
+                job = queued[node].popleft()
+                if job.kind == "trace":
+                    self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
+                    ref = self._trace.options(**self._on(node, 1)).remote(
+                        self.root_text, job.path, job.rank, job.stage, self.use_cache)
                 else:
-                    memory[job] = reason
+                    ref = self._memory.options(**self._on(node, 1)).remote(self.root_text, job.path)
+                refs[ref] = (job, node)
+                running[node] += 1
+                sent.append(ref)
+
+        size = {rel: held.size for rel, held in self.listing.files.items()}
+        for job in sorted(jobs, key=lambda j: -size.get(j.path, 0)):
+            if place(job) is None:
+                answers[job.key] = self._unread(job.path, self._holders(job.path),
+                                                "no node that holds it can run rlprof")
+            elif job.kind == "trace":
+                self.analysis.trace_bytes += size[job.path]
+        for node in self.nodes:
+            send_queued(node)
+        for _ref, (job, node), outcome in self._gather(refs, started + self.timeout, "reading",
+                                                       len(jobs) - len(answers), sent):
+            running[node] -= 1
+            if isinstance(outcome, TaskFailure) and outcome.node_gone:
+                gone.add(node)
+                if job.kind == "trace":
+                    self.analysis.traces_per_node[node] -= 1
+                left_behind, queued[node] = [job, *queued[node]], deque()
+                for waiting in left_behind:  # to another live holder of the same file
+                    other = place(waiting)
+                    if other is None:
+                        answers[waiting.key] = self._unread(waiting.path, node, outcome.reason)
+                        continue
+                    when = "while reading it" if waiting is job else "before reading it"
+                    self.notes.append(f"{waiting.path}: node {node} went away {when} ({outcome.reason}); "
+                                      f"read on node {other}")
+                    send_queued(other)
                 continue
-            if kind == "memory":
-                self.analysis.bytes_returned += len(outcome)
-                got = unpack(outcome)
-                memory[job] = got if "error" not in got else self._unread(job, node, got["error"])
-                continue
-            blob, cached, seconds = outcome
-            self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
-            self.analysis.bytes_returned += len(blob)
-            self.analysis.node_cache_hits += int(cached)
-            st = answers[job] = unpack(blob)
-            if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
-                st.error = self._unread(job[0], node, st.error)
+            send_queued(node)
+            answers[job.key] = self._answer(job, node, outcome)
+        for node, waiting in queued.items():  # never sent before the deadline
+            for job in waiting:
+                answers[job.key] = self._unread(job.path, node, f"no answer within --timeout {self.timeout:g} s")
         self.analysis.traces_per_node = {n: k for n, k in self.analysis.traces_per_node.items() if k > 0}
         self.analysis.nodes = sorted(self.analysis.traces_per_node)
         self.analysis.seconds["passes"] = round(time.monotonic() - started, 3)
-        return answers, memory
+        return answers
+
+    def _answer(self, job: Job, node: str, outcome: Any) -> Any:
+        """A pass's result as the report takes it: a trace's summary, a snapshot's numbers, or why it is unread."""
+        if isinstance(outcome, TaskFailure):
+            return self._unread(job.path, node, outcome.reason)
+        if job.kind == "memory":
+            self.analysis.bytes_returned += len(outcome)
+            got = unpack(outcome)
+            return got if "error" not in got else self._unread(job.path, node, got["error"])
+        blob, cached, seconds = outcome
+        self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
+        self.analysis.bytes_returned += len(blob)
+        self.analysis.node_cache_hits += int(cached)
+        st = unpack(blob)
+        if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
+            st.error = self._unread(job.path, node, st.error)
+        return st
 
     def _holders(self, rel: str) -> str:
         held = self.listing.files.get(rel)
@@ -243,18 +261,21 @@ class ClusterSession:
         self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
         return f"{rel}: not read on node {node}: {reason}"
 
-    def _gather(self, refs: dict[Any, Any], deadline: float, what: str,
-                again: list[Any] | None = None) -> Iterator[tuple[Any, Any, Any]]:
+    def _gather(self, refs: dict[Any, Any], deadline: float, what: str, expected: int,
+                sent: list[Any] | None = None) -> Iterator[tuple[Any, Any, Any]]:
         """``(ref, its tag, its value or its TaskFailure)`` for each ref, as they finish; refs the caller puts in
-        ``again`` (and in ``refs``) while it handles one are gathered too. Those unfinished at the deadline are
-        cancelled and answered as timed out."""
+        ``sent`` (and in ``refs``) are gathered too, those there already included. Those unfinished at the
+        deadline are cancelled and answered as timed out. ``expected``: how many answers make the whole."""
         ray = self.ray
-        pending = list(refs)
+        pending = list(refs) if sent is None else []
         done = 0
         said = time.monotonic()
-        while pending:
+        while True:
+            if sent:
+                pending += sent
+                sent.clear()
             left = deadline - time.monotonic()
-            if left <= 0:
+            if not pending or left <= 0:
                 break
             ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
             for ref in ready:
@@ -264,12 +285,9 @@ class ClusterSession:
                 except Exception as e:  # the task failed, its node died, its worker crashed
                     value = why_failed(e)
                 yield ref, refs[ref], value
-            if again:
-                pending += again
-                again.clear()
             if time.monotonic() - said >= 5.0:
                 said = time.monotonic()
-                self.say(f"Ray: {what}: {done} of {len(refs)} answered")
+                self.say(f"Ray: {what}: {done} of {expected} answered")
         for ref in pending:
             try:
                 ray.cancel(ref, force=True)
@@ -291,49 +309,3 @@ def check_reachable(address: str, seconds: float) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
     except OSError as e:
         raise NoCluster(f"--ray {address}: no Ray cluster to join (nothing answers there: {e.strerror or e})") from None
-
-
-
-def main() -> int:
-    """``python -m rlprof_plugins.report.on_ray.cluster FD ORDERS``: ``FD`` the pipe to answer on, ``ORDERS``
-    (JSON) the root, address, timeout and cache choice; later orders come on standard input."""
-    out = os.fdopen(int(sys.argv[1]), "wb")
-    order = json.loads(sys.argv[2])
-    die_with_parent(order["parent"])
-    root_text, address, timeout = order["root"], order["address"], order["timeout"]
-    try:
-        ray = import_ray()
-        check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address,
-                        min(timeout, PROBE_SECONDS))
-        send(out, Kind.JOINING)
-        try:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-        except Exception as e:
-            first = str(e).splitlines()[0][:200] if str(e) else ""
-            raise NoCluster(f"--ray {address}: no Ray cluster to join ({type(e).__name__}: {first})") from None
-    except (RayMissing, NoCluster) as e:
-        send(out, Kind.FAILED, error=type(e).__name__, message=str(e))
-        return 0
-    send(out, Kind.JOINED)
-    try:
-        session = ClusterSession(ray, root_text, timeout=timeout, use_cache=order["use_cache"],
-                                 say=lambda text: send(out, Kind.SAY, text=text))
-        session.list_root()
-        send(out, Kind.LISTED, listing=session.listing.as_plain(), analysis=dataclasses.asdict(session.analysis),
-             notes=session.notes)
-        orders = Receiver(sys.stdin.fileno())
-        while True:
-            try:
-                kind, fields = orders.receive()
-            except ChannelClosed:  # the report is made: leave the cluster
-                return 0
-            if kind is Kind.READ:
-                traces, memory = session.read(fields["traces"], fields["memory"])
-                send(out, Kind.READ, traces=traces, memory=memory, analysis=dataclasses.asdict(session.analysis),
-                     notes=session.notes)
-    finally:
-        ray.shutdown()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Why a Ray task of the report gave no answer, in one line, and whether its node went away.
+"""What can go wrong on Ray, said in one line: no Ray here, no cluster there, or a task that gave no answer.
 
 A task's exception is Ray's own (``RayTaskError`` wrapping the pass's error, or one of Ray's classes for
 a node or worker that is gone); the report names the file it was reading with this one line, and a task
@@ -8,6 +8,17 @@ whose node went away can be asked again of another node that holds the same file
 from __future__ import annotations
 
 from typing import NamedTuple
+
+NEEDS_RAY = "--ray needs Ray: pip install 'rlprof-plugins[ray]'"
+
+
+class RayMissing(RuntimeError):
+    """Ray is not installed where the command runs (said as ``NEEDS_RAY``)."""
+
+
+class NoCluster(RuntimeError):
+    """No Ray cluster could be joined at the address."""
+
 
 # Ray's failures that mean the node (or its worker) went away mid-task, in plain words
 NODE_GONE = {"TaskUnschedulableError": "its node left the cluster", "NodeDiedError": "its node died",

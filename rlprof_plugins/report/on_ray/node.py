@@ -12,7 +12,8 @@ it leaves ROOT.
 The listing carries names, sizes and times of every file, and whole only
 the small files the report reads as they are (manifests, claims, step logs,
 flight recorder notes): a trace or a memory snapshot travels only as its
-pass's summary. Traces in folders without a manifest carry the rank and
+pass's summary, and a flight recorder's window (``<rank>.flight.json``, up to
+its ``disk_mb``) not at all. Traces in folders without a manifest carry the rank and
 world size their header records (``distributedInfo``: what places them).
 
 Each trace's summary is kept on the node that read it, in the cache of
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
+from ...metrics.flight_dump import TRACE_SUFFIX as FLIGHT_WINDOW
 from ...metrics.log import ROTATED as LINES_ROTATED, SUFFIX as LINES
 from ...store.layout import MEMORY
 from ...store.manifest import MANIFEST
@@ -36,7 +38,11 @@ from ...trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, trace_distr
 from ...store.step_files import TRACE_SUFFIXES
 from ..wire import pack
 
-SMALL = 4 << 20  # files up to this size travel whole in the listing (manifests, claims, notes); JSON and the step logs' JSON lines (rotated ones too) of any size
+# Files up to this size travel whole in the listing (manifests, claims, notes); the step logs' and request
+# logs' JSON lines (rotated ones too) of any size, since the report reads them itself. Anything else larger
+# (a trace written under another name) travels as its name and size alone, and so does a flight
+# recorder's window of any size: the report reads only its dump's ``anomaly.json``.
+SMALL = 4 << 20
 
 
 def resolve(root_text: str) -> Path:
@@ -100,7 +106,8 @@ def listing(root_text: str) -> bytes:
             out["files"].append([rel, st.st_size, st.st_mtime_ns, kind])
             if kind == "trace":
                 traces.append(rel)
-            elif kind == "file" and (st.st_size <= SMALL or name.endswith((".json", LINES, LINES_ROTATED))):
+            elif kind == "file" and not name.endswith(FLIGHT_WINDOW) and (
+                    st.st_size <= SMALL or name.endswith((LINES, LINES_ROTATED))):
                 try:
                     with open(path, "rb") as f:
                         out["contents"][rel] = f.read()
