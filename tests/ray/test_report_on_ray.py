@@ -63,6 +63,26 @@ def fleet(base: Path, nodes: list[str]) -> Path:
     return whole
 
 
+def large_flight_dump(replica: Path, step: int, mb: int) -> Path:
+    """A real flight recorder dump in ``replica``'s step ``step`` (its step logs beside), its rank's window
+    padded to about ``mb`` MB of random text: what a busy server's dump weighs. Returns the window."""
+    from tests.unit.test_flight_recorder import dumps, iterate, recorder
+
+    r = recorder(replica, step=step)
+    iterate(r, 30)
+    r.flight_dump("20261127-000000-requested-001")
+    dumps(replica)
+    r.close()
+    window = next((replica / f"global_step_{step}" / "flight").glob("*/*.flight.json"))
+    trace = json.loads(window.read_text())
+    events = trace["traceEvents"]
+    each = mb * (1 << 20) // max(len(events), 1)
+    for event in events:  # random text: what the listing would carry of it, compressed, is all of it
+        event.setdefault("args", {})["pad"] = os.urandom(each // 2).hex()
+    window.write_text(json.dumps(trace))
+    return window
+
+
 def run(args: list[str], cwd: Path, *, ray: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
     env = ray_environment() if ray else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(RLPROF), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -182,8 +202,10 @@ def test_an_address_that_takes_connections_but_is_no_cluster_ends_within_the_tim
 
 @pytest.mark.skipif(not ss_available(), reason="needs ss (iproute2)")
 def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback(tmp_path):
-    """ROOT named as users name folders (quotes, ``&``, ``<>``, spaces): shown as written, read the same."""
+    """ROOT named as users name folders (quotes, ``&``, ``<>``, spaces): shown as written, read the same;
+    a flight recorder's 30 MB window is read by its pass on the node, and only summaries come back."""
     root = fleet(tmp_path / AWKWARD, ["node0"])
+    window = large_flight_dump(root / REPLICAS[1], 6, 30)  # the slowest replica of step 6: its row
     local, local_json = report_json(str(root), tmp_path, "local", "--no-cache")  # leaves the cache of passes empty
     assert local.returncode == 0, local.stderr
     with RayCluster({"head": {}}, tmp_path) as cluster, Connections(cluster.proc.pid, os.getpid()) as seen:
@@ -197,9 +219,12 @@ def test_one_node_gives_the_local_json_keeps_its_cache_and_stays_on_the_loopback
     traces = local_json["analysis"]["traces_per_node"]
     a = on_ray["analysis"]
     assert a["engine"] == "ray" and len(a["nodes"]) == 1
-    assert sum(a["traces_per_node"].values()) == sum(traces.values()) == 12  # 3 replicas x 2 steps x 2 ranks
-    assert a["trace_bytes"] == local_json["analysis"]["trace_bytes"] and 0 < a["bytes_returned"] < a["trace_bytes"]
-    assert a["node_cache_hits"] == 0 and again["analysis"]["node_cache_hits"] == 12
+    # 3 replicas x 2 steps x 2 ranks, and the dump's window
+    assert sum(a["traces_per_node"].values()) == sum(traces.values()) == 13
+    assert a["trace_bytes"] == local_json["analysis"]["trace_bytes"] > window.stat().st_size > 30e6
+    assert 0 < a["bytes_returned"] < 0.01 * a["trace_bytes"]  # summaries and small files alone
+    assert [len(s["anomalies"]) for s in on_ray["steps"] if s["global_step"] == 6] == [1]
+    assert a["node_cache_hits"] == 0 and again["analysis"]["node_cache_hits"] == 13
     assert comparable(again) == comparable(local_json)
     assert in_process.returncode == 0, in_process.stderr
     summary = json.loads(in_process.stdout)
