@@ -280,6 +280,26 @@ def test_passes_run_on_a_node_whose_cpus_the_trainer_holds(tmp_path):
 
 
 @pytest.mark.extended
+def test_passes_still_queued_at_the_timeout_are_named_unread_and_the_read_ones_kept(tmp_path):
+    """A 1-CPU node reads one pass at a time; with more large traces than it reads before ``--timeout``,
+    those never sent and the one cut off are each named unread with the timeout; the report is still made."""
+    root = fleet(tmp_path, ["node0"])
+    big = root / REPLICAS[1] / "global_step_7" / "ranks"
+    big.mkdir(parents=True)
+    for rank in range(8):  # 2 to 4 s a pass here, read first (the largest first): far past the timeout
+        write_rank_trace(big / f"rank{rank}.10{rank}.pt.trace.json.gz", rank=rank, iterations=60000)
+    with RayCluster({"head": {}}, tmp_path) as cluster:
+        started = time.monotonic()
+        done, on_ray = report_json(str(root), tmp_path, "ray", "--ray", cluster.address, "--timeout", "10")
+        took = time.monotonic() - started
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    unread = on_ray["analysis"]["unread"]
+    assert unread and all("no answer within --timeout 10 s" in u["reason"] for u in unread), unread
+    assert any("global_step_7" in u["path"] for u in unread)
+    assert took < 10 + 10 + 60  # the listing's and the passes' deadlines, and the report
+
+
+@pytest.mark.extended
 def test_a_corrupt_trace_a_node_without_rlprof_and_one_of_another_release_are_named_by_file_and_node(tmp_path):
     nodes = ["node0", "node1", "node2"]
     fleet(tmp_path, nodes)

@@ -153,17 +153,18 @@ class ClusterSession:
     # ---- the passes ------------------------------------------------------------------------------
     def execute(self, plan: PassPlan) -> PlannedPasses:
         """Every planned pass, each on a node that holds its file; their results, to answer the report."""
-        jobs = [Job("trace", j.path.rel, j.rank, j.stage) for j in plan.traces] + \
-            [Job("memory", path.rel) for path in plan.memory]
-        answers = self._read(jobs)
-        return PlannedPasses(self.analysis, {j.key: answers[j.key] for j in jobs if j.kind == "trace"},
-                             {j.key: answers[j.key] for j in jobs if j.kind == "memory"})
+        jobs = {job.key: job for job in [Job("trace", j.path.rel, j.rank, j.stage) for j in plan.traces]
+                + [Job("memory", path.rel) for path in plan.memory]}  # each pass once
+        answers = self._read(list(jobs.values()))
+        return PlannedPasses(self.analysis, {k: answers[k] for k, j in jobs.items() if j.kind == "trace"},
+                             {k: answers[k] for k, j in jobs.items() if j.kind == "memory"})
 
     def _read(self, jobs: list[Job]) -> dict[Any, Any]:
         """Each pass on a node holding its file, the least loaded first, ``Node.passes`` at a time on each.
         A pass whose node dies (or leaves the cluster) goes to another live holder of the same file (a shared
         filesystem), once per holder; with none left, the file is named unread with the node and the reason."""
         started = time.monotonic()
+        deadline = started + self.timeout
         load: dict[str, int] = {}
         answers: dict[Any, Any] = {}
         refs: dict[Any, tuple[Job, str]] = {}
@@ -187,7 +188,10 @@ class ClusterSession:
             return node
 
         def send_queued(node: str) -> None:
-            while node not in gone and queued[node] and running[node] < self.nodes[node].passes:
+            """Send ``node``'s queued passes while it reads fewer than it may and the deadline is ahead (what
+            is still queued at the deadline is named unread below)."""
+            while (node not in gone and queued[node] and running[node] < self.nodes[node].passes
+                   and time.monotonic() < deadline):
                 job = queued[node].popleft()
                 if job.kind == "trace":
                     self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
@@ -208,7 +212,7 @@ class ClusterSession:
                 self.analysis.trace_bytes += size[job.path]
         for node in self.nodes:
             send_queued(node)
-        for _ref, (job, node), outcome in self._gather(refs, started + self.timeout, "reading",
+        for _ref, (job, node), outcome in self._gather(refs, deadline, "reading",
                                                        len(jobs) - len(answers), sent):
             running[node] -= 1
             if isinstance(outcome, TaskFailure) and outcome.node_gone:
@@ -288,6 +292,9 @@ class ClusterSession:
             if time.monotonic() - said >= 5.0:
                 said = time.monotonic()
                 self.say(f"Ray: {what}: {done} of {expected} answered")
+        if sent:  # sent while the last answers were handled
+            pending += sent
+            sent.clear()
         for ref in pending:
             try:
                 ray.cancel(ref, force=True)
