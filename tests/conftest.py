@@ -8,7 +8,6 @@ stops before the first test and says to run ``make env``."""
 
 import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
