@@ -93,22 +93,6 @@ class Listing:
             if rel in listed.get("distributed", {}):
                 self.distributed[rel] = listed["distributed"][rel]
 
-    def as_plain(self) -> dict[str, Any]:
-        """The merged listing as plain data (``report.wire``), for the process that makes the report."""
-        return {"root_text": self.root_text, "contents": self.contents, "distributed": self.distributed,
-                "conflicts": self.conflicts,
-                "files": [[f.rel, f.size, f.mtime_ns, f.kind, f.nodes] for f in self.files.values()]}
-
-    @classmethod
-    def from_plain(cls, plain: dict[str, Any]) -> "Listing":
-        listing = cls(plain["root_text"])
-        listing.files = {rel: ListedFile(rel, size, mtime_ns, kind, list(nodes))
-                         for rel, size, mtime_ns, kind, nodes in plain["files"] if stays_inside(rel)}
-        listing.contents = {rel: blob for rel, blob in plain["contents"].items() if rel in listing.files}
-        listing.distributed = {rel: info for rel, info in plain["distributed"].items() if rel in listing.files}
-        listing.conflicts = list(plain["conflicts"])
-        return listing
-
     @property
     def root(self) -> "ListedPath":
         return ListedPath(self, ())
