@@ -10,13 +10,15 @@ replica layout built from real vLLM TP=2 traces (``test_fleet_report``).
 In ``make test``: without Ray, exit 2 and one line naming the extra; one node
 giving the local report's JSON (report and summary) for a ROOT named with
 quotes, ``&``, ``<>`` and spaces, its node cache on the second run, no Ray
-connection off the loopback, and (``summary`` called in a Python process,
+connection off the loopback, a 30 MB flight recorder window read on its node
+with under 1% of the bytes read coming back, and (``summary`` called in a Python process,
 which joins the cluster as a Ray driver) that process's streams, exception
 hook and fault handler left as they were. In ``make test-extended``
 (each starts a cluster of its own): three nodes holding a replica each give the
 local report's steps, replicas, slowest replica and rank times; a filesystem
 all nodes share is read once, spread over them; a node whose CPU a trainer's
-actor holds still runs the passes; a corrupt trace, a node that
+actor holds still runs the passes; passes still queued at ``--timeout`` are
+named unread and the report is made; a corrupt trace, a node that
 cannot import rlprof (named, with the mend) and a node killed mid-report are
 each named by file or node, with a non-zero exit within the timeout; a node of another rlprof release
 is named and read; an address that takes connections and is no cluster ends
