@@ -33,7 +33,7 @@ class ListedFile:
     rel: str
     size: int
     mtime_ns: int
-    kind: str  # ``trace``, ``memory`` or ``file`` (``report.on_ray.node.kind_of``)
+    kind: str  # ``trace``, ``window``, ``memory`` or ``file`` (``report.on_ray.node.kind_of``)
     nodes: list[str] = field(default_factory=list)  # node names, the first listing's first
 
 

@@ -104,9 +104,9 @@ def test_a_flight_recorders_window_travels_by_name_and_a_large_json_file_not_who
     (dump / f"rank0{TRACE_SUFFIX}").write_text(json.dumps({"traceEvents": []}))  # small, yet its pass's
     (root / "global_step_3" / "large.json").write_text(json.dumps({"x": "y" * node.SMALL}))
     got = listed(root)
-    names = {rel for rel, _, _, _ in got["files"]}
+    kinds = {rel: kind for rel, _, _, kind in got["files"]}
     window, anomaly = f"{dump.relative_to(root)}/rank0{TRACE_SUFFIX}", f"{dump.relative_to(root)}/{ANOMALY_FILE}"
-    assert {window, anomaly, "global_step_3/large.json"} <= names
+    assert (kinds[window], kinds[anomaly], kinds["global_step_3/large.json"]) == ("window", "file", "file")
     assert anomaly in got["contents"]
     assert window not in got["contents"] and "global_step_3/large.json" not in got["contents"]
 

@@ -18,7 +18,6 @@ that holds the same file (a filesystem they share) before it is named unread.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from ..analysis import Analysis
 from ..passes import PlannedPasses
 from ..plan import PassPlan
 from ..wire import unpack
-from .failures import NoCluster, TaskFailure, why_failed
+from .failures import TaskFailure, why_failed
 
 CPUS_A_PASS = 4  # a node runs one pass at a time for each this many CPUs it has (one at least)
 
@@ -125,7 +124,7 @@ class ClusterSession:
                 self.nodes[node.name] = node
         self.say(f"Ray: {len(self.nodes)} alive node(s); listing {self.root_text} on each")
         refs = {self._list.options(**self._on(name)).remote(self.root_text): name for name in self.nodes}
-        for _ref, name, outcome in self._gather(refs, started + self.timeout, "listing", len(refs)):
+        for _ref, name, outcome in self._gather(refs, started + self.timeout, "listing", len(refs), list(refs)):
             if isinstance(outcome, TaskFailure):
                 self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome.reason}")
                 continue
@@ -266,12 +265,12 @@ class ClusterSession:
         return f"{rel}: not read on node {node}: {reason}"
 
     def _gather(self, refs: dict[Any, Any], deadline: float, what: str, expected: int,
-                sent: list[Any] | None = None) -> Iterator[tuple[Any, Any, Any]]:
-        """``(ref, its tag, its value or its TaskFailure)`` for each ref, as they finish; refs the caller puts in
-        ``sent`` (and in ``refs``) are gathered too, those there already included. Those unfinished at the
-        deadline are cancelled and answered as timed out. ``expected``: how many answers make the whole."""
+                sent: list[Any]) -> Iterator[tuple[Any, Any, Any]]:
+        """``(ref, its tag in refs, its value or its TaskFailure)`` for each ref in ``sent``, as they finish; refs
+        the caller puts in ``sent`` (and in ``refs``) while it handles one are gathered too. Those unfinished at
+        the deadline are cancelled and answered as timed out. ``expected``: how many answers make the whole."""
         ray = self.ray
-        pending = list(refs) if sent is None else []
+        pending: list[Any] = []
         done = 0
         said = time.monotonic()
         while True:
@@ -301,18 +300,3 @@ class ClusterSession:
             except Exception:
                 pass
             yield ref, refs[ref], TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
-
-
-PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
-
-
-def check_reachable(address: str, seconds: float) -> None:
-    """A ``host:port`` that takes no TCP connection has no cluster: said now (``ray.init`` would wait on
-    it for good)."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or "://" in address:
-        return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
-    except OSError as e:
-        raise NoCluster(f"--ray {address}: no Ray cluster to join (nothing answers there: {e.strerror or e})") from None

@@ -19,17 +19,31 @@ import faulthandler
 import importlib.util
 import logging
 import os
+import socket
 import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from .cluster import PROBE_SECONDS, ClusterSession, check_reachable
+from .cluster import ClusterSession
 from .failures import NEEDS_RAY, NoCluster, RayMissing
 
 DEFAULT_TIMEOUT = 600.0
+PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
 
 __all__ = ["DEFAULT_TIMEOUT", "NoCluster", "RayMissing", "ClusterSession", "open_session"]
+
+
+def check_reachable(address: str, seconds: float) -> None:
+    """A ``host:port`` that takes no TCP connection has no cluster: said now (``ray.init`` would wait on
+    it for good)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise NoCluster(f"--ray {address}: no Ray cluster to join (nothing answers there: {e.strerror or e})") from None
 
 
 def _join(ray: Any, address: str, timeout: float) -> None:
@@ -64,13 +78,13 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
     check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address,
                     min(timeout, PROBE_SECONDS))
     hook, handler_was_on = sys.excepthook, faulthandler.is_enabled()
-    if not handler_was_on and hasattr(sys.__stderr__, "fileno"):
-        faulthandler.enable(file=sys.__stderr__)  # Ray would enable it on sys.stderr, which may be no file
     try:
-        import ray
-    except ImportError:
-        raise RayMissing(NEEDS_RAY) from None
-    try:
+        try:
+            import ray
+        except ImportError:
+            raise RayMissing(NEEDS_RAY) from None
+        if not handler_was_on and hasattr(sys.__stderr__, "fileno"):
+            faulthandler.enable(file=sys.__stderr__)  # Ray would enable it on sys.stderr, which may be no file
         _join(ray, address, timeout)
         try:
             session = ClusterSession(ray, root_text, timeout=timeout, use_cache=use_cache,

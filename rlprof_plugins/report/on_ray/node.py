@@ -12,8 +12,8 @@ it leaves ROOT.
 The listing carries names, sizes and times of every file, and whole only
 the small files the report reads as they are (manifests, claims, step logs,
 flight recorder notes): a trace or a memory snapshot travels only as its
-pass's summary, and a flight recorder's window (``<rank>.flight.json``, up to
-its ``disk_mb``) not at all. Traces in folders without a manifest carry the rank and
+pass's summary, and so does a flight recorder's window (``<rank>.flight.json``,
+up to its ``disk_mb``). Traces in folders without a manifest carry the rank and
 world size their header records (``distributedInfo``: what places them).
 
 Each trace's summary is kept on the node that read it, in the cache of
@@ -40,8 +40,7 @@ from ..wire import pack
 
 # Files up to this size travel whole in the listing (manifests, claims, notes); the step logs' and request
 # logs' JSON lines (rotated ones too) of any size, since the report reads them itself. Anything else larger
-# (a trace written under another name) travels as its name and size alone, and so does a flight
-# recorder's window of any size: the report reads only its dump's ``anomaly.json``.
+# (a trace written under another name) travels as its name and size alone.
 SMALL = 4 << 20
 
 
@@ -59,11 +58,14 @@ def inside(root: Path, rel: str) -> Path:
 
 
 def kind_of(rel: str, name: str) -> str:
-    """``trace``, ``memory`` (an allocator snapshot) or ``file``."""
+    """``trace``, ``window`` (a flight recorder's window of a rank: read by a pass, as a trace is),
+    ``memory`` (an allocator snapshot) or ``file``."""
     parts = rel.split(os.sep)
     in_npu = any(p.endswith(ASCEND_SUFFIX) for p in parts[:-1])
     if (name == ASCEND_TRACE_VIEW and in_npu) or (not in_npu and name.endswith(TRACE_SUFFIXES)):
         return "trace"
+    if name.endswith(FLIGHT_WINDOW):
+        return "window"
     if name.endswith(".pickle") and len(parts) > 1 and parts[-2] == MEMORY:
         return "memory"
     return "file"
@@ -106,8 +108,7 @@ def listing(root_text: str) -> bytes:
             out["files"].append([rel, st.st_size, st.st_mtime_ns, kind])
             if kind == "trace":
                 traces.append(rel)
-            elif kind == "file" and not name.endswith(FLIGHT_WINDOW) and (
-                    st.st_size <= SMALL or name.endswith((LINES, LINES_ROTATED))):
+            elif kind == "file" and (st.st_size <= SMALL or name.endswith((LINES, LINES_ROTATED))):
                 try:
                     with open(path, "rb") as f:
                         out["contents"][rel] = f.read()
