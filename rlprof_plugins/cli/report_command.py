@@ -47,27 +47,28 @@ def step_range(text: str) -> tuple[int, int]:
 
 class Reading:
     """Where a command reads ROOT: this machine (ROOT a folder here, each step's passes run as it is read), or
-    the Ray nodes (``session``: ROOT as the nodes listed it, the planned passes run where the files lie before
-    the report is made)."""
+    the Ray nodes (``session``: ROOT planned where its files lie, the planned passes run there before the
+    report is made)."""
 
     def __init__(self, root_text: str, session=None) -> None:
         self.root_text, self.session = root_text, session
         self.analysis = session.analysis if session else None
 
-    @property
-    def root(self):
-        """ROOT as the report reads it: a folder here, or the nodes' listing of it (``store.listing``)."""
-        return self.session.root if self.session else Path(self.root_text)
-
-    def passes(self, *, use_cache: bool = True, **plan: Any):
-        """The executor of the report's passes; on Ray, the passes ``plan`` names run first (``plan_passes``)."""
+    def plan(self, **how: Any):
+        """ROOT's plan (``report.plan.planner.plan_root``, ``how`` its arguments)."""
         if self.session:
-            from ..report.plan import plan_passes
+            return self.session.plan(**how)
+        from ..report.plan.planner import plan_root
 
-            return self.session.execute(plan_passes(self.root, **plan))
+        return plan_root(Path(self.root_text), shown=str(Path(self.root_text)), **how)
+
+    def passes(self, view, use_cache: bool = True):
+        """The executor of the report's passes; on Ray, every pass ``view`` names runs first."""
+        if self.session:
+            return self.session.execute(view)
         from ..report.passes import LocalPasses
 
-        passes = LocalPasses(self.root, use_cache=use_cache)
+        passes = LocalPasses(Path(self.root_text), use_cache=use_cache)
         self.analysis = passes.analysis
         return passes
 
@@ -111,12 +112,14 @@ def add_ray_arguments(p: argparse.ArgumentParser) -> None:
                         "of the cluster (default: auto, the one this machine belongs to); ROOT is read on each "
                         "node as written there ($VARS expanded there); needs 'rlprof-plugins[ray]'")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="with --ray: the longest the listing, and then the reading, may take; what a node has "
+                   help="with --ray: the longest the planning on the nodes, and then the reading, may take; what a node has "
                         "not answered by then is named unread (default: 600)")
 
 
 def cmd_report(args) -> int:
-    from ..report.build import NoSuchReplica, build, write_csv, write_json, write_page
+    from ..report.build import build, write_csv, write_json, write_page
+    from ..report.passes import PassCache
+    from ..report.plan.planner import NoSuchReplica
     from ..trace.format.codec import gc_paused
 
     steps = step_range(args.steps) if args.steps else None
@@ -141,9 +144,16 @@ def cmd_report(args) -> int:
         progress = progress_of(args)
         try:
             with reading(args, args.root, progress) as where:
-                passes = where.passes(use_cache=not args.no_cache, replica=args.replica, steps=steps)
-                built = build(where.root, steps=steps, pair=pair, progress=progress, use_cache=not args.no_cache,
-                              replica=args.replica, every_number=bool(args.json or args.csv), passes=passes)
+                view = where.plan(replica=args.replica, steps=steps, use_cache=not args.no_cache)
+                passes = where.passes(view, use_cache=not args.no_cache)
+                built = build(view, passes, steps=steps, pair=pair, progress=progress,
+                              every_number=bool(args.json or args.csv), root_here=not where.session)
+                del view
+                if not where.session and not args.no_cache and where.analysis.trace_bytes:
+                    kept = PassCache(root)
+                    kept.forget_missing(root)  # step folders pruned: so are their traces' passes
+                    if (why := kept.unwritable()) and not any(n.startswith("no result cache") for n in built.notes):
+                        built.notes.append(f"no result cache: {why}")
                 built.notes[:0] = where.notes(built.notes)
                 built.analysis = where.analysis.as_dict()
                 if not built.report["steps_found"]:
@@ -162,7 +172,7 @@ def cmd_report(args) -> int:
         finally:
             if progress is not None:
                 progress.close()
-        notes, cache, count = built.notes, built.cache, len(built.report["steps"])
+        notes, count = built.notes, len(built.report["steps"])
         failed = built.nothing or bool(built.unread) or where.faulty
         del built
     for note in notes:
@@ -173,8 +183,10 @@ def cmd_report(args) -> int:
               f"read on {len(a.nodes)} Ray node(s), {a.node_cache_hits} from their caches; "
               f"{a.bytes_returned:,} bytes came back for {a.trace_bytes:,} bytes of traces)")
         return EXIT_FAILED if failed else EXIT_OK
-    print(f"wrote {', '.join(map(str, written))} ({count} step(s); "
-          f"{cache.hits} from the cache, {cache.misses} read)" if cache and cache.enabled else
+    a = where.analysis
+    read = sum(a.traces_per_node.values())
+    print(f"wrote {', '.join(map(str, written))} ({count} step(s); {read} trace(s), "
+          f"{a.node_cache_hits} from the cache of passes)" if read and not args.no_cache else
           f"wrote {', '.join(map(str, written))} ({count} step(s))")
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -69,7 +69,7 @@ def kernels_per_iteration(path: Path) -> list[int]:
 
 
 def _memory_viz(test: Any, folder: Path) -> None:
-    from ..report.memory import memory_files
+    from ..report.plan.planner import memory_files
 
     files = memory_files(folder)
     if not files:

@@ -220,12 +220,12 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from ..report.memory import step_memory
+    from ..report.memory import memory_here
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
         return
-    ranks = step_memory(folder)
+    ranks = memory_here(folder)
     m = ranks.get("rank0", {})
     report = status.get("memory") or {}
     ok = "error" not in m and m.get("entries", 0) > 0 and "error" not in report
@@ -239,13 +239,15 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 def _summary_and_report(test: Any, folder: Path) -> None:
     from ..report.build import build, write_page
+    from ..report.passes import LocalPasses
+    from ..report.plan.planner import plan_root
     from ..report.summary import summarise
 
     try:
         summary = summarise(folder)
         stages = [st["stage"] for step in summary["steps"] for st in step["stages"]]
         test.add("rlprof summary", sorted(stages) == [DECODE, PREFILL], f"stages {', '.join(stages) or 'none'}")
-        built = build(folder.parent, use_cache=False)
+        built = build(plan_root(folder.parent, use_cache=False), LocalPasses(folder.parent, use_cache=False))
         write_page(built, folder.parent / "report.html")
         test.add("rlprof report", not built.nothing and not built.unread, str(folder.parent / "report.html"))
     except Exception as e:

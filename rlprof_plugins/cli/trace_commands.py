@@ -138,7 +138,7 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_summary(args) -> int:
-    from ..report.summary import render_table, summarise
+    from ..report.summary import SUMMARY_PLAN, render_table, summary_of
 
     if args.ray is None:  # an object store's root: read from its local copy
         args.dir = local_path(args.dir)
@@ -150,8 +150,8 @@ def cmd_summary(args) -> int:
     progress = progress_of(args)
     try:
         with reading(args, args.dir, progress) as where:
-            passes = where.passes(use_cache=False, windows=False, memory=False)
-            data = summarise(where.root, progress=progress, passes=passes)
+            view = where.plan(**SUMMARY_PLAN)
+            data = summary_of(view, where.passes(view, use_cache=False), progress)
     finally:
         if progress is not None:
             progress.close()

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from ..store.layout import STEPS_DIR
-from ..store.listing import as_path
 from .record import RankTotals, StepRecord
 
 log = logging.getLogger("rlprof")
@@ -134,4 +133,4 @@ def _ends_a_line(path: Path) -> bool:
 
 
 def step_folder(root: str | Path) -> Path:
-    return as_path(root) / STEPS_DIR
+    return Path(root) / STEPS_DIR

@@ -3,7 +3,7 @@
 ``engine`` is ``local`` (this machine read them) or ``ray`` (each on the
 node holding it: ``on_ray``); ``nodes`` the machines that read traces,
 ``traces_per_node`` how many each read, ``trace_bytes`` their size, and
-``bytes_returned`` the serialized summaries (and listings) that came back
+``bytes_returned`` the serialized summaries (and the nodes' plans) that came back
 over the network: 0 for a local run. A local run counts the traces it read
 this time (a step its cache answered reads none); a run on Ray counts every
 trace it covers (each node's cache answers on the node, and its summary

@@ -13,53 +13,31 @@ dump's traces by the same pass as a session's (``trace_stats``).
 from __future__ import annotations
 
 from html import escape
-from pathlib import Path
 from typing import Any
 
-from ..metrics.flight_dump import TRACE_SUFFIX
-from ..step_logs.anomalies import read_anomalies
-from ..store.layout import FLIGHT_DIR, STEP_DIR_PREFIX
 from ..trace.analysis.trace_stats import TraceJob
-from ..store.listing import as_path
-from .passes import LocalPasses, Passes
+from .passes import Passes
+from .plan.view import AnomalyView, RootView
 from . import charts, flame
 
 VIEWS = "_anomaly_views"  # a row's key for the page's views (not in the JSON)
 
 
-def add_anomalies(row: dict[str, Any], root: Path, passes: Passes | None = None) -> None:
-    """``row["anomalies"]``: the step's dumps (oldest first); the page's views beside them, their traces read
-    by ``passes``."""
-    step = row.get("global_step")
-    if step is None:
-        row["anomalies"] = []
-        return
-    root = as_path(root)
-    passes = passes or LocalPasses(root, use_cache=False)
-    folder = root / f"{STEP_DIR_PREFIX}{step}"
-    found = read_anomalies(folder)
-    row["anomalies"] = found
+def add_anomalies(row: dict[str, Any], view: RootView, dumps: dict[int, list[AnomalyView]], passes: Passes) -> None:
+    """``row["anomalies"]``: the step's dumps (oldest first) as the plan found them (``dumps``: its server's, by
+    step); the page's views beside them, their windows' traces read by ``passes``."""
+    found = dumps.get(row.get("global_step"), []) if row.get("global_step") is not None else []
+    row["anomalies"] = [{**a.data, "path": view.shown(a.data["path"])} for a in found]
     if found:
-        row[VIEWS] = [window_view(folder / FLIGHT_DIR / Path(a["path"]).name, passes) for a in found]
-        for anomaly, view in zip(found, row[VIEWS]):  # what the report read of the window's traces
-            anomaly["window_iterations"] = len(view["timeline"])
+        row[VIEWS] = [window_view(a.jobs, passes) for a in found]
+        for anomaly, shown in zip(row["anomalies"], row[VIEWS]):  # what the report read of the window's traces
+            anomaly["window_iterations"] = len(shown["timeline"])
 
 
-def window_jobs(step_folder: Path) -> list[TraceJob]:
-    """The pass of each rank's trace of each of a step folder's dumps."""
-    dumps = step_folder / FLIGHT_DIR
-    return [job for dump in (sorted(dumps.iterdir()) if dumps.is_dir() else []) if dump.is_dir()
-            and not dump.name.startswith(".") for job in _jobs(dump)]
-
-
-def _jobs(dump: Path) -> list[TraceJob]:
-    return [TraceJob(path, path.name[:-len(TRACE_SUFFIX)], None) for path in sorted(dump.glob(f"*{TRACE_SUFFIX}"))]
-
-
-def window_view(folder: Path, passes: Passes) -> dict[str, Any]:
+def window_view(jobs: list[TraceJob], passes: Passes) -> dict[str, Any]:
     """The dump's iterations (``[index, stage, ms, batch, rank]``, the slowest rank's per index) and the flame
-    view of its samples, from each rank's trace."""
-    stats = passes.traces(_jobs(folder), None)
+    view of its samples, from each rank's trace (``jobs``)."""
+    stats = passes.traces(jobs, None)
     readable = [st for st in stats if st.error is None]
     slowest: dict[Any, list] = {}
     for st in readable:

@@ -1,6 +1,6 @@
 """``rlprof report``'s work apart from the command line: the numbers, what to say about them, the outputs.
 
-``build`` reads the steps (through the cache), compares two when asked,
+``build`` makes the rows of a planned root, compares two steps when asked,
 and names everything a reader must know first: steps that failed, could
 not be read, are still recording or lack ranks, a ``--steps`` range that
 holds no step, a root with nothing in it. ``write_*`` put the page, the
@@ -21,20 +21,14 @@ from ..atomic_files import write_text_atomic
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from .summary import step_label
 from .anomalies import note as anomaly_note
-from .cache import StepCache
-from .passes import LocalPasses, PassCache, Passes
-from ..store.listing import ListedPath, as_path
+from .passes import Passes
 from .compare import compare
 from . import flame
-from ..store.servers import replicas_of
 from .fleet import fleet_rows, replica_table
 from .fleet_view import NEWEST
 from .page import render_parts
-from .steps import flat_rows, step_rows
-
-
-class NoSuchReplica(ValueError):
-    """``--replica NAME`` names no replica below the root."""
+from .plan.view import RootView
+from .steps import flat_rows, server_rows
 
 
 @dataclass
@@ -42,7 +36,6 @@ class Built:
     report: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     compared: dict[str, Any] | None = None
-    cache: StepCache | None = None
     analysis: dict[str, Any] | None = None  # where the traces were read (``analysis``), for the JSON
     # a fleet's replica-steps that failed or lost a file and are not their step's row (its slowest replica's)
     others_unread: list[dict[str, Any]] = field(default_factory=list)
@@ -89,37 +82,19 @@ def _step_json(row: dict[str, Any]) -> dict[str, Any]:
     return {k: [n.as_dict() for n in v] if k == "replicas" else v for k, v in row.items() if not k.startswith("_")}
 
 
-def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, int] | None = None,
-          use_cache: bool = True, progress: Callable[[str], None] | None = None,
-          replica: str | None = None, every_number: bool = True, passes: Passes | None = None) -> Built:
-    """The report of ``root``: one server's steps, or a fleet's side by side (``fleet``) where several
-    servers' step folders lie below it; ``replica`` narrows it to one of them. Without ``every_number``
-    (the page alone: no JSON, no CSV), a fleet keeps of each replica only what the page shows. ``passes``
-    reads the traces and memory snapshots (``report.passes``; by default this machine, with the cache of
-    passes when ``use_cache``); ``root`` may be a listed one (``store.listing``), read with no cache."""
-    root = as_path(root)
-    listed = isinstance(root, ListedPath)
-    use_cache = use_cache and not listed
-    passes = passes or LocalPasses(root, use_cache=use_cache)
-    fleet = replicas_of(root)
-    if replica is not None:
-        fleet = [r for r in fleet if r.name == replica]
-        if not fleet:
-            names = [r.name for r in replicas_of(root)]
-            raise NoSuchReplica(f"--replica {replica}: no such replica below {root} "
-                                f"({'replicas: ' + ', '.join(names) if names else 'it holds one server'})")
-    if len(fleet) > 1:
-        report = fleet_rows(root, fleet, passes, progress, steps=steps, use_cache=use_cache, keep=pair or (),
-                            every_number=every_number, newest=NEWEST)
-        cache = report.pop("cache")
+def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = None,
+          pair: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
+          every_number: bool = True, root_here: bool = True) -> Built:
+    """The report of a planned root (``plan.planner.plan_root``): one server's steps, or a fleet's side by side
+    (``fleet``); its traces and memory snapshots read by ``passes`` (``report.passes``). ``steps``: the range
+    the plan was narrowed to, for the notes. Without ``every_number`` (the page alone: no JSON, no CSV), a
+    fleet keeps of each replica only what the page shows. ``root_here``: ROOT is a folder of this machine."""
+    root = view.root
+    if view.fleet:
+        report = fleet_rows(view, passes, progress, keep=pair or (), every_number=every_number, newest=NEWEST)
     else:
-        target = fleet[0].root if fleet else root  # a replica folder below the root: its steps
-        cache = StepCache(target, enabled=use_cache)
-        report = step_rows(target, progress, passes=passes, steps=steps, cache=cache, keep=pair or ())
-        report["root"] = str(root)
-    built = Built(report, cache=cache, root_here=not listed)
-    if cache.forgotten and use_cache:  # step folders were pruned: so are their traces' passes
-        PassCache(root).forget_missing(root)
+        report = server_rows(view, view.servers[0], passes, progress, keep=pair or ())
+    built = Built(report, root_here=root_here)
     found = [s for s in report["steps_found"] if s is not None]
     if not report["steps_found"]:
         built.notes.append(f"nothing to report: {root} holds no global_step_N folder and no trace")
@@ -164,8 +139,7 @@ def build(root: Path, *, steps: tuple[int, int] | None = None, pair: tuple[int, 
     built.notes += [f"step metrics: {w}" for w in report["warnings"]]
     if pair:
         built.compared = compare(report, *pair)
-    if cache.write_error:
-        built.notes.append(f"no result cache: {cache.write_error}")
+    built.notes += view.notes
     return built
 
 

@@ -9,8 +9,8 @@ directory write into ``servers/<name>/`` beside the first one
 each named by its identity (its claim or its manifests' ``server``) or by its folder.
 
 With one replica the report is what it always was. With several, each
-replica's steps are read as a report of their own (``steps.step_rows``, its
-own cache), then put side by side per global step (``fleet_rows``): a step's
+replica's steps are read as a report of their own (``steps.ServerSteps``),
+then put side by side per global step (``fleet_rows``): a step's
 row is its slowest replica's (the one with the most iteration time: the one
 the trainer waited for), with every replica's numbers beside it
 (``replicas``), the slowest named (``slowest_replica``) and the spread
@@ -30,20 +30,17 @@ from __future__ import annotations
 
 import statistics
 from array import array
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..store.servers import Replica
 from . import brief
 from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
-from .cache import StepCache
 from .measured_rows import MeasuredSteps, measured_row
 from .passes import Passes
+from .plan.view import RootView
 from ..metrics.requests import BusyPeriod
 from ..step_logs.requests import held_step
-from .steps import StepsFound, in_sequence
+from .steps import ServerSteps, in_sequence
 
 
 def replica_numbers(name: str, row: dict[str, Any]) -> ReplicaNumbers:
@@ -133,9 +130,8 @@ class PageBriefs:
                               "(every replica's numbers: --json or --csv)") from None
 
 
-def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Callable[[str], None] | None = None,
-               *, steps: tuple[int, int] | None = None, use_cache: bool = True,
-               keep: tuple[int, ...] = (), every_number: bool = True, newest: int = 20) -> dict[str, Any]:
+def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None,
+               *, keep: tuple[int, ...] = (), every_number: bool = True, newest: int = 20) -> dict[str, Any]:
     """``step_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
     change is against the step before's slowest replica. Replicas are read one at a time, each step
@@ -155,11 +151,8 @@ def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Ca
     # each replica-step that failed or lost a file: a step's row is its slowest replica's, so the others'
     # are named apart (``build``), never dropped
     problems: list[dict[str, Any]] = []
-    caches = []
-    for index, replica in enumerate(replicas):
-        cache = StepCache(replica.root, enabled=use_cache)
-        caches.append(cache)
-        found = StepsFound.of(replica.root, cache, steps, passes)
+    for index, replica in enumerate(view.servers):
+        found = ServerSteps(view, replica, passes)
         found_steps.update(found.steps_found)
         warnings += [f"{replica.name}: {w}" for w in found.warnings]
         measured = found.measured
@@ -177,8 +170,7 @@ def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Ca
                                      "unreadable": list(row.get("unreadable") or [])})
             else:
                 place = measured.place(step)
-                row = partial(_measured_row, measured, place, step, found.root, found.logs, shared, every_number,
-                              found.periods)
+                row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, found.periods)
             at = per_step.get(step)
             if at is None:
                 at = per_step[step] = StepReplicas(columns)
@@ -207,10 +199,9 @@ def fleet_rows(root: Path, replicas: list[Replica], passes: Passes, progress: Ca
                    replica_spread=round(total / median, 3) if median else None,
                    replicas_waiting=replicas_waiting(replicas_of_step.generations()))
         rows.append(row)
-    return {"root": str(root), "steps": in_sequence(rows, keep),
+    return {"root": view.root, "steps": in_sequence(rows, keep),
             "steps_found": sorted(found_steps, key=lambda s: (s is not None, s or 0)),
-            "warnings": warnings, "replicas": [r.name for r in replicas], "cache": FleetCache(caches),
-            "replica_problems": problems}
+            "warnings": warnings, "replicas": [r.name for r in view.servers], "replica_problems": problems}
 
 
 RANKED_BY = {"measured": "measured step (ms in iterations)", "traced": "traced window (ms in iterations)",
@@ -269,45 +260,18 @@ class Ranking:
         return RANKED_BY[key], self.best[key], self.figures[key]
 
 
-def _measured_row(measured: MeasuredSteps, place: int, step: int, root: Path, folder: str,
+def _measured_row(measured: MeasuredSteps, place: int, step: int, folder: str,
                   shared: dict[tuple, list[str]], every_number: bool, periods: list[BusyPeriod]) -> dict[str, Any]:
     """A step's row made from its slowest replica's measured numbers. The page alone (not ``every_number``)
     shows the row's own numbers, not the measured ones it carries (``measured``: the numbers whole, larger
     than the row), so those are not kept; rows naming the same ranks share one list."""
     numbers = measured.numbers_at(place)
     numbers["ranks"] = shared.setdefault(tuple(numbers["ranks"]), numbers["ranks"])
-    row = measured_row(step, numbers, root, folder)
+    row = measured_row(step, numbers, folder)
     row["requests"] = held_step(periods, numbers)
     if not every_number:
         row["measured"] = None
     return row
-
-
-@dataclass
-class FleetCache:
-    """The replicas' caches read as one (what the command says it reused)."""
-
-    caches: list[StepCache]
-
-    @property
-    def enabled(self) -> bool:
-        return any(c.enabled for c in self.caches)
-
-    @property
-    def hits(self) -> int:
-        return sum(c.hits for c in self.caches)
-
-    @property
-    def misses(self) -> int:
-        return sum(c.misses for c in self.caches)
-
-    @property
-    def write_error(self) -> str | None:
-        return next((c.write_error for c in self.caches if c.write_error), None)
-
-    @property
-    def forgotten(self) -> int:
-        return sum(c.forgotten for c in self.caches)
 
 
 def replicas_waiting(replicas: list[tuple[str, float | None, float | None]]) -> dict[str, Any] | None:

@@ -15,13 +15,12 @@ from array import array
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from ..metrics.log import step_folder
 from ..metrics.tail import longest_tail
-from ..step_logs.steps import measured_incrementally
+from ..step_logs.steps import measured_incrementally, measured_numbers
 from ..atomic_files import write_bytes_atomic
 from ..trace.format.codec import decode, encode
 from . import brief
-from .cache import StepCache
+from .cache import StateStore
 
 STATE = "step-metrics"  # the step logs' reader's state in the report's cache
 # every measured step's numbers, in the cache's folder: the numbers (a JSON line each, appended), and where
@@ -30,7 +29,7 @@ STATE = "step-metrics"  # the step logs' reader's state in the report's cache
 NUMBERS, BRIEFS = "step-metrics.rlprof-numbers", "step-metrics.rlprof-briefs"
 
 
-def measured_steps(root: Path, cache: StepCache | None = None) -> tuple["MeasuredSteps", list[str]]:
+def measured_steps(root: Path, cache: StateStore | None = None) -> tuple["MeasuredSteps", list[str]]:
     """Every measured step's numbers (steps with a number only) and the warnings of reading them; with a
     ``cache``, only what the logs gained since the last run is read, and only the steps the new lines
     touched are made and added to the store (``MeasuredSteps``)."""
@@ -58,6 +57,13 @@ def measured_steps(root: Path, cache: StepCache | None = None) -> tuple["Measure
     scratch = MeasuredSteps(tempfile.TemporaryFile())
     scratch.record(numbers)
     return scratch, warnings
+
+
+def scratch_steps(records: dict[int, dict[str, Any]]) -> "MeasuredSteps":
+    """The measured steps of records read elsewhere (``{step: {rank: StepRecord}}``: the nodes' step logs)."""
+    scratch = MeasuredSteps(tempfile.TemporaryFile())
+    scratch.record({step: measured_numbers(ranks) for step, ranks in records.items()})
+    return scratch
 
 
 def _kept(store: tuple[Path, Path] | None, head: Any) -> "MeasuredSteps | None":
@@ -162,11 +168,11 @@ class MeasuredSteps:
         return len(self._steps)
 
 
-def measured_row(global_step: int, numbers: dict[str, Any], root: Path, folder: str | None = None) -> dict[str, Any]:
-    """A row for a step that was measured and not traced (``folder``: the root's step-log folder, as text,
-    where the caller makes many rows)."""
+def measured_row(global_step: int, numbers: dict[str, Any], folder: str) -> dict[str, Any]:
+    """A row for a step that was measured and not traced (``folder``: its server's step-log folder, as the
+    report names it)."""
     return {
-        "global_step": global_step, "directory": folder or str(step_folder(root)), "state": "measured", "engine": None,
+        "global_step": global_step, "directory": folder, "state": "measured", "engine": None,
         "engine_version": None, "by_stage": None, "trace_bytes": 0, "files": [], "ranks": numbers["ranks"],
         "missing_ranks": [], "unreadable": [], "sources": ["step_metrics"], "without_iterations": [],
         "stages": {s: {k: v for k, v in n.items() if k not in ("p50_ms", "max_ms")} for s, n in

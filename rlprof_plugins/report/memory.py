@@ -21,8 +21,6 @@ import pickle
 from pathlib import Path
 from typing import Any, Callable
 
-from ..store import manifest
-from ..store.layout import MEMORY
 
 MB = 1 << 20
 POINTS = 240  # timeline points per rank at most (each bucket keeps its highest allocated point)
@@ -45,31 +43,29 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     return data
 
 
-def memory_files(directory: Path) -> list[tuple[str, Path]]:
-    """(rank, path) of each memory snapshot the step's manifest lists, else of ``memory/*.pickle``."""
-    data = manifest.read(directory) or {}
-    listed = [(f.get("rank") or Path(f["path"]).stem, directory / f["path"])
-              for f in data.get("files", []) if f.get("kind") == "memory"]
-    if listed:
-        return listed
-    return [(p.stem, p) for p in sorted((directory / MEMORY).glob("*.pickle"))]
-
-
 def here(path: Path) -> dict[str, Any]:
     """A snapshot's numbers, read on this machine."""
     return rank_memory(read_snapshot(path))
 
 
-def step_memory(directory: Path, files: list[tuple[str, Path]] | None = None,
-                read: Callable[[Path], dict[str, Any]] = here) -> dict[str, dict[str, Any]]:
-    """Each rank's memory over the window, by rank (``files``: ``memory_files(directory)`` where the
-    caller has it; ``read``: the report's executor of passes, else this machine); an unreadable snapshot
-    keeps its entry with ``error``."""
+def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
+    """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
+    from .plan.planner import memory_files
+
+    return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
+                       lambda rel: here(directory / rel))
+
+
+def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]
+                ) -> dict[str, dict[str, Any]]:
+    """Each rank's memory over the window, by rank: ``files`` (rank, path below ROOT) as the plan found them
+    in the step folder ``folder`` (below ROOT), each read by ``read`` (the report's executor of passes); an
+    unreadable snapshot keeps its entry with ``error``."""
     out = {}
-    for rank, path in memory_files(directory) if files is None else files:
-        entry: dict[str, Any] = {"path": str(path.relative_to(directory))}
+    for rank, rel in files:
+        entry: dict[str, Any] = {"path": str(Path(rel).relative_to(folder))}
         try:
-            entry.update(read(path))
+            entry.update(read(Path(rel)))
         except Exception as e:
             entry["error"] = f"{type(e).__name__}: {e}"
         out[rank] = entry

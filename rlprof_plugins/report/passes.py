@@ -2,16 +2,20 @@
 
 The report runs in three stages:
 
-- **plan** (``plan.plan_passes``): from ROOT's listing and its manifests,
-  every pass the report needs: each worker trace of each step, each flight
-  recorder window's traces, each memory snapshot;
+- **plan** (``plan.planner``): one walk of ROOT that reads its small files
+  (manifests, claims, step logs, the frontends' periods, flight recorder
+  notes) into a ``plan.view.RootView`` naming every pass the report needs:
+  each worker trace of each step, each flight recorder window's traces,
+  each memory snapshot; on Ray, each node plans what it holds;
 - **execute**: an executor runs the passes: ``LocalPasses`` on this
   machine, in this process or a pool of processes as each step is read;
   the Ray driver (``on_ray.driver``) on the nodes that hold the files,
   all before the report is made, its results answered by ``PlannedPasses``;
 - **render** (``build``, ``summary``): the rows, the page, the JSON and the
-  CSVs, made from ROOT's small files and the passes' results, with ROOT as
-  the user wrote it.
+  CSVs, made from the view and the passes' results alone.
+
+A pass is named by its file's path below ROOT (``TraceJob.path``), and its
+result carries that path: the same below every executor.
 
 A pass's result is kept in ``ROOT/.rlprof-report-cache/passes/`` on the
 machine that ran it (``PassCache``), keyed by the file's path under ROOT,
@@ -28,7 +32,6 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..atomic_files import write_bytes_atomic
-from ..store.listing import ListedPath
 from ..trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
 from ..trace.format.gz import file_size
 from .._parallel import pool, processes_for
@@ -49,10 +52,12 @@ class Passes(Protocol):
     analysis: Analysis
 
     def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
-        """Each job's ``TraceStats``, in order (an unreadable trace: ``error`` set)."""
+        """Each job's ``TraceStats`` (its ``path`` the job's, below ROOT), in order (an unreadable trace:
+        ``error`` set)."""
 
-    def memory(self, path: Any) -> dict[str, Any]:
-        """A memory snapshot's numbers (``memory.rank_memory``); raises when it cannot be read."""
+    def memory(self, path: Path) -> dict[str, Any]:
+        """A memory snapshot's numbers (``memory.rank_memory``; ``path`` below ROOT); raises when it cannot
+        be read."""
 
 
 # ---- the one cache of passes --------------------------------------------------------------------
@@ -113,6 +118,14 @@ class PassCache:
                 except OSError:
                     pass
 
+    def unwritable(self) -> str | None:
+        """Why entries cannot be kept below the root (None: they can)."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"{self.folder}: {e.strerror or e}"
+        return None
+
     def put(self, key: list, blob: bytes) -> None:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -157,26 +170,24 @@ def cached_trace_pass(root: Path, path: Path, rank: str, stage: str | None, use_
     return blob, False
 
 
-def _local_pass(cache_root: Path | None, path: Path, rank: str, stage: str | None, report: bool) -> TraceStats:
-    """A pass in this process or a pool's: ``trace_stats``, through the cache below ``cache_root`` when given."""
-    if cache_root is None:
-        return trace_stats(path, rank, stage, report)
+def _local_pass(root: Path, rel: Path, rank: str, stage: str | None, report: bool,
+                kept: bool) -> tuple[TraceStats, bool]:
+    """A pass in this process or a pool's: ``trace_stats`` of ``root/rel``, through the cache of passes below
+    ``root`` when ``kept``; whether the cache answered."""
+    path = root / rel
     try:
-        key = key_of(cache_root, path, rank, stage)
+        key = key_of(root, path, rank, stage) if kept else None
     except OSError:
-        return trace_stats(path, rank, stage, report)
-    cache = PassCache(cache_root)
-    stats = cache.get_stats(key)
+        key = None
+    cache = PassCache(root)
+    stats = cache.get_stats(key) if key else None
     if stats is not None:
-        stats.path = path
-        return stats
+        return stats, True
     stats = trace_stats(path, rank, stage, report)
-    if stats.error is None:
-        kept = stats.path
-        stats.path = Path(key[0])  # kept as a node keeps it: the path under ROOT
+    stats.path = rel
+    if key and stats.error is None:
         cache.put(key, pack(stats))
-        stats.path = kept
-    return stats
+    return stats, False
 
 
 # ---- executors -------------------------------------------------------------------------------------
@@ -189,35 +200,30 @@ class LocalPasses:
         self.use_cache = use_cache
         self.analysis = Analysis("local", nodes=[_host()])
 
-    def _cache_root(self, path: Path) -> Path | None:
-        """The root whose pass cache keeps ``path``'s pass: the report's root, where the trace lies below it
-        and is large enough to be worth keeping (``SMALLEST_KEPT``)."""
-        if not self.use_cache or file_size(path) < SMALLEST_KEPT:
-            return None
-        try:
-            Path(path).relative_to(self.root)
-        except ValueError:
-            return None
-        return self.root
-
     def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
         host = self.analysis.nodes[0]
         self.analysis.traces_per_node[host] = self.analysis.traces_per_node.get(host, 0) + len(jobs)
-        size = sum(file_size(job.path) for job in jobs)
+        sizes = [file_size(self.root / job.path) for job in jobs]
+        size = sum(sizes)
         self.analysis.trace_bytes += size
         processes = processes_for(len(jobs), size)
         report = progress is not None
         if report and jobs:
             progress(f"reading {len(jobs)} traces ({size / 1e6:,.0f} MB) with "
                      + (f"{processes} processes" if processes > 1 else "one process"))
-        calls = [(self._cache_root(job.path), job.path, job.rank, job.stage, report) for job in jobs]
+        # a trace smaller than ``SMALLEST_KEPT`` is read again rather than kept
+        calls = [(self.root, job.path, job.rank, job.stage, report, self.use_cache and n >= SMALLEST_KEPT)
+                 for job, n in zip(jobs, sizes)]
         if processes > 1:
             with pool(processes) as workers:
-                return list(workers.map(_local_pass, *zip(*calls)))
-        return [_local_pass(*call) for call in calls]
+                answers = list(workers.map(_local_pass, *zip(*calls)))
+        else:
+            answers = [_local_pass(*call) for call in calls]
+        self.analysis.node_cache_hits += sum(cached for _, cached in answers)
+        return [stats for stats, _ in answers]
 
     def memory(self, path: Path) -> dict[str, Any]:
-        return rank_memory(read_snapshot(path))
+        return rank_memory(read_snapshot(self.root / path))
 
 
 @dataclass
@@ -232,7 +238,7 @@ class PlannedPasses:
     def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
         out = []
         for job in jobs:
-            rel = _rel(job.path)
+            rel = str(job.path)
             got = self.traces_read.get((rel, job.rank, job.stage), f"{rel}: not read (no pass was planned for it)")
             if isinstance(got, TraceStats):
                 stats = got
@@ -243,17 +249,11 @@ class PlannedPasses:
             out.append(stats)
         return out
 
-    def memory(self, path: Any) -> dict[str, Any]:
-        got = self.memory_read.get(_rel(path), "not read (no pass was planned for it)")
+    def memory(self, path: Path) -> dict[str, Any]:
+        got = self.memory_read.get(str(path), "not read (no pass was planned for it)")
         if not isinstance(got, dict):
             raise RuntimeError(got)
         return got
-
-
-def _rel(path: Any) -> str:
-    if not isinstance(path, ListedPath):
-        raise TypeError(f"{path}: planned passes answer paths of a listed root")
-    return path.rel
 
 
 def _host() -> str:

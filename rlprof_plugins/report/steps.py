@@ -25,27 +25,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..store import manifest
-from ..store.listing import as_path
-from ..store.layout import only_flight
 from ..trace.analysis.device_time import in_ms
-from ..trace.format.gz import file_size
-from ..store.step_files import plan, trace_files
-from ..trace.format.rank_files import missing_line
 from ..trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
-from .summary import step_dirs
-from ..trace.analysis.trace_stats import TraceStats, stats_of
-from .cache import StepCache, fingerprint
+from ..trace.analysis.trace_stats import TraceStats
+from ..store.layout import STEPS_DIR
 from .passes import LocalPasses, Passes
 from .flame import stage_python, view as flame_view
-from ..metrics.log import step_folder
-from ..step_logs.requests import held_step, read_periods
+from ..step_logs.requests import held_step
 from ..metrics.tail import longest_tail
-from .measured_rows import measured_row, measured_steps
-from .memory import memory_files, step_memory
+from .measured_rows import measured_row
+from .memory import step_memory
 from .anomalies import add_anomalies
-from .ranks import files_of, rank_time
+from .plan.planner import plan_root
+from .plan.view import RootView, ServerView, StepView
+from .ranks import rank_time
 
 DETAILED = 20  # the newest steps shown in full
 TOP_OPERATORS = 15
@@ -53,61 +47,48 @@ DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "python", "
            "slowest_rank_iterations", "rank_busy_ms")
 
 
-def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *, passes: Passes | None = None,
-              steps: tuple[int, int] | None = None, cache: StepCache | None = None,
+def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *, steps: tuple[int, int] | None = None,
               keep: tuple[int, ...] = ()) -> dict[str, Any]:
-    """``{"root", "steps": [row, ...], "steps_found"}``, steps in order, those in ``steps`` (first, last)
-    only when given; ``FileNotFoundError`` for a missing root. ``passes`` reads the traces and memory
-    snapshots (``report.passes``; by default this machine, no cache of passes); ``cache`` keeps each step's row; the
-    steps in ``keep`` keep their details and their operators (``_stage_ops``) for a comparison."""
-    found = StepsFound.of(root, cache, steps, passes or LocalPasses(as_path(root), use_cache=False))
-    rows = [found.row(step, directory, progress) for step, directory in found.chosen]
-    return {"root": str(root), "steps": in_sequence(rows, keep), "steps_found": found.steps_found,
-            "warnings": found.warnings}
+    """One server's rows below ``root`` read on this machine (no cache): ``{"root", "steps": [row, ...],
+    "steps_found", "warnings"}``, those in ``steps`` (first, last) only when given; the steps in ``keep`` keep
+    their details and their operators (``_stage_ops``) for a comparison."""
+    view = plan_root(Path(root), shown=str(root), steps=steps, use_cache=False)
+    return server_rows(view, view.servers[0], LocalPasses(Path(root), use_cache=False), progress, keep)
 
 
-class StepsFound:
-    """The steps below one server's root, traced (their folders) and measured (their step logs'
-    numbers), before any row is made: a fleet makes full rows only for the replicas it shows."""
+def server_rows(view: RootView, server: ServerView, passes: Passes, progress: Callable[[str], None] | None = None,
+                keep: tuple[int, ...] = ()) -> dict[str, Any]:
+    """``step_rows``' answer for one server of a planned root."""
+    found = ServerSteps(view, server, passes)
+    rows = [found.row(step, folder, progress) for step, folder in found.chosen]
+    return {"root": view.root, "steps": in_sequence(rows, keep), "steps_found": server.steps_found,
+            "warnings": server.warnings}
 
-    def __init__(self, root: Path, cache: StepCache | None, found: list, measured: dict[int, dict[str, Any]],
-                 warnings: list[str], steps: tuple[int, int] | None, passes: Passes) -> None:
-        self.root, self.cache, self.measured, self.warnings = root, cache, measured, warnings
-        self.passes = passes
-        self.logs = str(step_folder(root))
-        self.periods = read_periods(root)  # the frontends' busy periods and their longest requests
-        self.steps_found = [s for s, _ in found]
-        self.chosen = [(s, d) for s, d in found if not steps or (s is not None and steps[0] <= s <= steps[1])]
 
-    @classmethod
-    def of(cls, root: str | Path, cache: StepCache | None, steps: tuple[int, int] | None,
-           passes: Passes) -> "StepsFound":
-        root = as_path(root)
-        if not root.is_dir():
-            raise FileNotFoundError(f"{root}: not a directory")
-        # the root itself only when it holds traces (users' own folders): an empty root has no step
-        found = [(s, d) for s, d in step_dirs(root) if s is not None or trace_files(d) or memory_files(d)]
-        if cache is not None:
-            cache.forget_others([d for _, d in found])
-        measured, warnings = measured_steps(root, cache)
-        # a step folder holding only the flight recorder's dumps is a step measured, not traced
-        found = [(s, d) for s, d in found if s not in measured or not only_flight(d)]
-        traced = {s for s, _ in found}
-        found = sorted(found + [(s, None) for s in measured if s not in traced],
-                       key=lambda sd: (sd[0] is not None, sd[0] if sd[0] is not None else -1))
-        return cls(root, cache, found, measured, warnings, steps, passes)
+class ServerSteps:
+    """One server's chosen steps, traced (their folders' views) and measured (their step logs' numbers),
+    before any row is made: a fleet makes full rows only for the replicas it shows."""
 
-    def row(self, global_step: int | None, directory: Path | None,
+    def __init__(self, view: RootView, server: ServerView, passes: Passes) -> None:
+        self.view, self.server, self.passes = view, server, passes
+        self.measured, self.warnings, self.periods = server.measured, server.warnings, server.periods
+        self.steps_found = server.steps_found
+        self.logs = view.shown(f"{server.rel}/{STEPS_DIR}" if server.rel else STEPS_DIR)
+        self.chosen: list[tuple[int | None, StepView | None]] = sorted(
+            [(s.step, s) for s in server.steps] + [(s, None) for s in server.measured_only],
+            key=lambda sf: (sf[0] is not None, sf[0] if sf[0] is not None else -1))
+
+    def row(self, global_step: int | None, folder: StepView | None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """The step's row: its trace's numbers (the cache's where they hold), or its measured ones."""
-        if directory is None:
-            row = measured_row(global_step, self.measured[global_step], self.root, self.logs)
+        """The step's row: its traces' numbers, or its measured ones."""
+        if folder is None:
+            row = measured_row(global_step, self.measured[global_step], self.logs)
         else:
-            row = dict(_cached_row(global_step, directory, progress, self.cache, self.passes))
+            row = _row(self.view, folder, progress, self.passes)
             row["traced"], row["measured"] = True, self.measured.get(global_step)
             row["tail"] = longest_tail((row["measured"] or {}).get("rollout"))
         row["requests"] = held_step(self.periods, row.get("measured"))
-        add_anomalies(row, self.root, self.passes)
+        add_anomalies(row, self.view, self.server.anomalies, self.passes)
         return row
 
 
@@ -145,58 +126,29 @@ def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[
     return rows
 
 
-def _cached_row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
-                cache: StepCache | None, passes: Passes) -> dict[str, Any]:
-    if cache is not None and not cache.enabled:
-        cache = None
-    key = fingerprint(directory, trace_files(directory) + [p for _, p in memory_files(directory)]) \
-        if cache is not None else []
-    row = cache.get(directory, key) if cache is not None else None
-    if row is None:
-        row = _row(global_step, directory, progress, passes)
-        if cache is not None and row["state"] not in ("recording", "exporting"):
-            cache.put(directory, key, row)
-    return row
-
-
-def _row(global_step: int | None, directory: Path, progress: Callable[[str], None] | None,
-         passes: Passes) -> dict[str, Any]:
-    data = manifest.read(directory) or {}
-    traces = trace_files(directory)
-    memory = memory_files(directory)
+def _row(view: RootView, folder: StepView, progress: Callable[[str], None] | None, passes: Passes) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "global_step": global_step, "directory": str(directory),
-        "state": data.get("state", "no manifest" if traces else "empty"), "engine": data.get("engine"),
-        "engine_version": data.get("engine_version"), "by_stage": data.get("by_stage"),
-        "trace_bytes": sum(file_size(p) for p in traces),
-        "files": files_of(directory, traces) + [{"path": str(p.relative_to(directory)), "bytes": file_size(p),
-                                                 "role": "memory", "rank": rank, "stage": None}
-                                                for rank, p in memory if p.is_file()],
+        "global_step": folder.step, "directory": view.shown(folder.rel), "state": folder.state,
+        **folder.manifest, "trace_bytes": folder.trace_bytes, "files": folder.files,
         "ranks": [], "missing_ranks": [], "missing_lines": [], "assumed_ranks": [], "unreadable": [], "sources": [],
         "without_iterations": [],
         "stages": {}, "rank_busy_ms": {}, "slowest_rank_iterations": {}, "straggler": None, "imbalance": None,
         "iterations": 0, "iteration_ms_total": 0.0, "mean_ms": None, "span_ms": 0.0,
         "profiler_pauses": 0, "profiler_pause_ms": 0.0, "rank_time": {}, "timeline": [], "iteration_device": [],
-        "stage_operators": {}, "stage_python": None, "error": None,
-        "memory": step_memory(directory, memory, passes.memory),
+        "stage_operators": {}, "stage_python": None, "error": folder.error,
+        "memory": step_memory(folder.rel, folder.memory, passes.memory),
     }
-    if data.get("state") == "failed":
-        errors = [w.get("error") for w in (data.get("writers") or {}).values() if w.get("error")]
-        row["error"] = "; ".join(errors) or "the manifest says failed"
-    try:
-        p = plan(directory)
-    except Exception as e:  # the folder itself cannot be read: the step stays, saying why
-        row["error"] = f"{type(e).__name__}: {e}"
+    if not folder.read:  # the folder itself could not be read: the step stays, saying why
         return row
-    every = [st for group in stats_of(p.groups, passes.traces, progress) for st in group]
+    every = passes.traces(folder.jobs, progress)
     stats = [st for st in every if st.error is None]
     row["unreadable"] = [st.error for st in every if st.error]
-    row["missing_ranks"] = sorted({m for g in p.groups for m in g.missing})
-    row["missing_lines"] = list(dict.fromkeys(line for g in p.groups if (line := missing_line(g))))
-    row["assumed_ranks"] = p.assumed
+    row["missing_ranks"] = sorted({m for g in folder.groups for m in g.missing})
+    row["missing_lines"] = list(dict.fromkeys(g.missing_line for g in folder.groups if g.missing_line))
+    row["assumed_ranks"] = folder.assumed
     row["ranks"] = sorted({st.rank for st in stats})
     row["sources"] = sorted({st.source for st in stats if st.source})
-    row["without_iterations"] = sorted(str(st.path.relative_to(directory)) for st in stats if not st.iteration_list)
+    row["without_iterations"] = sorted(str(st.path.relative_to(folder.rel)) for st in stats if not st.iteration_list)
     _add_iterations(row, stats)
     row["rank_time"] = rank_time(stats)
     row["stage_operators"] = stage_operators(stats)

@@ -19,78 +19,71 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..metrics.phases import longest as longest_phases
-from ..step_logs.steps import phases_of, read_steps, rollout_of, step_span
-from ..step_logs.requests import held_step, read_periods
+from ..step_logs.requests import held_step
 from ..metrics.tail import longest_tail
-from ..store.layout import step_folders, step_of
-from ..store.listing import as_path
-from ..store.servers import replicas_of
-from ..store.step_files import plan
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from ..trace.analysis.step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
-from ..trace.analysis.trace_stats import stats_of
-from ..trace.format.rank_files import missing_line
 from .passes import LocalPasses, Passes
+from .plan.planner import plan_root
+from .plan.view import RootView, ServerView
 
 TOP = 10
 
 
-def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
-    """``root`` itself when it holds traces, else its ``global_step_N`` folders by N."""
-    own = step_of(root)
-    steps = step_folders(root)
-    if steps and own is None:
-        return steps
-    return [(own, root)]
+def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every step below ``root``, read on this machine (``summary_of`` a root planned for the summary)."""
+    return summary_of(plan_for_summary(Path(root)), LocalPasses(Path(root), use_cache=False), progress)
 
 
-def summarise(root: str | Path, progress: Callable[[str], None] | None = None,
-              passes: Passes | None = None) -> dict[str, Any]:
-    """Every step below ``root``; a fleet's output (several servers' step folders below it: verl's replica
+SUMMARY_PLAN = dict(memory=False, windows=False, use_cache=False, every_folder=True)  # ``plan_root``'s arguments:
+# every step folder's traces, no memory snapshot, no flight recorder dump, nothing written below ROOT
+
+
+def plan_for_summary(root: Path) -> RootView:
+    return plan_root(root, shown=str(root), **SUMMARY_PLAN)
+
+
+def summary_of(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every step of a planned root; a fleet's output (several servers' step folders below it: verl's replica
     folders, a folder per server, servers sharing a directory) gives each replica's steps, named. ``passes``
-    reads the traces (``report.passes``; by default this machine)."""
-    root = as_path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"{root}: not a directory")
-    passes = passes or LocalPasses(root, use_cache=False)
-    replicas = replicas_of(root)
-    if len(replicas) <= 1:
-        return _summarise(replicas[0].root if replicas else root, passes, progress, root=root)
-    out: dict[str, Any] = {"root": str(root), "steps": [], "unplaced": [], "missing": [], "assumed": [],
-                           "replicas": [r.name for r in replicas]}
-    for replica in replicas:
-        mine = _summarise(replica.root, passes, progress, root=root)
-        out["steps"] += [{**step, "replica": replica.name} for step in mine["steps"]]
+    reads the traces (``report.passes``)."""
+    if not view.fleet:
+        return _summarise(view, view.servers[0], passes, progress)
+    out: dict[str, Any] = {"root": view.root, "steps": [], "unplaced": [], "missing": [], "assumed": [],
+                           "replicas": [s.name for s in view.servers]}
+    for server in view.servers:
+        mine = _summarise(view, server, passes, progress)
+        out["steps"] += [{**step, "replica": server.name} for step in mine["steps"]]
         out["unplaced"] += mine["unplaced"]
-        out["missing"] += [{**m, "replica": replica.name} for m in mine["missing"]]
-        out["assumed"] += [{**a, "replica": replica.name} for a in mine["assumed"]]
+        out["missing"] += [{**m, "replica": server.name} for m in mine["missing"]]
+        out["assumed"] += [{**a, "replica": server.name} for a in mine["assumed"]]
     out["steps"].sort(key=lambda st: (st["global_step"] is not None, st["global_step"] or 0, st["replica"]))
     return out
 
 
-def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | None, *, root: Path) -> dict[str, Any]:
+def _summarise(view: RootView, server: ServerView, passes: Passes,
+               progress: Callable[[str], None] | None) -> dict[str, Any]:
     steps_out = []
     unplaced, missing, assumed = [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
-    measured, _warnings = read_steps(server)  # the report names the step logs' warnings; a summary reads traces
-    periods = read_periods(server)
-    for global_step, directory in step_dirs(server):
-        p = plan(directory)
-        unplaced += [{"path": str(u.path), "reason": u.reason} for u in p.unplaced
-                     if u.role != "frontend"]  # only worker traces are summarised
+    for folder in server.steps:
+        global_step, directory = folder.step, view.shown(folder.rel)
+        numbers = server.measured.get(global_step) if global_step is not None else None
+        unplaced += [{"path": view.shown(path), "reason": reason} for path, reason, role in folder.unplaced
+                     if role != "frontend"]  # only worker traces are summarised
         missing += [{"global_step": global_step, "stage": g.stage or "all", "ranks": g.missing,
-                     "line": missing_line(g), "label": step_label(global_step, directory)}
-                    for g in p.groups if g.missing]
-        assumed += [{"label": step_label(global_step, directory), "rank": a} for a in p.assumed]
-        every = [st for group in stats_of(p.groups, passes.traces, progress) for st in group]
+                     "line": g.missing_line, "label": step_label(global_step, directory)}
+                    for g in folder.groups if g.missing]
+        assumed += [{"label": step_label(global_step, directory), "rank": a} for a in folder.assumed]
+        every = passes.traces(folder.jobs, progress)
         stats = [st for st in every if st.error is None]
-        step = {"global_step": global_step, "directory": str(directory), "stages": [],
+        step = {"global_step": global_step, "directory": directory, "stages": [],
                 "sources": sorted({st.source for st in stats if st.source}),
                 "unreadable": [st.error for st in every if st.error],
                 "without_iterations": sorted(st.path.name for st in stats if not st.iteration_list),
-                "tail": longest_tail(rollout_of(measured.get(global_step, {}))) if global_step is not None else None,
-                "phases": longest_phases(phases_of(measured.get(global_step, {}))) if global_step is not None else {},
-                "requests": held_step(periods, step_span(measured.get(global_step) or {}) if global_step is not None else None)}
+                "tail": longest_tail((numbers or {}).get("rollout")) if global_step is not None else None,
+                "phases": longest_phases((numbers or {}).get("phases") or {}) if global_step is not None else {},
+                "requests": held_step(server.periods, numbers) if global_step is not None else None}
         iterations = slowest_iterations(stats)
         numbers = stage_numbers(iterations, stats)
         counts = {stage: n["iterations"] for stage, n in numbers.items()}
@@ -114,7 +107,7 @@ def _summarise(server: Path, passes: Passes, progress: Callable[[str], None] | N
             })
             previous[stage] = n["mean_ms"]
         steps_out.append(step)
-    return {"root": str(root), "steps": steps_out, "unplaced": unplaced, "missing": missing, "assumed": assumed}
+    return {"root": view.root, "steps": steps_out, "unplaced": unplaced, "missing": missing, "assumed": assumed}
 
 
 def step_label(global_step: int | None, directory: str | Path) -> str:

@@ -1,6 +1,6 @@
 """What travels between a node and the machine running the report: JSON, compressed, one blob per answer.
 
-A node's listing and each trace's summary (``TraceStats``) are written as JSON on the node and compressed,
+A node's plan and each trace's summary (``TraceStats``) are written as JSON on the node and compressed,
 so what travelled is counted to the byte (``analysis.bytes_returned``) and the same blob is what the node's
 cache of passes keeps. JSON is read the same way by every Python and every release: no interpreter version,
 class path or tampered cache entry can change what a blob turns into, and reading one runs no code.
@@ -8,7 +8,6 @@ class path or tampered cache entry can change what a blob turns into, and readin
 JSON lacks a few of the values the report's passes return, so each is written as a one-key object naming it:
 
 - ``{"__tuple__": [...]}`` a tuple (an iteration's key and record stay tuples);
-- ``{"__bytes__": "<base64>"}`` bytes (the small files a listing carries whole);
 - ``{"__items__": [[key, value], ...]}`` a dict whose keys are not all strings;
 - ``{"__trace_stats__": {field: value}}`` a ``TraceStats``, its fields checked against the class (an unknown
   field is refused), its path as a string turned back into a ``Path``.
@@ -18,7 +17,6 @@ Paths anywhere else travel as strings.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import zlib
@@ -28,7 +26,7 @@ from typing import Any
 
 from ..trace.analysis.trace_stats import TraceStats
 
-_TUPLE, _BYTES, _ITEMS, _STATS = "__tuple__", "__bytes__", "__items__", "__trace_stats__"
+_TUPLE, _ITEMS, _STATS = "__tuple__", "__items__", "__trace_stats__"
 _STATS_FIELDS = {f.name for f in dataclasses.fields(TraceStats)}
 _FLOAT_TOTALS = ("device_ops", "cpu_self")  # a TraceStats' running sums: defaultdict(float) as the pass makes them
 
@@ -62,8 +60,6 @@ def _plain(value: Any) -> Any:
         return {_TUPLE: [_plain(v) for v in value]}
     if isinstance(value, (list, set, frozenset)):
         return [_plain(v) for v in (sorted(value) if isinstance(value, (set, frozenset)) else value)]
-    if isinstance(value, bytes):
-        return {_BYTES: base64.b64encode(value).decode("ascii")}
     if isinstance(value, PurePath):
         return str(value)
     raise TypeError(f"a report answer holds plain data and trace summaries only, not {type(value).__name__}")
@@ -78,8 +74,6 @@ def _typed(value: Any) -> Any:
         (key, inner), = value.items()
         if key == _TUPLE:
             return tuple(_typed(v) for v in inner)
-        if key == _BYTES:
-            return base64.b64decode(inner)
         if key == _ITEMS:
             return {_typed(k): _typed(v) for k, v in inner}
         if key == _STATS:

@@ -9,19 +9,19 @@ each period belongs to the step whose span holds its end (``longest_of``).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from ..metrics.log import ROTATED, SUFFIX
 from ..metrics.requests import KEEP, REQUESTS_DIR, BusyPeriod, FinishedRequest
 from ..store.layout import STEPS_DIR
-from ..store.listing import as_path
 
 
 def read_periods(root: Any) -> list[BusyPeriod]:
     """Every frontend's busy periods below ``ROOT/steps/requests/`` (rotated files too); a line that is not
     one is skipped, and so is a file that cannot be read (one a live frontend rotated away meanwhile: its
     lines are in the rotated file the next read finds)."""
-    folder = as_path(root) / STEPS_DIR / REQUESTS_DIR
+    folder = Path(root) / STEPS_DIR / REQUESTS_DIR
     if not folder.is_dir():
         return []
     periods = []

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from .._log import logger
 from . import claim, destination, upload
-from .listing import as_path
 from .layout import FRONTEND, MEMORY, MERGED, RANKS, STEPS_DIR, step_folders
 
 ENV = "RLPROF_SERVER_NAME"  # the user's name for a server (``server_name``'s variable)
@@ -192,7 +191,7 @@ def _claim(path: Path) -> dict | None:
 def servers_in(root: str | os.PathLike) -> list[tuple[str, Path]]:
     """Every server that writes below a shared ``root``: ``(name, its root)``, the claimant first
     (named by its claim; a root without one is one unnamed server's, ``""``)."""
-    base = as_path(root)
+    base = Path(root)
     out: list[tuple[str, Path]] = []
     held = _claim(base / CLAIM)
     out.append((str(held["server"]) if held else "", base))
@@ -257,7 +256,7 @@ def _natural(path: Path) -> list:
 
 def replicas_of(root: str | Path) -> list[Replica]:
     """Every server whose step folders or step logs lie below ``root`` (``root`` itself first)."""
-    base = as_path(root)
+    base = Path(root)
     found: list[Replica] = []
 
     def visit(folder: Path, label: str, depth: int) -> None:

@@ -24,7 +24,6 @@ import os
 from pathlib import Path
 
 from . import manifest
-from .listing import as_path, walk
 from .layout import FLIGHT_DIR, MERGED
 from ..trace.format import naming
 from ..trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, is_trace, trace_view_of
@@ -36,7 +35,7 @@ NOT_ANALYSED = ("torch_npu data not analysed yet (no ASCEND_PROFILER_OUTPUT/trac
 
 
 def plan(directory: str | Path) -> Plan:
-    directory = as_path(directory)
+    directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: not a directory")
     data = manifest.read(directory)
@@ -129,7 +128,7 @@ def trace_files(directory: str | Path) -> list[Path]:
     """The step's trace files at any depth: workers', the API server's, stage files, merged ones,
     and of each torch_npu folder its timeline (``trace_view.json``, once analysed); not hidden
     files (chunks, temporaries). The merge plan and the step report both read a step through it."""
-    return _walk(as_path(directory))[0]
+    return _walk(Path(directory))[0]
 
 
 def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
@@ -138,8 +137,7 @@ def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
     of step folders on every run, and ``Path.rglob`` costs several times as much."""
     files, npu = [], []
     base = len(str(directory))
-    walking, path_of = walk(directory)
-    for top, dirs, names in walking:
+    for top, dirs, names in os.walk(directory):
         # not hidden ones, nor the step's flight recorder dumps (their windows, not the session's traces)
         dirs[:] = [d for d in dirs if not d.startswith(".") and not (d == FLIGHT_DIR and len(top) == base)]
         inside_npu = any(part.endswith(ASCEND_SUFFIX) for part in top[base:].split(os.sep))
@@ -152,7 +150,7 @@ def _walk(directory: Path) -> tuple[list[Path], list[Path]]:
                     files.append(os.path.join(top, name))
             elif name.endswith(TRACE_SUFFIXES):
                 files.append(os.path.join(top, name))
-    return sorted(map(path_of, files)), sorted(map(path_of, npu))
+    return sorted(map(Path, files)), sorted(map(Path, npu))
 
 
 def _from_names(directory: Path) -> Plan:

@@ -242,7 +242,7 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
     short) is written anew, never read half; one that cannot be written gives every step from the logs."""
     from rlprof_plugins.step_logs.steps import measured_numbers, read_steps
     from rlprof_plugins.report import measured_rows
-    from rlprof_plugins.report.cache import StepCache
+    from rlprof_plugins.report.cache import StateStore
     from rlprof_plugins.report.measured_rows import NUMBERS, measured_steps
 
     def whole() -> dict:
@@ -253,22 +253,22 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
         return len((tmp_path / ".rlprof-report-cache" / NUMBERS).read_bytes().splitlines())
 
     write_measured(tmp_path, 1, 20, ranks=2)
-    measured, warnings = measured_steps(tmp_path, StepCache(tmp_path))
+    measured, warnings = measured_steps(tmp_path, StateStore(tmp_path))
     assert not warnings and {s: measured[s] for s in measured} == whole() and lines() == 20
     write_measured(tmp_path, 21, 21, ranks=2)
-    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    measured, _ = measured_steps(tmp_path, StateStore(tmp_path))
     assert lines() == 21 and list(measured) == list(range(1, 22)) and measured[21] == whole()[21]
     assert measured.briefs.numbers(measured.place(21)).iterations == whole()[21]["iterations"]
     store = tmp_path / ".rlprof-report-cache" / NUMBERS
     store.write_bytes(store.read_bytes()[:-10])  # cut short: written anew, every line once
     write_measured(tmp_path, 22, 22, ranks=2)
-    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    measured, _ = measured_steps(tmp_path, StateStore(tmp_path))
     assert lines() == 22 and {s: measured[s] for s in measured} == whole()
     write_measured(tmp_path, 22, 22, ranks=1)  # a rank's second line for the newest step: measured again
-    measured, _ = measured_steps(tmp_path, StepCache(tmp_path))
+    measured, _ = measured_steps(tmp_path, StateStore(tmp_path))
     assert lines() == 23 and len(measured) == 22 and {s: measured[s] for s in measured} == whole()
     assert measured.briefs.numbers(measured.place(22)).iterations == whole()[22]["iterations"]
-    measured, _ = measured_steps(tmp_path, StepCache(tmp_path, enabled=False))  # --no-cache: nothing kept
+    measured, _ = measured_steps(tmp_path, StateStore(tmp_path, enabled=False))  # --no-cache: nothing kept
     assert {s: measured[s] for s in measured} == whole() and lines() == 23
     write_measured(tmp_path, 23, 23, ranks=2)
 
@@ -276,7 +276,7 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(measured_rows, "write_bytes_atomic", refused)  # the store cannot be written this time
-    cache = StepCache(tmp_path)
+    cache = StateStore(tmp_path)
     measured, _ = measured_steps(tmp_path, cache)
     assert {s: measured[s] for s in measured} == whole() and len(measured) == 23  # every step, not the new one
     assert "Permission denied" in cache.write_error

@@ -27,6 +27,8 @@ from rlprof_plugins.metrics.record import RankTotals
 from rlprof_plugins.metrics.recorder import StepRecorder
 from rlprof_plugins.metrics.series import StepSeries
 from rlprof_plugins.report.anomalies import add_anomalies
+from rlprof_plugins.report.passes import LocalPasses
+from rlprof_plugins.report.plan.planner import plan_root
 from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.analysis.trace_stats import trace_stats
 
@@ -487,7 +489,8 @@ def test_a_dump_whose_file_cannot_be_read_is_listed_with_why(tmp_path):
     (Path(found["path"]) / ANOMALY_FILE).write_text("{torn")
     (Path(found["path"]) / "rank0.flight.json").write_text('{"traceEvents": [{"ph": "X"')
     row = {"global_step": 5}
-    add_anomalies(row, tmp_path)
+    view = plan_root(tmp_path, use_cache=False)
+    add_anomalies(row, view, view.servers[0].anomalies, LocalPasses(tmp_path, use_cache=False))
     (listed,) = row["anomalies"]
     assert listed["reason"] == "requested" and listed["error"].startswith("JSONDecodeError")  # named by its folder
     assert listed["window_iterations"] == 0 and row["_anomaly_views"][0]["errors"], row

@@ -227,12 +227,12 @@ def test_the_report_shows_each_rank_s_memory_over_the_window(tmp_path):
 
 
 def test_a_snapshot_that_asks_for_code_is_refused_not_run(tmp_path):
-    from rlprof_plugins.report.memory import step_memory
+    from rlprof_plugins.report.memory import memory_here
 
     (tmp_path / "memory").mkdir()
     evil = pickle.dumps(print, protocol=4)  # any global: refused by name, never called
     (tmp_path / "memory" / "rank0.pickle").write_bytes(evil)
-    assert "builtins.print" in step_memory(tmp_path)["rank0"]["error"]
+    assert "builtins.print" in memory_here(tmp_path)["rank0"]["error"]
 
 
 def third_chunk_cannot_start():

@@ -1,19 +1,19 @@
 """``rlprof report`` on real traces (the vLLM 0.32 TP=2 fixture and sessions recorded here):
 the page opened in headless Chromium with the network off, the JSON and CSV
-equal to what the page shows, the result cache, and every kind of bad input
+equal to what the page shows, the cache of passes, and every kind of bad input
 named on the page and in the exit code."""
 
 import csv
 import gzip
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.report.build import build
 from rlprof_plugins.report.cache import CACHE_DIR
 from rlprof_plugins.report.passes import PASSES_DIR, entry_key
 from tests.helpers.browser import cells_match_json, open_page
@@ -62,27 +62,36 @@ def test_the_page_shows_every_step_stage_and_rank_as_the_json_says(root, tmp_pat
     assert len(iterations) == sum(len(s["timeline"]) for s in data["steps"]) == 16
 
 
-def test_a_second_run_reads_only_what_changed(root):
-    first = build(root)
-    assert (first.cache.hits, first.cache.misses) == (0, 2)
-    again = build(root)
-    assert (again.cache.hits, again.cache.misses) == (0 + 2, 0)
-    assert again.to_json() == first.to_json()
+def cached(root: Path, capsys) -> tuple[int, int, dict]:
+    """``rlprof report ROOT``: how many traces it read and how many its cache of passes answered, and the JSON."""
+    capsys.readouterr()
+    code, data = report(root)
+    line = capsys.readouterr().out
+    assert code == 0, line
+    read, hits = re.search(r"(\d+) trace\(s\), (\d+) from the cache of passes", line).groups()
+    return int(read), int(hits), data
+
+
+def test_a_second_run_reads_only_what_changed(root, capsys):
+    # step 3 of two ranks, step 4 of two ranks by stage; a trace under ``SMALLEST_KEPT`` (step 4's prefill) is
+    # read again, not kept
+    assert cached(root, capsys)[:2] == (6, 0)
+    read, hits, first = cached(root, capsys)
+    assert (read, hits) == (6, 4)
     shutil.copytree(root / "global_step_4", root / "global_step_5")  # one more step
     trace = next((root / "global_step_3").rglob("rank1.*.gz"))
     os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))  # a rank rewrote its file
-    third = build(root)
-    assert (third.cache.hits, third.cache.misses) == (1, 2)
-    assert [s["global_step"] for s in third.to_json()["steps"]] == [3, 4, 5]
-    passes = root / CACHE_DIR / PASSES_DIR  # each trace's pass, kept apart from the rows
+    read, hits, third = cached(root, capsys)
+    assert (read, hits) == (10, 3)  # step 3's rank 1 and every trace of step 5 read again
+    assert [s["global_step"] for s in third["steps"]] == [3, 4, 5]
+    assert [s for s in third["steps"] if s["global_step"] < 5] == first["steps"]
+    passes = root / CACHE_DIR / PASSES_DIR
     assert {_cached_file(p).split("/")[0] for p in passes.iterdir()} == {f"global_step_{s}" for s in (3, 4, 5)}
     (passes / "damaged.rlprof-cache").write_bytes(b"[7, ['global_step_3/ranks\n")  # no key: dropped with them
-    shutil.rmtree(root / "global_step_5")  # pruned: its entry goes too, and its traces' passes
-    build(root)
-    assert sorted(p.name for p in (root / CACHE_DIR).iterdir()) == ["global_step_3.rlprof-cache",
-                                                                    "global_step_4.rlprof-cache", PASSES_DIR]
+    shutil.rmtree(root / "global_step_5")  # pruned: its traces' passes go too
+    cached(root, capsys)
     kept = [_cached_file(p) for p in passes.iterdir()]
-    assert {rel.split("/")[0] for rel in kept} == {"global_step_3", "global_step_4"} and len(kept) == len(set(kept))
+    assert {rel.split("/")[0] for rel in kept} == {"global_step_3", "global_step_4"} and len(kept) == len(set(kept)) == 4
 
 
 def _cached_file(entry: Path) -> str:

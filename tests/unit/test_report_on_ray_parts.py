@@ -1,7 +1,8 @@
-"""The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's listing, the
-listed root made of listings (``store.listing``), the report planned, executed and rendered over it (the
-local report's JSON, no file opened by the renderer), the pass with its cache, what a blob may hold, and
-a task's failure in one line.
+"""The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's plan of what it
+holds (``node.plan_here``: the local report's planner), the nodes' plans merged (``cluster.NodeViews``),
+the report rendered from the merged view and the passes' results (the local report's JSON, and no file
+opened by the renderer, locally or over the nodes' plans), the pass with its cache, what a blob may hold,
+and a task's failure in one line.
 
 The cluster itself (Ray's nodes, node affinity, a node killed, a node without rlprof) is
 tests/ray/test_report_on_ray.py.
@@ -23,13 +24,13 @@ from rlprof_plugins.report import wire
 from rlprof_plugins.report.analysis import Analysis
 from rlprof_plugins.report.build import build, write_csv, write_json, write_page
 from rlprof_plugins.report.on_ray import node
-from rlprof_plugins.report.passes import PASSES_DIR, PlannedPasses
-from rlprof_plugins.report.plan import plan_passes
-from rlprof_plugins.report.summary import summarise
-from rlprof_plugins.store.listing import Listing, ListedPath, NotCarried
+from rlprof_plugins.report.on_ray.cluster import NodeViews
+from rlprof_plugins.report.passes import PASSES_DIR, LocalPasses, PlannedPasses
+from rlprof_plugins.report.plan.planner import plan_root
+from rlprof_plugins.report.plan.view import RootView
+from rlprof_plugins.report.summary import SUMMARY_PLAN, summarise, summary_of
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats
 from rlprof_plugins.trace.format import naming
-from rlprof_plugins.store.step_files import plan
 from tests.helpers.installed import REPO
 from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch
 from tests.unit.test_flight_recorder import dumps, iterate, recorder
@@ -41,116 +42,90 @@ WITH_MANIFEST = FIXTURES / "vllm-0.32-cpu-tp2" / "global_step_3"
 
 @pytest.fixture
 def root(tmp_path) -> Path:
-    """A root as a node holds it: a step with a manifest, one without (ranks in the headers only), a hidden
-    cache folder, a writer's temporary, and a link out of the root."""
+    """A root as a node holds it: a step with a manifest (one of its traces a link out of the root), one
+    without (ranks in the headers only), a hidden cache folder and a writer's temporary."""
     r = tmp_path / "root"
     shutil.copytree(WITH_MANIFEST, r / "global_step_3", copy_function=shutil.copy2)
     shutil.copytree(RANKLESS, r / "global_step_4", copy_function=shutil.copy2)
     (r / ".rlprof-report-cache").mkdir()
     (r / ".rlprof-report-cache" / "x.rlprof-cache").write_text("{}")
     (r / "global_step_4" / ".manifest.json.123.tmp").write_text("partial")
-    (tmp_path / "secret.txt").write_text("not below ROOT")
-    (r / "global_step_4" / "link.txt").symlink_to(tmp_path / "secret.txt")
+    linked = next((r / "global_step_3" / "ranks").glob("*rank1*"))
+    shutil.move(linked, tmp_path / "secret.trace.json.gz")
+    linked.symlink_to(tmp_path / "secret.trace.json.gz")
     return r
 
 
-def listed(root: Path) -> dict:
-    return wire.unpack(node.listing(str(root)))
+def planned(root: Path, **how: object) -> dict:
+    return wire.unpack(node.plan_here(str(root), **how))
 
 
-def test_a_listing_names_every_file_carries_small_ones_whole_and_reads_nothing_outside_root(root):
-    got = listed(root)
-    names = {rel: kind for rel, _, _, kind in got["files"]}
-    assert names["global_step_3/manifest.json"] == "file"
-    assert sum(1 for k in names.values() if k == "trace") == 3 + 2
-    assert not any(rel.startswith(".rlprof-report-cache") or rel.endswith(".tmp") for rel in names)
-    assert "global_step_4/link.txt" not in names and any("link.txt" in s for s in got["skipped"])
-    assert got["contents"]["global_step_3/manifest.json"] == (root / "global_step_3" / "manifest.json").read_bytes()
-    assert not any(k.endswith(".gz") for k in got["contents"])  # a trace travels only as its pass's summary
-    # the manifest-less step's traces carry what places them: the rank and world size of their header
-    assert got["distributed"] == {f"global_step_4/{p.name}": {"rank": naming.trace_rank(p), "world_size": 128}
-                                  for p in RANKLESS.iterdir()}
+def merged(root: Path, *nodes: str, **how: object):
+    """The view of ROOT as a cluster merges it from ``nodes`` each holding ``root`` (a shared filesystem)."""
+    views = NodeViews()
+    for name in nodes:
+        views.add(name, planned(root, steps=how.get("steps")))
+    return views, views.view(str(root), None, how.get("steps"), False)
+
+
+def test_a_nodes_plan_names_each_pass_carries_no_file_whole_and_reads_nothing_outside_root(root):
+    blob = node.plan_here(str(root))
+    got = wire.unpack(blob)
+    traces = [rel for rel in got["sizes"] if rel.endswith(".gz")]
+    assert len(traces) == 1 + 2  # the step's worker rank0 (rank1 leads out of ROOT) and the two rankless ones
+    assert not any(rel.startswith(".rlprof-report-cache") for rel in got["sizes"])
+    assert any("outside" in line and "rank1" in line for line in got["skipped"])
+    assert len(blob) < sum(got["sizes"].values()) / 20  # names and numbers travel, no trace
+    (server,) = got["servers"]
+    jobs = {str(job[0]): job[1] for job in server["jobs"]}
+    # the manifest-less step's traces placed by the rank their header records, read on the node
+    assert sorted(v for k, v in jobs.items() if k.startswith("global_step_4")) == sorted(
+        naming.rank_label(naming.trace_rank(p)) for p in RANKLESS.iterdir())
     assert got["version"] and got["exists"]
+    with pytest.raises(ValueError, match="outside"):  # and its pass refuses it, whatever a plan says
+        node.trace_pass(str(root), next(k for k in jobs if "rank1" in k), "rank1", None, False)
 
 
-def test_a_listing_carries_line_logs_whole_however_large_rotated_ones_too(root):
-    """The step logs and the frontends' requests are read by the report itself, not by a pass: on Ray they must
-    travel whole as they are read locally, the file a log rotated into included."""
-    from rlprof_plugins.step_logs.requests import read_periods
-
+def test_a_nodes_plan_carries_the_step_logs_records_and_the_frontends_periods_rotated_ones_too(root):
+    """The step logs travel as their records (measured on the machine that merges every node's ranks), the
+    frontends' periods as they were kept, the file a log rotated into included: the numbers a local report
+    makes."""
     requests = root / "steps" / "requests"
     requests.mkdir(parents=True)
     period = {"started_at": 1.0, "ended_at": 2.0, "requests": 1, "longest": [
         {"request_id": "r", "arrived_at": 1.0, "finished_at": 2.0, "prompt_tokens": 3, "output_tokens": 4}]}
     line = json.dumps(period) + "\n"
-    (requests / "frontend-1.jsonl.1").write_text(line * (node.SMALL // len(line) + 1))  # over SMALL
+    (requests / "frontend-1.jsonl.1").write_text(line * 1000)
     (requests / "frontend-1.jsonl").write_text(line)
-    got = listed(root)
-    assert (requests / "frontend-1.jsonl.1").stat().st_size > node.SMALL
-    assert set(got["contents"]) >= {"steps/requests/frontend-1.jsonl.1", "steps/requests/frontend-1.jsonl"}
-    listing = Listing(str(root))
-    listing.add("node-a", got)
-    assert len(read_periods(listing.root)) == len(read_periods(root)) == node.SMALL // len(line) + 2
-
-
-def test_a_flight_recorders_window_travels_by_name_and_a_large_json_file_not_whole(root):
-    """Only what the report reads itself travels whole: a dump's ``anomaly.json``, not its ranks' windows
-    (up to the recorder's ``disk_mb``: a pass reads each on its node), and no other file above ``SMALL``."""
-    from rlprof_plugins.metrics.flight_dump import ANOMALY_FILE, TRACE_SUFFIX
-
-    dump = root / "global_step_3" / "flight" / "20261127-000000-requested-001"
-    dump.mkdir(parents=True)
-    (dump / ANOMALY_FILE).write_text(json.dumps({"reason": "requested"}))
-    (dump / f"rank0{TRACE_SUFFIX}").write_text(json.dumps({"traceEvents": []}))  # small, yet its pass's
-    (root / "global_step_3" / "large.json").write_text(json.dumps({"x": "y" * node.SMALL}))
-    got = listed(root)
-    kinds = {rel: kind for rel, _, _, kind in got["files"]}
-    window, anomaly = f"{dump.relative_to(root)}/rank0{TRACE_SUFFIX}", f"{dump.relative_to(root)}/{ANOMALY_FILE}"
-    assert (kinds[window], kinds[anomaly], kinds["global_step_3/large.json"]) == ("window", "file", "file")
-    assert anomaly in got["contents"]
-    assert window not in got["contents"] and "global_step_3/large.json" not in got["contents"]
+    r = recorder(root, step=5)
+    iterate(r, 30)
+    r.close()
+    local = plan_root(root, use_cache=False).servers[0]
+    _, view = merged(root, "node-a", "node-b")
+    (server,) = view.servers
+    assert len(server.periods) == len(local.periods) == 1001
+    assert 5 in server.measured and server.measured[5] == local.measured[5]
+    assert server.measured_only == local.measured_only == [5]
 
 
 def test_a_root_template_is_read_as_each_node_expands_it(root, monkeypatch):
     monkeypatch.setenv("FLEET_NODE_UNDER_TEST", str(root.parent))
-    assert listed(Path("$FLEET_NODE_UNDER_TEST") / "root")["root"] == str(root)
-    assert listed(root.parent / "none")["exists"] is False
+    assert planned(Path("$FLEET_NODE_UNDER_TEST") / "root")["root"] == str(root)
+    assert planned(root.parent / "none")["exists"] is False
 
 
-def test_a_listed_root_plans_as_the_real_one_and_never_reads_this_machines_disk(root):
-    listing = Listing(str(root))
-    listing.add("node-a", listed(root))
-    for step in ("global_step_3", "global_step_4"):
-        real, from_listing = plan(root / step), plan(listing.root / step)
-        assert [(g.stage, [(rf.label, rf.path.name) for rf in g.inputs], g.missing) for g in from_listing.groups] == \
-               [(g.stage, [(rf.label, rf.path.name) for rf in g.inputs], g.missing) for g in real.groups]
-        assert from_listing.assumed == real.assumed
-        assert all(isinstance(rf.path, ListedPath) and str(rf.path).startswith(str(root))
-                   for g in from_listing.groups for rf in g.inputs)
-    trace = next(p for p in (listing.root / "global_step_3" / "ranks").iterdir() if p.name.endswith(".gz"))
-    assert trace.stat().st_size == (root / trace.relative_to(listing.root)).stat().st_size
-    with pytest.raises(NotCarried):  # a trace is read only by its pass, where it lies
-        trace.read_bytes()
-    with pytest.raises(TypeError):  # no __fspath__: nothing hands a listed path to this machine's open()
-        open(trace, "rb")
-    with pytest.raises(ValueError):
-        listing.root / ".." / "secret.txt"
-
-
-def test_a_file_every_node_lists_alike_is_one_file_and_a_differing_one_is_named(root):
-    listing = Listing(str(root))
-    listing.add("node-a", listed(root))
-    listing.add("node-b", listed(root))
-    assert all(held.nodes == ["node-a", "node-b"] for held in listing.files.values())
-    changed = root / "global_step_3" / "manifest.json"
-    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
-    listing.add("node-c", listed(root))
-    assert listing.files["global_step_3/manifest.json"].nodes == ["node-c"]
-    assert len(listing.conflicts) == 1 and "node-c" in listing.conflicts[0] and "manifest.json" in listing.conflicts[0]
+def test_a_server_every_node_holds_alike_is_one_server_and_a_differing_step_is_named(root):
+    views, view = merged(root, "node-a", "node-b")
+    assert len(view.servers) == 1 and all(h == ["node-a", "node-b"] for h in views.holders.values())
+    assert views.notes == [n for n in views.notes if "outside" in n]  # the same ROOT: nothing differs
+    other = planned(root)
+    (other["servers"][0]["planned"][0]["files"]).pop()  # node-c holds step 3 without one of its files
+    views.add("node-c", other)
+    assert any(n.startswith("global_step_3: differs between nodes") and "node-c" in n for n in views.notes)
 
 
 def test_a_pass_is_kept_on_its_node_until_its_file_changes(root):
-    rel = next(rel for rel, _, _, kind in listed(root)["files"] if kind == "trace" and "ranks" in rel)
+    rel = next(rel for rel in planned(root)["sizes"] if rel.startswith("global_step_3/ranks"))
     blob, cached, _ = node.trace_pass(str(root), rel, "rank0", None, True)
     stats = wire.unpack(blob)
     assert isinstance(stats, TraceStats) and stats.iterations > 0 and stats.path == Path(rel) and not cached
@@ -170,24 +145,13 @@ def test_a_task_never_reads_outside_root_and_a_blob_holds_nothing_executable(roo
     with pytest.raises(wire.WireError):  # JSON only: a pickle is no answer, and nothing in it runs
         wire.unpack(evil)
     cache = root / ".rlprof-report-cache" / PASSES_DIR
-    rel = "global_step_3/ranks/" + next((root / "global_step_3" / "ranks").iterdir()).name
+    rel = next(rel for rel in planned(root)["sizes"] if rel.startswith("global_step_3/ranks"))
     node.trace_pass(str(root), rel, "rank0", None, True)
     entry = next(cache.iterdir())
     head = entry.read_bytes().partition(b"\n")[0]
     entry.write_bytes(head + b"\n" + evil)  # a tampered cache entry counts as absent, and is never run
     blob, cached, _ = node.trace_pass(str(root), rel, "rank0", None, True)
     assert not cached and wire.unpack(blob).iterations > 0
-
-
-def test_a_listed_path_that_leads_out_of_root_is_refused_and_named():
-    listing = Listing("/nodes/root")
-    listing.add("node-a", {"files": [["../../etc/evil", 3, 1, "file"], ["/abs/evil", 3, 1, "file"],
-                                     ["global_step_1/ok.json", 2, 1, "file"]],
-                           "contents": {"../../etc/evil": b"bad", "/abs/evil": b"bad", "global_step_1/ok.json": b"{}"}})
-    assert list(listing.files) == ["global_step_1/ok.json"]
-    assert len(listing.conflicts) == 2 and all("leads out of ROOT" in c for c in listing.conflicts)
-    assert [str(p) for p in listing.root.iterdir()] == ["/nodes/root/global_step_1"]
-    assert (listing.root / "global_step_1" / "ok.json").read_text() == "{}"
 
 
 # a ROOT as users name folders: quotes, an ampersand, angle brackets and spaces
@@ -216,13 +180,12 @@ def awkward_root(tmp_path: Path) -> Path:
     return root
 
 
-def nodes_passes(root: Path, listing: Listing, **plan: object) -> PlannedPasses:
-    """The planned passes run as a node runs them (``node.trace_pass``, ``node.memory_pass``), no cache."""
-    planned = plan_passes(listing.root, **plan)
-    traces = {(job.path.rel, job.rank, job.stage): wire.unpack(node.trace_pass(str(root), job.path.rel, job.rank,
-                                                                               job.stage, False)[0])
-              for job in planned.traces}
-    memory = {path.rel: wire.unpack(node.memory_pass(str(root), path.rel)) for path in planned.memory}
+def nodes_passes(root: Path, view) -> PlannedPasses:
+    """The passes ``view`` names run as a node runs them (``node.trace_pass``, ``node.memory_pass``), no cache."""
+    traces = {(str(job.path), job.rank, job.stage): wire.unpack(node.trace_pass(str(root), str(job.path), job.rank,
+                                                                                job.stage, False)[0])
+              for job in view.trace_jobs()}
+    memory = {rel: wire.unpack(node.memory_pass(str(root), rel)) for rel in view.memory_files()}
     return PlannedPasses(Analysis("ray"), traces, memory)
 
 
@@ -239,31 +202,63 @@ class Opened:
             self.seen.append((event, os.fsdecode(args[0])))
 
 
-def test_the_report_over_the_nodes_listings_is_the_local_one_and_its_renderer_opens_no_file(tmp_path):
+class Unwatched(LocalPasses):
+    """This machine's passes, their own reads left out of what ``opened`` watches: the executor reads, the
+    renderer must not."""
+
+    def __init__(self, root: Path, opened: "Opened") -> None:
+        super().__init__(root, use_cache=False)
+        self.opened = opened
+
+    def traces(self, jobs, progress):
+        self.opened.watching, was = False, self.opened.watching
+        try:
+            return super().traces(jobs, progress)
+        finally:
+            self.opened.watching = was
+
+    def memory(self, path):
+        self.opened.watching, was = False, self.opened.watching
+        try:
+            return super().memory(path)
+        finally:
+            self.opened.watching = was
+
+
+def test_the_report_over_the_nodes_plans_is_the_local_one_and_its_renderer_opens_no_file(tmp_path):
     root = awkward_root(tmp_path)
-    local = build(root, use_cache=False)
-    listing = Listing(str(root))
-    listing.add("node-a", listed(root))
-    assert listing.contents
-    passes = nodes_passes(root, listing)
-    assert len(passes.traces_read) == 3 * 2 * 2 + 1 and len(passes.memory_read) == 1  # + the dump's window
     opened = Opened(root)
+    local_view, local_summary_view = plan_root(root, use_cache=False), plan_root(root, **SUMMARY_PLAN)
     opened.watching = True
     try:
-        build(root, use_cache=False)
+        local = build(local_view, Unwatched(root, opened))
+        local_summary = summary_of(local_summary_view, Unwatched(root, opened))
     finally:
         opened.watching = False
-    assert any(event == "open" for event, _ in opened.seen)  # the check sees a local report's reads
+    assert opened.seen == []  # locally too, the renderer read the plan and the passes' results alone
+    _, view = merged(root, "node-a")
+    assert isinstance(view, RootView) and view.fleet and [s.name for s in view.servers] == REPLICAS
+    passes = nodes_passes(root, view)
+    assert len(passes.traces_read) == 3 * 2 * 2 + 1 and len(passes.memory_read) == 1  # + the dump's window
+    opened.watching = True
+    try:
+        plan_root(root, use_cache=False)
+    finally:
+        opened.watching = False
+    assert any(event == "open" for event, _ in opened.seen)  # the check sees the planner's reads
     opened.seen.clear()
+    views = NodeViews()
+    views.add("node-a", planned(root, memory=False, windows=False))
+    summary_view = views.view(str(root), None, None, True)
     opened.watching = True
     try:
-        on_nodes = build(listing.root, passes=passes)
-        summary = summarise(listing.root, passes=passes)
+        on_nodes = build(view, passes)
+        summary = summary_of(summary_view, passes)
     finally:
         opened.watching = False
-    assert opened.seen == []  # the renderer read the listing and the passes' results, nothing of ROOT
+    assert opened.seen == []  # the renderer read the nodes' plans and the passes' results, nothing of ROOT
     assert on_nodes.to_json() == local.to_json()
-    assert summary == summarise(root)
+    assert summary == local_summary == summarise(root)
     assert on_nodes.to_json()["root"] == str(root)
     out = tmp_path / "out"
     out.mkdir()
@@ -284,10 +279,9 @@ def test_the_report_over_the_nodes_listings_is_the_local_one_and_its_renderer_op
 
 def test_a_pass_the_plan_lacks_is_named_unread_never_empty_numbers(tmp_path):
     root = awkward_root(tmp_path)
-    listing = Listing(str(root))
-    listing.add("node-a", listed(root))
-    passes = nodes_passes(root, listing, steps=(3, 3))  # a plan of step 3 alone
-    built = build(listing.root, passes=passes)
+    _, step_3 = merged(root, "node-a", steps=(3, 3))
+    _, view = merged(root, "node-a")
+    built = build(view, nodes_passes(root, step_3))  # passes of step 3 alone, for a view of every step
     unread = [n for n in built.notes if "no pass was planned" in n]
     assert unread and all("global_step_4" in n for n in unread)
 

@@ -1,10 +1,13 @@
-"""The report on a joined Ray cluster: list ROOT on every node, and run the report's passes where the files lie.
+"""The report on a joined Ray cluster: plan ROOT on every node, and run the report's passes where the files lie.
 
 ``ClusterSession`` is what the report sees of the cluster (``driver.open_session``
-joins it): every alive node lists what it holds below ROOT (``node.listing``),
-the listings are merged into one ``store.listing.Listing`` (``root``, shown as
-the user wrote it), and each pass the report planned runs as a Ray task on a
-node that holds its file (``execute``).
+joins it): every alive node plans what it holds below ROOT with the local
+report's planner (``node.plan_here``), the nodes' views are merged into one
+``plan.view.RootView`` (``plan``, ROOT shown as the user wrote it), and each
+pass it names runs as a Ray task on a node that holds its file (``execute``).
+A server several nodes hold is one server: its step folders joined (a
+folder two nodes hold differently is read as the first one listed it, the
+other named), its step logs' records joined over every node's ranks.
 
 The tasks ask Ray for no CPU, so they run on a cluster whose CPUs the
 trainer holds all of, and on a node that offers none; rlprof itself keeps
@@ -24,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ... import __version__
-from ...store.listing import ListedPath, Listing
 from ..analysis import Analysis
+from ..measured_rows import scratch_steps
 from ..passes import PlannedPasses
-from ..plan import PassPlan
+from ..plan.planner import choose
+from ..plan.view import RootView, ServerView, server_of_wire
 from ..wire import unpack
 from .failures import TaskFailure, why_failed
 
@@ -69,12 +73,12 @@ def _remote_functions(ray):
     """The tasks. Each is sent by value and imports the node's own rlprof, so a node where rlprof cannot be
     imported answers why (``import_error``) instead of failing in Ray's unpickling."""
 
-    def list_root(root_text: str) -> Any:
+    def plan_here(root_text: str, how: dict) -> Any:
         try:
-            from rlprof_plugins.report.on_ray.node import listing
+            from rlprof_plugins.report.on_ray.node import plan_here
         except Exception as e:  # no rlprof (or a broken one) on this node
             return {"import_error": f"{type(e).__name__}: {e}"}
-        return listing(root_text)
+        return plan_here(root_text, **how)
 
     def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
         from rlprof_plugins.report.on_ray.node import trace_pass
@@ -86,26 +90,88 @@ def _remote_functions(ray):
 
         return memory_pass(root_text, rel)
 
-    return ray.remote(list_root), ray.remote(read_trace), ray.remote(read_memory)
+    return ray.remote(plan_here), ray.remote(read_trace), ray.remote(read_memory)
+
+
+class NodeViews:
+    """The nodes' plans merged (``node.plan_here``, unpacked): which nodes hold each file a pass reads
+    (``holders``, ``sizes``), and one view of ROOT (``view``). A server several nodes hold is one server: its
+    step folders joined (a folder two nodes hold differently is read as the first one planned it, the other
+    named in ``notes``), its step logs' records joined over every node's ranks."""
+
+    def __init__(self) -> None:
+        self.holders: dict[str, list[str]] = {}  # a file a pass reads (below ROOT) -> the nodes holding it
+        self.sizes: dict[str, int] = {}
+        self.notes: list[str] = []
+        self._servers: dict[str, tuple[ServerView, dict]] = {}
+
+    def add(self, node: str, planned: dict[str, Any]) -> None:
+        self.notes += [f"node {node}: {line}" for line in planned["skipped"]]
+        for rel, size in planned["sizes"].items():
+            if self.sizes.setdefault(rel, size) == size:
+                self.holders.setdefault(rel, []).append(node)
+            else:
+                self.notes.append(f"{rel}: differs between nodes ({', '.join(self.holders[rel])}: "
+                                  f"{self.sizes[rel]:,} bytes; {node}: {size:,} bytes); read the first")
+        for data in planned["servers"]:
+            server, records = server_of_wire(data)
+            if server.rel not in self._servers:
+                self._servers[server.rel] = (server, records)
+            else:
+                self._join(*self._servers[server.rel], server, records, node)
+
+    def view(self, shown: str, replica: str | None, steps: tuple[int, int] | None, every_folder: bool) -> RootView:
+        """ROOT's view (``plan.planner.plan_root``'s answer) over every node's plan."""
+        servers, taken = [], set()
+        for server, records in (self._servers[rel] for rel in sorted(self._servers)):
+            server.name = server.name if server.name not in taken else f"{server.name}@{server.rel}"
+            taken.add(server.name)
+            server.measured = scratch_steps(records)
+            servers.append(server)
+        chosen = choose(servers, replica, shown)
+        view = RootView(shown, chosen or [ServerView("", "", [], {}, scratch_steps({}), [], {}, [])],
+                        [s.name for s in servers], fleet=len(chosen) > 1)
+        for server in view.servers:
+            server.steps_range = steps
+            server.settle(every_folder)
+        return view
+
+    def _join(self, held: ServerView, records: dict, other: ServerView, more: dict, node: str) -> None:
+        known = {f.rel for f in held.folders}
+        held.folders += [f for f in other.folders if f.rel not in known]
+        for rel, step in other.planned.items():
+            if rel not in held.planned:
+                held.planned[rel] = step
+            elif held.planned[rel] != step:
+                self.notes.append(f"{rel}: differs between nodes; read as the first node planned it, not as {node} "
+                                  "holds it (`rlprof collect` gathers it in one place)")
+        for step, found in other.anomalies.items():
+            paths = {a.data["path"] for a in held.anomalies.get(step, [])}
+            held.anomalies.setdefault(step, []).extend(a for a in found if a.data["path"] not in paths)
+        periods = {repr(p.to_json()) for p in held.periods}
+        held.periods += [p for p in other.periods if repr(p.to_json()) not in periods]
+        held.warnings += [w for w in other.warnings if w not in held.warnings]
+        for step, ranks in more.items():
+            for rank, record in ranks.items():
+                records.setdefault(step, {}).setdefault(rank, record)
 
 
 class ClusterSession:
-    """One report's use of the joined cluster: ROOT listed on every alive node (``list_root``), then the planned
+    """One report's use of the joined cluster: ROOT planned on every alive node (``plan``), then the planned
     passes run where the files lie (``execute``)."""
 
     def __init__(self, ray, root_text: str, *, timeout: float, use_cache: bool, say: Callable[[str], None]) -> None:
         self.ray, self.root_text, self.timeout, self.use_cache, self.say = ray, root_text, timeout, use_cache, say
         self.analysis = Analysis("ray")
-        self.notes: list[str] = []  # what the listings said: other releases, what was skipped, files differing
-        self.listing = Listing(root_text)
+        self.notes: list[str] = []  # what the nodes said: other releases, what was skipped, folders differing
         self.nodes: dict[str, Node] = {}
-        self.runs_rlprof: set[str] = set()  # node names whose listing ran rlprof's own
-        self._list, self._trace, self._memory = _remote_functions(ray)
-
-    @property
-    def root(self) -> ListedPath:
-        """ROOT as the nodes listed it, shown as the user wrote it: what the report is planned and made over."""
-        return self.listing.root
+        self.runs_rlprof: set[str] = set()  # node names whose plan ran rlprof's own
+        self.views = NodeViews()
+        self._plan, self._trace, self._memory = _remote_functions(ray)
+        for n in ray.nodes():
+            if n.get("Alive"):
+                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
+                self.nodes[node.name] = node
 
     def _on(self, node: str, retries: int = 0) -> dict[str, Any]:
         """A task's options: on ``node`` alone, asking no CPU (the trainer may hold them all)."""
@@ -114,46 +180,45 @@ class ClusterSession:
         return dict(num_cpus=0, max_retries=retries,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
 
-    # ---- listing -------------------------------------------------------------------------------
-    def list_root(self) -> None:
+    # ---- the plan --------------------------------------------------------------------------------
+    def plan(self, *, replica: str | None = None, steps: tuple[int, int] | None = None, memory: bool = True,
+             windows: bool = True, use_cache: bool = False, every_folder: bool = False) -> RootView:
+        """ROOT planned on every alive node, the views merged (``plan.planner.plan_root``'s arguments; nothing
+        is kept below ROOT by the plan: ``use_cache`` is the passes')."""
         started = time.monotonic()
-        for n in self.ray.nodes():
-            if n.get("Alive"):
-                cpus = float(n.get("Resources", {}).get("CPU", 0))
-                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), cpus)
-                self.nodes[node.name] = node
-        self.say(f"Ray: {len(self.nodes)} alive node(s); listing {self.root_text} on each")
-        refs = {self._list.options(**self._on(name)).remote(self.root_text): name for name in self.nodes}
-        for _ref, name, outcome in self._gather(refs, started + self.timeout, "listing", len(refs), list(refs)):
+        self.say(f"Ray: {len(self.nodes)} alive node(s); planning {self.root_text} on each")
+        how = {"steps": list(steps) if steps else None, "memory": memory, "windows": windows}
+        refs = {self._plan.options(**self._on(name)).remote(self.root_text, how): name for name in self.nodes}
+        for _ref, name, outcome in self._gather(refs, started + self.timeout, "planning", len(refs), list(refs)):
             if isinstance(outcome, TaskFailure):
-                self.analysis.faults.append(f"node {name}: could not list {self.root_text}: {outcome.reason}")
+                self.analysis.faults.append(f"node {name}: could not plan {self.root_text}: {outcome.reason}")
                 continue
             if isinstance(outcome, dict):  # rlprof could not be imported there
                 self.analysis.faults.append(f"node {name}: cannot run rlprof ({outcome['import_error']}): what it "
                                             "holds is not read; install rlprof-plugins there")
                 continue
             self.analysis.bytes_returned += len(outcome)
-            listed = unpack(outcome)
+            planned = unpack(outcome)
             self.runs_rlprof.add(name)
-            if listed["version"] != __version__:
-                self.analysis.versions[name] = listed["version"]
-                self.notes.append(f"node {name} runs rlprof {listed['version']}, this machine {__version__}: "
+            if planned["version"] != __version__:
+                self.analysis.versions[name] = planned["version"]
+                self.notes.append(f"node {name} runs rlprof {planned['version']}, this machine {__version__}: "
                                   "its passes are its own release's")
-            self.notes += [f"node {name}: {line}" for line in listed["skipped"]]
-            if listed.get("exists"):
-                self.listing.add(name, listed)
-        self.notes += self.listing.conflicts
-        self.analysis.seconds["listing"] = round(time.monotonic() - started, 3)
-        traces = [h for h in self.listing.files.values() if h.kind == "trace"]
-        holders = {n for h in self.listing.files.values() for n in h.nodes}
-        self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) ({sum(h.size for h in traces) / 1e6:,.0f} MB) "
-                 f"below {self.root_text}; reading each where it lies")
+            self.views.add(name, planned)
+        self.analysis.seconds["planning"] = round(time.monotonic() - started, 3)
+        view = self.views.view(self.root_text, replica, steps, every_folder)
+        self.notes += self.views.notes
+        traces = [rel for rel in self.views.sizes if rel in {str(j.path) for j in view.trace_jobs()}]
+        holders = {n for rel in traces for n in self.views.holders[rel]}
+        self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) "
+                 f"({sum(self.views.sizes[t] for t in traces) / 1e6:,.0f} MB) below {self.root_text}; reading each where it lies")
+        return view
 
     # ---- the passes ------------------------------------------------------------------------------
-    def execute(self, plan: PassPlan) -> PlannedPasses:
-        """Every planned pass, each on a node that holds its file; their results, to answer the report."""
-        jobs = {job.key: job for job in [Job("trace", j.path.rel, j.rank, j.stage) for j in plan.traces]
-                + [Job("memory", path.rel) for path in plan.memory]}  # each pass once
+    def execute(self, view: RootView) -> PlannedPasses:
+        """Every pass ``view`` names, each on a node that holds its file; their results, to answer the report."""
+        jobs = {job.key: job for job in [Job("trace", str(j.path), j.rank, j.stage) for j in view.trace_jobs()]
+                + [Job("memory", rel) for rel in view.memory_files()]}  # each pass once
         answers = self._read(list(jobs.values()))
         return PlannedPasses(self.analysis, {k: answers[k] for k, j in jobs.items() if j.kind == "trace"},
                              {k: answers[k] for k, j in jobs.items() if j.kind == "memory"})
@@ -175,13 +240,12 @@ class ClusterSession:
 
         def place(job: Job) -> str | None:
             """Queue the pass on the least loaded live holder of its file it was not given to yet (None: none)."""
-            held = self.listing.files.get(job.path)
-            able = [n for n in (held.nodes if held else []) if n in self.runs_rlprof and n not in gone
+            able = [n for n in self.views.holders.get(job.path, []) if n in self.runs_rlprof and n not in gone
                     and n not in tried.get(job.key, ())]
             if not able:
                 return None
             node = min(able, key=lambda n: (load.get(n, 0), n))
-            load[node] = load.get(node, 0) + held.size
+            load[node] = load.get(node, 0) + self.views.sizes[job.path]
             tried.setdefault(job.key, set()).add(node)
             queued[node].append(job)
             return node
@@ -202,7 +266,7 @@ class ClusterSession:
                 running[node] += 1
                 sent.append(ref)
 
-        size = {rel: held.size for rel, held in self.listing.files.items()}
+        size = self.views.sizes
         for job in sorted(jobs, key=lambda j: -size.get(j.path, 0)):
             if place(job) is None:
                 answers[job.key] = self._unread(job.path, self._holders(job.path),
@@ -257,8 +321,7 @@ class ClusterSession:
         return st
 
     def _holders(self, rel: str) -> str:
-        held = self.listing.files.get(rel)
-        return ", ".join(held.nodes) if held else "no node"
+        return ", ".join(self.views.holders.get(rel, [])) or "no node"
 
     def _unread(self, rel: str, node: str, reason: str) -> str:
         self.analysis.unread.append({"path": rel, "node": node, "reason": reason})

@@ -72,7 +72,7 @@ def _join(ray: Any, address: str, timeout: float) -> None:
 def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFAULT_TIMEOUT, use_cache: bool = True,
                  progress: Callable[[str], None] | None = None) -> Iterator[ClusterSession]:
     """Join the Ray cluster at ``address`` (``auto``: the one this machine belongs to, as ``ray.init`` finds
-    it), list ROOT on every alive node, and leave the cluster when done."""
+    it), find its alive nodes, and leave the cluster when done."""
     if importlib.util.find_spec("ray") is None:
         raise RayMissing(NEEDS_RAY)
     check_reachable(os.environ.get("RAY_ADDRESS", "") if address == "auto" else address,
@@ -89,7 +89,6 @@ def open_session(root_text: str, address: str = "auto", *, timeout: float = DEFA
         try:
             session = ClusterSession(ray, root_text, timeout=timeout, use_cache=use_cache,
                                      say=progress or (lambda _text: None))
-            session.list_root()
             yield session
         finally:
             ray.shutdown()

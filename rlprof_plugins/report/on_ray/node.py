@@ -1,20 +1,18 @@
-"""What runs on each node: list what it holds below ROOT, and read one trace (or memory snapshot) there.
+"""What runs on each node: plan what it holds below ROOT, and read one trace (or memory snapshot) there.
 
 These are rlprof's own functions as installed on the node: Ray sends each
-task by name (``driver``), and the node imports them from its own rlprof,
-whose version its listing says. ROOT is resolved on the node as written,
+task by name (``cluster``), and the node imports them from its own rlprof,
+whose version its answer says. ROOT is resolved on the node as written,
 with ``~`` and environment variables expanded there (one template for nodes
-that keep their traces in different places). Nothing outside ROOT is read:
-hidden folders are skipped as the local report skips them, a symbolic link
-that leads out of ROOT is named and left, and a task's path is refused if
-it leaves ROOT.
+that keep their traces in different places), and a task's path is refused
+if it leaves ROOT.
 
-The listing carries names, sizes and times of every file, and whole only
-the small files the report reads as they are (manifests, claims, step logs,
-flight recorder notes): a trace or a memory snapshot travels only as its
-pass's summary, and so does a flight recorder's window (``<rank>.flight.json``,
-up to its ``disk_mb``). Traces in folders without a manifest carry the rank and
-world size their header records (``distributedInfo``: what places them).
+The node plans its part of ROOT with the planner a local report runs
+(``plan.planner``): the small files (manifests, claims, flight recorder
+notes) are read there and only what the report needs of them travels; the
+step logs travel as their records, so a server whose ranks write on
+several nodes is measured over all of them. A trace, a memory snapshot or a
+flight recorder's window travels only as its pass's summary.
 
 Each trace's summary is kept on the node that read it, in the cache of
 passes a local report keeps too (``passes.PassCache``), valid while the
@@ -30,18 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ...metrics.flight_dump import TRACE_SUFFIX as FLIGHT_WINDOW
-from ...metrics.log import ROTATED as LINES_ROTATED, SUFFIX as LINES
-from ...store.layout import MEMORY
-from ...store.manifest import MANIFEST
-from ...trace.format.naming import ASCEND_SUFFIX, ASCEND_TRACE_VIEW, trace_distributed
-from ...store.step_files import TRACE_SUFFIXES
+from ...step_logs.steps import read_steps
+from ...store.servers import replicas_of
+from ..plan.planner import plan_server
+from ..plan.view import server_to_wire
 from ..wire import pack
-
-# Files up to this size travel whole in the listing (manifests, claims, notes); the step logs' and request
-# logs' JSON lines (rotated ones too) of any size, since the report reads them itself. Anything else larger
-# (a trace written under another name) travels as its name and size alone.
-SMALL = 4 << 20
 
 
 def resolve(root_text: str) -> Path:
@@ -50,75 +41,38 @@ def resolve(root_text: str) -> Path:
 
 
 def inside(root: Path, rel: str) -> Path:
-    """``root/rel``, refused when it would lead out of ROOT."""
+    """``root/rel``, refused when it, or where its links lead, is outside ROOT."""
     path = Path(os.path.normpath(root / rel))
-    if os.path.isabs(rel) or not (path == root or str(path).startswith(str(root) + os.sep)):
-        raise ValueError(f"{rel}: outside {root}")
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    if os.path.isabs(rel) or not (path == root or str(path).startswith(str(root) + os.sep)) or not (
+            real == real_root or real.startswith(real_root + os.sep)):
+        raise ValueError(f"{rel}: outside {root} (or a link out of it), not read")
     return path
 
 
-def kind_of(rel: str, name: str) -> str:
-    """``trace``, ``window`` (a flight recorder's window of a rank: read by a pass, as a trace is),
-    ``memory`` (an allocator snapshot) or ``file``."""
-    parts = rel.split(os.sep)
-    in_npu = any(p.endswith(ASCEND_SUFFIX) for p in parts[:-1])
-    if (name == ASCEND_TRACE_VIEW and in_npu) or (not in_npu and name.endswith(TRACE_SUFFIXES)):
-        return "trace"
-    if name.endswith(FLIGHT_WINDOW):
-        return "window"
-    if name.endswith(".pickle") and len(parts) > 1 and parts[-2] == MEMORY:
-        return "memory"
-    return "file"
-
-
-def listing(root_text: str) -> bytes:
-    """What this node holds below ROOT, packed (``wire``): ``files`` ([path, bytes, mtime ns, kind], paths
-    relative to ROOT), ``contents`` (the small files whole), ``distributed`` (manifest-less traces' rank and
-    world size), ``skipped`` (what could not be listed, or leads out of ROOT), and who listed it."""
+def plan_here(root_text: str, steps: Any = None, memory: bool = True, windows: bool = True) -> bytes:
+    """This node's part of ROOT, planned and packed (``wire``): ``servers`` (each server's view with its step
+    logs' records, ``plan.view.server_to_wire``), ``sizes`` (every file a pass reads: bytes), and who planned
+    it; ``steps``, ``memory``, ``windows`` as ``plan_root`` takes them."""
     root = resolve(root_text)
     out: dict[str, Any] = {"version": __version__, "host": socket.gethostname(), "root": str(root),
-                           "exists": root.is_dir(), "files": [], "contents": {}, "distributed": {}, "skipped": []}
+                           "exists": root.is_dir(), "servers": [], "sizes": {}, "skipped": []}
     if not out["exists"]:
         return pack(out)
-    real_root = os.path.realpath(root)
-    with_manifest: set[str] = set()
-    traces: list[str] = []
-    for top, dirs, names in os.walk(root, onerror=lambda e: out["skipped"].append(f"{e.filename}: {e.strerror}")):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        here = os.path.relpath(top, root)
-        here = "" if here == "." else here
-        if MANIFEST in names:
-            with_manifest.add(here)
-        for name in sorted(names):
-            if name.startswith(".") and name.endswith(".tmp"):
-                continue  # a writer's temporary
-            path = os.path.join(top, name)
-            rel = os.path.join(here, name) if here else name
-            try:
-                if os.path.islink(path) and not os.path.realpath(path).startswith(real_root + os.sep):
-                    out["skipped"].append(f"{rel}: a link out of ROOT, not followed")
-                    continue
-                st = os.stat(path)
-            except OSError as e:
-                out["skipped"].append(f"{rel}: {e.strerror or e}")
-                continue
-            if not os.path.isfile(path):
-                continue
-            kind = kind_of(rel, name)
-            out["files"].append([rel, st.st_size, st.st_mtime_ns, kind])
-            if kind == "trace":
-                traces.append(rel)
-            elif kind == "file" and (st.st_size <= SMALL or name.endswith((LINES, LINES_ROTATED))):
-                try:
-                    with open(path, "rb") as f:
-                        out["contents"][rel] = f.read()
-                except OSError as e:
-                    out["skipped"].append(f"{rel}: {e.strerror or e}")
-    for rel in traces:
-        folders = Path(rel).parents
-        if not any(("" if str(d) == "." else str(d)) in with_manifest for d in folders):
-            info = trace_distributed(root / rel)
-            out["distributed"][rel] = {k: info[k] for k in ("rank", "world_size") if k in info}
+    for replica in replicas_of(root):
+        records, warnings = read_steps(replica.root)
+        records.pop(None, None)  # iterations before any step was named: no step's row
+        server = plan_server(root, replica, records, warnings, steps=tuple(steps) if steps else None,
+                             memory=memory, windows=windows)
+        out["servers"].append(server_to_wire(server, records))
+    for rel in {str(job.path) for s in out["servers"] for job in s["jobs"]} | {
+            rel for s in out["servers"] for rel in s["memory"]}:
+        try:
+            out["sizes"][rel] = os.stat(inside(root, rel)).st_size
+        except ValueError as e:
+            out["skipped"].append(str(e))
+        except OSError as e:
+            out["skipped"].append(f"{rel}: {e.strerror or e}")
     return pack(out)
 
 

@@ -28,7 +28,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 TRACE_SUFFIX = ".pt.trace.json"
 MERGED_NAME = "merged"
@@ -182,18 +181,9 @@ def is_trace(path: Path) -> bool:
         (".", MERGED_NAME + ".", MERGED_NAME + "-"))
 
 
-@runtime_checkable
-class KnownHeader(Protocol):
-    """A trace path whose header was read where the trace lies (a listed root's: ``store.listing``)."""
-
-    def distributed_info(self) -> dict: ...
-
-
 def trace_distributed(path: Path, limit: int = 1 << 16) -> dict:
     """A Kineto trace's ``distributedInfo`` (rank, world_size, ...; {} when it has none),
     from the first ``limit`` bytes: Kineto writes that header before the events."""
-    if isinstance(path, KnownHeader):
-        return path.distributed_info()
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rt", errors="replace") as f:

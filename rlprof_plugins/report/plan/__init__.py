@@ -1,0 +1,1 @@
+"""The report's first stage: ROOT read once into a view of its servers, steps and the passes they need."""
