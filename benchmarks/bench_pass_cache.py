@@ -26,10 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlprof_plugins.report.build import build  # noqa: E402
+from rlprof_plugins.report.build import build_here  # noqa: E402
 from rlprof_plugins.report.cache import CACHE_DIR  # noqa: E402
-from rlprof_plugins.report.passes import LocalPasses  # noqa: E402
-from rlprof_plugins.report.plan.planner import plan_root  # noqa: E402
 from tests.unit.test_fleet_report import FIXTURE, copy_step  # noqa: E402
 
 
@@ -51,7 +49,7 @@ def main() -> int:
 
                 def report() -> float:
                     started = time.perf_counter()
-                    build(plan_root(root, use_cache=kept), LocalPasses(root, use_cache=kept))
+                    build_here(root, use_cache=kept)
                     return time.perf_counter() - started
 
                 seconds.setdefault(f"cold, {case}", []).append(report())

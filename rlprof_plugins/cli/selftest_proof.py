@@ -103,10 +103,10 @@ def _merged(test: Any, folder: Path) -> None:
 
 
 def _device_time(test: Any, folder: Path) -> None:
-    from ..report.build import build
+    from ..report.build import build_here
 
     try:
-        steps = build(folder.parent, use_cache=False).to_json()["steps"]
+        steps = build_here(folder.parent, use_cache=False).to_json()["steps"]
         device = next((t["device"] for row in steps for t in row.get("rank_time", {}).values() if t["device"]), None)
     except Exception as e:
         test.add("device time in the report", False, f"{type(e).__name__}: {e}")

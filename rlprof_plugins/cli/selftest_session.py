@@ -238,16 +238,14 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 
 def _summary_and_report(test: Any, folder: Path) -> None:
-    from ..report.build import build, write_page
-    from ..report.passes import LocalPasses
-    from ..report.plan.planner import plan_root
+    from ..report.build import build_here, write_page
     from ..report.summary import summarise
 
     try:
         summary = summarise(folder)
         stages = [st["stage"] for step in summary["steps"] for st in step["stages"]]
         test.add("rlprof summary", sorted(stages) == [DECODE, PREFILL], f"stages {', '.join(stages) or 'none'}")
-        built = build(plan_root(folder.parent, use_cache=False), LocalPasses(folder.parent, use_cache=False))
+        built = build_here(folder.parent, use_cache=False)
         write_page(built, folder.parent / "report.html")
         test.add("rlprof report", not built.nothing and not built.unread, str(folder.parent / "report.html"))
     except Exception as e:

@@ -21,12 +21,13 @@ from ..atomic_files import write_text_atomic
 from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from .summary import step_label
 from .anomalies import note as anomaly_note
-from .passes import Passes
+from .passes import LocalPasses, Passes
 from .compare import compare
 from . import flame
 from .fleet import fleet_rows, replica_table
 from .fleet_view import NEWEST
 from .page import render_parts
+from .plan.planner import plan_root
 from .plan.view import RootView
 from .steps import flat_rows, server_rows
 
@@ -141,6 +142,11 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
         built.compared = compare(report, *pair)
     built.notes += view.notes
     return built
+
+
+def build_here(root: Path, *, use_cache: bool = True) -> Built:
+    """The report of ``root`` planned and read on this machine, as ``rlprof report ROOT`` makes it."""
+    return build(plan_root(root, use_cache=use_cache), LocalPasses(root, use_cache=use_cache))
 
 
 def _ranges(steps: list[int]) -> str:

@@ -5,7 +5,8 @@ A real trace's summary (``trace_stats`` over a vLLM TP=2 fixture's rank trace) r
 included: tuples, ``Path``, running sums); the blob is JSON that each other Python on this machine (3.10 to
 3.13 where present) reads with the standard library alone, its path a string (on 3.13 a pickled
 ``pathlib.Path`` names ``pathlib._local``, which is how a pickled format broke across interpreters); a
-listing's small files travel as bytes; a tampered or foreign blob is refused."""
+plan's non-string keys and tuples come back as they went, bytes never travel; a tampered or foreign blob
+is refused."""
 
 import dataclasses
 import json
@@ -41,10 +42,12 @@ def test_a_trace_summary_round_trips_exactly_with_its_types():
     assert back.device_ops["never seen"] == 1.0
 
 
-def test_a_listing_with_bytes_and_non_string_keys_round_trips():
-    listing = {"files": [["a/b.json", 12, 1700000000000000000, "file"]], "contents": {"a/b.json": b"\x00{}\xff"},
-               "by_rank": {(0, "prefill"): [1.5, None]}, "exists": True}
-    assert unpack(pack(listing)) == listing
+def test_a_plan_with_non_string_keys_round_trips_and_bytes_are_refused():
+    plan = {"files": [["a/b.json", 12, 1700000000000000000, "file"]], "by_rank": {(0, "prefill"): [1.5, None]},
+            "exists": True, "ranks": {"rank1", "rank0"}}
+    assert unpack(pack(plan)) == {**plan, "ranks": ["rank0", "rank1"]}
+    with pytest.raises(TypeError, match="not bytes"):  # no file travels whole: a node sends what it read, typed
+        pack({"contents": {"a/b.json": b"\x00{}\xff"}})
 
 
 def interpreter(version: str) -> str | None:
