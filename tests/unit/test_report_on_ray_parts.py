@@ -1,5 +1,5 @@
 """The parts of ``rlprof report --ray`` that run without a cluster (issue 70): each node's plan of what it
-holds (``node.plan_here``: the local report's planner), the nodes' plans merged (``cluster.NodeViews``),
+holds (``node.plan_here``: the local report's planner), the nodes' plans merged (``node_views.NodeViews``),
 the report rendered from the merged view and the passes' results (the local report's JSON, and no file
 opened by the renderer, locally or over the nodes' plans), the pass with its cache, what a blob may hold,
 and a task's failure in one line.
@@ -24,11 +24,12 @@ from rlprof_plugins.report import wire
 from rlprof_plugins.report.analysis import Analysis
 from rlprof_plugins.report.build import build, write_csv, write_json, write_page
 from rlprof_plugins.report.on_ray import node
-from rlprof_plugins.report.on_ray.cluster import NodeViews
+from rlprof_plugins.report.on_ray.node_views import NodeViews
 from rlprof_plugins.report.passes import PASSES_DIR, LocalPasses, PlannedPasses
 from rlprof_plugins.report.plan.planner import plan_root
 from rlprof_plugins.report.plan.view import RootView
 from rlprof_plugins.report.summary import SUMMARY_PLAN, summarise, summary_of
+from rlprof_plugins.store import manifest
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats
 from rlprof_plugins.trace.format import naming
 from tests.helpers.installed import REPO
@@ -114,14 +115,77 @@ def test_a_root_template_is_read_as_each_node_expands_it(root, monkeypatch):
     assert planned(root.parent / "none")["exists"] is False
 
 
-def test_a_server_every_node_holds_alike_is_one_server_and_a_differing_step_is_named(root):
+def test_a_server_every_node_holds_alike_is_one_server_and_a_file_that_differs_is_named(root):
     views, view = merged(root, "node-a", "node-b")
     assert len(view.servers) == 1 and all(h == ["node-a", "node-b"] for h in views.holders.values())
     assert views.notes == [n for n in views.notes if "outside" in n]  # the same ROOT: nothing differs
     other = planned(root)
-    (other["servers"][0]["planned"][0]["files"]).pop()  # node-c holds step 3 without one of its files
+    rel = next(rel for rel in other["sizes"] if rel.startswith("global_step_3/ranks"))
+    other["sizes"][rel] += 1  # node-c holds a rank's trace at another size
     views.add("node-c", other)
-    assert any(n.startswith("global_step_3: differs between nodes") and "node-c" in n for n in views.notes)
+    assert any(n.startswith(f"{rel}: differs between nodes") and "node-c" in n for n in views.notes)
+    assert views.holders[rel] == ["node-a", "node-b"]  # read where it is as the first node holds it
+
+
+def spanning_two_nodes(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A TP=2 server spanning two nodes, each writing its rank into a step folder of its own disk (the
+    manifest's ``nodes``, each worker's node, the roster naming where the other rank lives): node A's ROOT
+    (the front end and rank 0), node B's (rank 1), and the same step with both ranks in one folder."""
+    whole = tmp_path / "whole"
+    shutil.copytree(WITH_MANIFEST, whole / "global_step_3", copy_function=shutil.copy2)
+    roots = {"a": tmp_path / "node-a", "b": tmp_path / "node-b"}
+    roster = [{"rank": "rank0", "node": 0, "host": "node-a", "directory": str(roots["a"] / "global_step_3")},
+              {"rank": "rank1", "node": 1, "host": "node-b", "directory": str(roots["b"] / "global_step_3")}]
+
+    def spanning(data: dict) -> bool:
+        data.update(nodes=2, roster=roster)
+        data["writers"]["rank1"]["node"] = 1
+        return True
+
+    manifest.rewrite(whole / "global_step_3", spanning)
+    for node, keep in (("a", {"frontend", "rank0"}), ("b", {"rank1"})):
+        folder = roots[node] / "global_step_3"
+        shutil.copytree(whole / "global_step_3", folder, copy_function=shutil.copy2)
+        data = manifest.rewrite(folder, lambda d: bool(d.update(writers={w: v for w, v in d["writers"].items()
+                                                                           if w in keep})) or True)
+        listed = {f["path"] for f in data["files"]}
+        for trace in folder.rglob("*.pt.trace.json.gz"):
+            if str(trace.relative_to(folder)) not in listed:
+                trace.unlink()
+        assert data["state"] == "done" and len(listed) == len(keep)
+    return roots["a"], roots["b"], whole
+
+
+@pytest.mark.parametrize("order", ["a, b", "b, a"])
+def test_a_step_whose_ranks_lie_on_two_nodes_is_read_whole(tmp_path, order):
+    """Each node holds its own rank of the step: the merged view reads the step as one folder holding both
+    (the report's JSON and the summary equal the local ones over the folder holding both ranks), each
+    rank's pass on the node that holds it; with node B not planned, rank 1 is missing and where it lives
+    is said."""
+    a, b, whole = spanning_two_nodes(tmp_path)
+    views = NodeViews()
+    for name in order.split(", "):
+        views.add(f"node-{name}", planned({"a": a, "b": b}[name]))
+    view = views.view(str(whole), None, None, False)
+    (step,) = view.servers[0].steps
+    assert [(job.rank, views.holders[str(job.path)]) for job in step.jobs] == [("rank0", ["node-a"]),
+                                                                              ("rank1", ["node-b"])]
+    local = build(plan_root(whole, use_cache=False), LocalPasses(whole, use_cache=False)).to_json()
+    assert build(view, nodes_passes(whole, view)).to_json() == local
+    (row,) = local["steps"]
+    assert row["ranks"] == ["rank0", "rank1"] and not row["missing_ranks"] and row["iterations"] > 0
+    summary_views = NodeViews()
+    for name in order.split(", "):
+        summary_views.add(f"node-{name}", planned({"a": a, "b": b}[name], memory=False, windows=False))
+    summary_view = summary_views.view(str(whole), None, None, True)
+    assert summary_of(summary_view, nodes_passes(whole, summary_view)) == summarise(whole)
+
+    alone = NodeViews()
+    alone.add("node-a", planned(a))
+    view = alone.view(str(whole), None, None, False)
+    (row,) = build(view, nodes_passes(whole, view)).to_json()["steps"]
+    assert row["ranks"] == ["rank0"] and row["missing_ranks"] == [
+        f"rank1 (node 1, host node-b, {b / 'global_step_3'})"]
 
 
 def test_a_pass_is_kept_on_its_node_until_its_file_changes(root):

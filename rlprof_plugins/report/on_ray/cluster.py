@@ -3,11 +3,10 @@
 ``ClusterSession`` is what the report sees of the cluster (``driver.open_session``
 joins it): every alive node plans what it holds below ROOT with the local
 report's planner (``node.plan_here``), the nodes' views are merged into one
-``plan.view.RootView`` (``plan``, ROOT shown as the user wrote it), and each
-pass it names runs as a Ray task on a node that holds its file (``execute``).
-A server several nodes hold is one server: its step folders joined (a
-folder two nodes hold differently is read as the first one listed it, the
-other named), its step logs' records joined over every node's ranks.
+``plan.view.RootView`` (``plan``, by ``node_views.NodeViews``: ROOT shown as
+the user wrote it, a server or step folder several nodes hold read as one),
+and each pass it names runs as a Ray task on a node that holds its file
+(``execute``).
 
 The tasks ask Ray for no CPU, so they run on a cluster whose CPUs the
 trainer holds all of, and on a node that offers none; rlprof itself keeps
@@ -28,12 +27,11 @@ from typing import Any, Callable, Iterator
 
 from ... import __version__
 from ..analysis import Analysis
-from ..measured_rows import scratch_steps
 from ..passes import PlannedPasses
-from ..plan.planner import choose
-from ..plan.view import RootView, ServerView, server_of_wire
+from ..plan.view import RootView
 from ..wire import unpack
 from .failures import TaskFailure, why_failed
+from .node_views import NodeViews
 
 CPUS_A_PASS = 4  # a node runs one pass at a time for each this many CPUs it has (one at least)
 
@@ -91,69 +89,6 @@ def _remote_functions(ray):
         return memory_pass(root_text, rel)
 
     return ray.remote(plan_here), ray.remote(read_trace), ray.remote(read_memory)
-
-
-class NodeViews:
-    """The nodes' plans merged (``node.plan_here``, unpacked): which nodes hold each file a pass reads
-    (``holders``, ``sizes``), and one view of ROOT (``view``). A server several nodes hold is one server: its
-    step folders joined (a folder two nodes hold differently is read as the first one planned it, the other
-    named in ``notes``), its step logs' records joined over every node's ranks."""
-
-    def __init__(self) -> None:
-        self.holders: dict[str, list[str]] = {}  # a file a pass reads (below ROOT) -> the nodes holding it
-        self.sizes: dict[str, int] = {}
-        self.notes: list[str] = []
-        self._servers: dict[str, tuple[ServerView, dict]] = {}
-
-    def add(self, node: str, planned: dict[str, Any]) -> None:
-        self.notes += [f"node {node}: {line}" for line in planned["skipped"]]
-        for rel, size in planned["sizes"].items():
-            if self.sizes.setdefault(rel, size) == size:
-                self.holders.setdefault(rel, []).append(node)
-            else:
-                self.notes.append(f"{rel}: differs between nodes ({', '.join(self.holders[rel])}: "
-                                  f"{self.sizes[rel]:,} bytes; {node}: {size:,} bytes); read the first")
-        for data in planned["servers"]:
-            server, records = server_of_wire(data)
-            if server.rel not in self._servers:
-                self._servers[server.rel] = (server, records)
-            else:
-                self._join(*self._servers[server.rel], server, records, node)
-
-    def view(self, shown: str, replica: str | None, steps: tuple[int, int] | None, every_folder: bool) -> RootView:
-        """ROOT's view (``plan.planner.plan_root``'s answer) over every node's plan."""
-        servers, taken = [], set()
-        for server, records in (self._servers[rel] for rel in sorted(self._servers)):
-            server.name = server.name if server.name not in taken else f"{server.name}@{server.rel}"
-            taken.add(server.name)
-            server.measured = scratch_steps(records)
-            servers.append(server)
-        chosen = choose(servers, replica, shown)
-        view = RootView(shown, chosen or [ServerView("", "", [], {}, scratch_steps({}), [], {}, [])],
-                        [s.name for s in servers], fleet=len(chosen) > 1)
-        for server in view.servers:
-            server.steps_range = steps
-            server.settle(every_folder)
-        return view
-
-    def _join(self, held: ServerView, records: dict, other: ServerView, more: dict, node: str) -> None:
-        known = {f.rel for f in held.folders}
-        held.folders += [f for f in other.folders if f.rel not in known]
-        for rel, step in other.planned.items():
-            if rel not in held.planned:
-                held.planned[rel] = step
-            elif held.planned[rel] != step:
-                self.notes.append(f"{rel}: differs between nodes; read as the first node planned it, not as {node} "
-                                  "holds it (`rlprof collect` gathers it in one place)")
-        for step, found in other.anomalies.items():
-            paths = {a.data["path"] for a in held.anomalies.get(step, [])}
-            held.anomalies.setdefault(step, []).extend(a for a in found if a.data["path"] not in paths)
-        periods = {repr(p.to_json()) for p in held.periods}
-        held.periods += [p for p in other.periods if repr(p.to_json()) not in periods]
-        held.warnings += [w for w in other.warnings if w not in held.warnings]
-        for step, ranks in more.items():
-            for rank, record in ranks.items():
-                records.setdefault(step, {}).setdefault(rank, record)
 
 
 class ClusterSession:

@@ -115,7 +115,7 @@ def _step(root: Any, step: int | None, directory: Any, traces: list, memory: lis
         error, read = f"{type(e).__name__}: {e}", False
     else:
         groups = [GroupView(g.stage, [TraceJob(Path(below(rf.path, root)), rf.label, g.stage)
-                                      for rf in g.inputs if rf.role == "worker"], g.missing, missing_line(g))
+                                      for rf in g.inputs if rf.role == "worker"], g.missing, missing_line(g), g.group)
                   for g in p.groups]
         unplaced = [(below(u.path, root), u.reason, u.role) for u in p.unplaced]
         assumed = p.assumed

@@ -26,6 +26,7 @@ class GroupView:
     jobs: list[TraceJob]
     missing: list[str] = field(default_factory=list)
     missing_line: str | None = None  # ``rank_files.missing_line``: the lacking ranks in one line
+    group: str = ""  # the session it belongs to, where a folder holds several (``MergeGroup.group``)
 
 
 @dataclass
@@ -163,7 +164,7 @@ def server_of_wire(data: dict[str, Any]) -> tuple[ServerView, dict[int, dict[str
 
     planned = {}
     for step in data["planned"]:
-        step["groups"] = [GroupView(g["stage"], _jobs(g["jobs"]), g["missing"], g["missing_line"])
+        step["groups"] = [GroupView(g["stage"], _jobs(g["jobs"]), g["missing"], g["missing_line"], g["group"])
                           for g in step["groups"]]
         step["unplaced"] = [tuple(u) for u in step["unplaced"]]
         step["memory"] = [tuple(m) for m in step["memory"]]

@@ -94,11 +94,16 @@ def positions_from_rank(rank: int, parallel: dict | None) -> dict[str, int]:
 def missing_line(group: MergeGroup) -> str | None:
     """The ranks ``group`` lacks, in one line however many (``2 of 128 ranks here; missing rank2-rank127``):
     what summary, merge and the report say, once per step and stage. None: it lacks none."""
-    if not group.missing:
+    return missing_text(sum(1 for rf in group.inputs if rf.role == "worker"), group.missing)
+
+
+def missing_text(here: int, missing: list[str]) -> str | None:
+    """``missing_line`` of a group holding ``here`` worker ranks and lacking ``missing`` (``_missing``'s
+    names, or its one ``N of M ranks`` count where the names are not known)."""
+    if not missing:
         return None
-    here = sum(1 for rf in group.inputs if rf.role == "worker")
     runs: list[list] = []  # [first, last] of plain rank<N> names in a row, or [text]
-    for name in group.missing:
+    for name in missing:
         parsed = naming.parse_rank_label(name)
         number = parsed[0] if parsed and name == naming.rank_label(parsed[0]) else None
         if number is not None and runs and len(runs[-1]) == 2 and runs[-1][1] == number - 1:
@@ -108,7 +113,7 @@ def missing_line(group: MergeGroup) -> str | None:
     names = [naming.rank_label(r[0]) if len(r) == 2 and r[0] == r[1] else
              f"{naming.rank_label(r[0])}-{naming.rank_label(r[1])}" if len(r) == 2 else r[0] for r in runs]
     shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-    counted = group.missing[0].split(" of ", 1)
-    if len(group.missing) == 1 and len(counted) == 2 and counted[0].isdigit():  # only the count is known
-        return f"{here} ranks here; missing {group.missing[0]}"
-    return f"{here} of {here + len(group.missing)} ranks here; missing {shown}"
+    counted = missing[0].split(" of ", 1)
+    if len(missing) == 1 and len(counted) == 2 and counted[0].isdigit():  # only the count is known
+        return f"{here} ranks here; missing {missing[0]}"
+    return f"{here} of {here + len(missing)} ranks here; missing {shown}"
