@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlprof_plugins.report.build import build_here  # noqa: E402
-from rlprof_plugins.report.cache import CACHE_DIR  # noqa: E402
+from rlprof_plugins.report.render.build import build_here  # noqa: E402
+from rlprof_plugins.report.plan.state_store import CACHE_DIR  # noqa: E402
 from tests.unit.test_fleet_report import FIXTURE, copy_step  # noqa: E402
 
 

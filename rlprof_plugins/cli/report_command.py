@@ -2,7 +2,7 @@
 
 ROOT may hold one server's steps or a whole fleet's: verl's replica folders,
 a folder per server (``rlprof collect``), or servers sharing one directory;
-each replica is then shown beside the others (``report.fleet``).
+each replica is then shown beside the others (``report.render.fleet``).
 
 Exit codes: 0 every step found was read; 1 nothing to report (no step
 folder, no trace, no engine iteration, no step in ``--steps``: an empty root
@@ -14,7 +14,7 @@ step outside ``--steps``, a ``--replica`` that names none), or ``--ray``
 without Ray installed.
 
 ``--ray [ADDRESS]`` reads each trace on the Ray node that holds it
-(``report.on_ray``); the numbers are a local run's, and the JSON's
+(``report.execute.on_ray``); the numbers are a local run's, and the JSON's
 ``analysis`` says where the traces were read and what travelled.
 """
 
@@ -66,7 +66,7 @@ class Reading:
         """The executor of the report's passes; on Ray, every pass ``view`` names runs first."""
         if self.session:
             return self.session.execute(view)
-        from ..report.passes import LocalPasses
+        from ..report.execute.passes import LocalPasses
 
         passes = LocalPasses(Path(self.root_text), use_cache=use_cache)
         self.analysis = passes.analysis
@@ -94,7 +94,7 @@ def reading(args, root_text: str, progress: Callable[[str], None] | None) -> Ite
     if args.ray is None:
         yield Reading(root_text)
         return
-    from ..report.on_ray.driver import NoCluster, RayMissing, open_session
+    from ..report.execute.on_ray.driver import NoCluster, RayMissing, open_session
 
     try:
         with open_session(root_text, args.ray, timeout=args.timeout, use_cache=not getattr(args, "no_cache", False),
@@ -117,8 +117,8 @@ def add_ray_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_report(args) -> int:
-    from ..report.build import build, write_csv, write_json, write_page
-    from ..report.passes import PassCache
+    from ..report.render.build import build, write_csv, write_json, write_page
+    from ..report.execute.passes import PassCache
     from ..report.plan.planner import NoSuchReplica
     from ..trace.format.codec import gc_paused
 

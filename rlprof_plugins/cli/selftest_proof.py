@@ -103,7 +103,7 @@ def _merged(test: Any, folder: Path) -> None:
 
 
 def _device_time(test: Any, folder: Path) -> None:
-    from ..report.build import build_here
+    from ..report.render.build import build_here
 
     try:
         steps = build_here(folder.parent, use_cache=False).to_json()["steps"]

@@ -220,7 +220,7 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from ..report.memory import memory_here
+    from ..report.render.memory import memory_here
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
@@ -238,8 +238,8 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 
 def _summary_and_report(test: Any, folder: Path) -> None:
-    from ..report.build import build_here, write_page
-    from ..report.summary import summarise
+    from ..report.render.build import build_here, write_page
+    from ..report.render.summary import summarise
 
     try:
         summary = summarise(folder)

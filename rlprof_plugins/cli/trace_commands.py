@@ -138,7 +138,7 @@ def _summary_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_summary(args) -> int:
-    from ..report.summary import SUMMARY_PLAN, render_table, summary_of
+    from ..report.render.summary import SUMMARY_PLAN, render_table, summary_of
 
     if args.ray is None:  # an object store's root: read from its local copy
         args.dir = local_path(args.dir)

@@ -1,15 +1,17 @@
-"""The step report (``rlprof report``): what changed between global steps, and where each rank's time went.
+"""The step report (``rlprof report``, ``rlprof summary``): what changed between global steps, and where each
+rank's time went, in three stages, a folder each.
 
-An application over the trace tools and the step metrics, which it reads
-only through their public functions: ``steps`` (one row per global step below
-a root, from the same streaming pass and the same definitions as ``rlprof
-summary``: ``trace.analysis.trace_stats``, ``trace.analysis.step_numbers``), ``measured_rows``
-(rows for steps measured by the step metrics and not traced:
-``step_logs.steps``), ``ranks`` (each rank's time, the files), ``memory`` (each
-rank's memory snapshot), ``cache`` (a step's row kept while its files hold),
-``compare`` (``--compare``), ``charts`` (inline SVG), ``page`` and
-``step_section`` (the offline page), ``build`` (notes, JSON, CSV) and
-``summary`` (``rlprof summary``: a root's steps in brief).
+- ``plan``: ROOT read once (``planner.plan_root``) into a ``view.RootView``: every server, its step folders'
+  manifests and files, the step logs' numbers (``measured_rows``, in brief: ``brief``; their store:
+  ``state_store``), the flight recorder's dumps, and every pass the page needs.
+- ``execute``: those passes run (``passes``: the trace and memory passes, here or in a pool, with the cache of
+  passes; ``on_ray``: on the Ray nodes that hold the files; ``wire``: a result as it travels and as the cache
+  keeps it; ``analysis``: where they ran).
+- ``render``: the rows, notes and outputs from the view and the results alone (``build``: notes, JSON, CSV;
+  ``steps``, ``fleet``, ``summary``, ``compare``; the page: ``page``, ``step_section``, ``fleet_view``,
+  ``rollout_view``, ``charts``, ``flame``, ``anomalies``, ``memory``, ``ranks``).
+
+A stage imports only the stages before it.
 
 May import: `step_logs`, `metrics`, `trace`, `store` and the base modules.
 """

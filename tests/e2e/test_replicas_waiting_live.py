@@ -3,7 +3,7 @@
 Three SGLang servers (TP=1) each write verl's replica folder (``<save_path>/agent_loop_rollout_replica_<r>``,
 as verl's server gives each its ``torch_profiler_dir``). A rollout step is sent to all three at once, every
 prompt streamed, replica 1's responses several times longer than the others'. The client's clock says when
-each replica's last token arrived; the fleet report's ``replicas_waiting`` for the step (``report/fleet.py``:
+each replica's last token arrived; the fleet report's ``replicas_waiting`` for the step (``report/render/fleet.py``:
 the sum over replicas of the step's end, its last replica's, minus each replica's own end) must be the sum
 the client's clock gives, within 10% or two iterations a replica, and name the replica whose last token came
 last by that clock (each replica is named by its server: host and port).

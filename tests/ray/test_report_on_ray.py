@@ -169,7 +169,7 @@ def test_ray_is_imported_by_the_command_with_ray_alone_never_by_the_plugins(tmp_
     """With Ray importable, the engines' plugins, the CLI and even the ``--ray`` modules load without it."""
     modules = ("rlprof_plugins.entry_points.vllm", "rlprof_plugins.entry_points.sglang", "rlprof_plugins.cli.command",
                "rlprof_plugins.cli.report_command", "rlprof_plugins.cli.trace_commands",
-               "rlprof_plugins.report.on_ray.driver", "rlprof_plugins.report.on_ray.node")
+               "rlprof_plugins.report.execute.on_ray.driver", "rlprof_plugins.report.execute.on_ray.node")
     code = (f"import sys, {', '.join(modules)}; assert 'ray' not in sys.modules, 'Ray imported'; "
             "import ray; print('ok')")  # Ray was there to import all along
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ray_environment(), capture_output=True,

@@ -25,7 +25,7 @@ from rlprof_plugins.trace.format.check import check
 from rlprof_plugins.trace.format.pauses import PAUSE_NAME, Pause, with_pauses
 from rlprof_plugins.trace.format.reader import TraceReader
 from rlprof_plugins.trace.format.repair import repair_lines
-from rlprof_plugins.report.summary import summarise
+from rlprof_plugins.report.render.summary import summarise
 from tests.helpers.traces import (iteration_indices, iteration_stages, load_trace, pause_events, profiler_steps)
 from tests.unit.test_chunks import record, workload
 from tests.unit.test_session import make_controller, settle, start

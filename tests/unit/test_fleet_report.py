@@ -182,8 +182,8 @@ def test_a_measured_steps_replica_numbers_are_those_of_its_row():
     """The fleet reads measured-only steps without making their rows: the numbers must be the same."""
     from rlprof_plugins.step_logs.steps import measured_numbers
     from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
-    from rlprof_plugins.report.fleet import measured_replica_numbers, replica_numbers
-    from rlprof_plugins.report.measured_rows import measured_row
+    from rlprof_plugins.report.render.fleet import measured_replica_numbers, replica_numbers
+    from rlprof_plugins.report.plan.measured_rows import measured_row
 
     counts = [0] * len(BUCKETS_MS)
     counts[4] = 3
@@ -199,7 +199,7 @@ def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
     """A fleet keeps each replica-step in brief, in columns (``brief.Briefs``): what comes back is the
     brief, whatever the stages (one missing, one appearing later), a None, a traced step's own state, a
     step measured again, and the columns written as bytes and read back."""
-    from rlprof_plugins.report.brief import Briefs
+    from rlprof_plugins.report.plan.brief import Briefs
 
     briefs = [
         [10, 50.5, 5.05, 80.0, 1.2, "rank1", [["decode", 8, 5.5, 7.0, 0, 64], ["prefill", 2, 3.25, 4.0, 512, 0]]],
@@ -241,9 +241,9 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
     per new step, and the numbers are a whole read's; a store that is not as the cache left it (cut
     short) is written anew, never read half; one that cannot be written gives every step from the logs."""
     from rlprof_plugins.step_logs.steps import measured_numbers, read_steps
-    from rlprof_plugins.report import measured_rows
-    from rlprof_plugins.report.cache import StateStore
-    from rlprof_plugins.report.measured_rows import NUMBERS, measured_steps
+    from rlprof_plugins.report.plan import measured_rows
+    from rlprof_plugins.report.plan.state_store import StateStore
+    from rlprof_plugins.report.plan.measured_rows import NUMBERS, measured_steps
 
     def whole() -> dict:
         records, _ = read_steps(tmp_path)
@@ -323,7 +323,7 @@ def test_the_heat_strips_shade_bounds_are_the_sorted_values_at_their_places():
     import random
     from array import array
 
-    from rlprof_plugins.report.fleet_view import SHADES, quantile_bounds
+    from rlprof_plugins.report.render.fleet_view import SHADES, quantile_bounds
 
     rng = random.Random(55)
     cases = {

@@ -26,8 +26,8 @@ from rlprof_plugins.metrics.log import STATE_SUFFIX
 from rlprof_plugins.metrics.record import RankTotals
 from rlprof_plugins.metrics.recorder import StepRecorder
 from rlprof_plugins.metrics.series import StepSeries
-from rlprof_plugins.report.anomalies import add_anomalies
-from rlprof_plugins.report.passes import LocalPasses
+from rlprof_plugins.report.render.anomalies import add_anomalies
+from rlprof_plugins.report.execute.passes import LocalPasses
 from rlprof_plugins.report.plan.planner import plan_root
 from rlprof_plugins.stages import IterationInfo
 from rlprof_plugins.trace.analysis.trace_stats import trace_stats

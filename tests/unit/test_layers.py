@@ -16,6 +16,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from rlprof_plugins.patches.engines import REGISTRY
 from tests.helpers.installed import REPO
 
@@ -270,45 +272,52 @@ def test_every_room_states_the_rooms_it_may_import_and_the_code_agrees():
     assert not wrong, "\n".join(wrong)
 
 
-# ---- inside trace/: its rooms, each stating what it may import -------------------
+# ---- inside trace/ and report/: their rooms, each stating what it may import -----------
 TRACE = f"{P}.trace"
-TRACE_ROOMS = ("rewrite", "analysis", "format")  # top to bottom
+INNER_ROOMS = {  # a room of rooms -> its rooms, top to bottom
+    TRACE: ("rewrite", "analysis", "format"),
+    f"{P}.report": ("render", "execute", "plan"),  # the report's stages: each reads only what comes before
+}
 
 
-def trace_room_of(module: str) -> str:
-    """A module's room as a room of ``trace`` sees it: a sibling room of ``trace``, else the top-level room."""
-    if module.startswith(TRACE + "."):
-        return module.removeprefix(TRACE + ".").split(".")[0]
+def inner_room_of(package: str, module: str) -> str:
+    """A module's room as a room of ``package`` sees it: a sibling room inside ``package``, else the top-level
+    room."""
+    if module.startswith(package + "."):
+        return module.removeprefix(package + ".").split(".")[0]
     return room_of(module)
 
 
-def test_the_trace_rooms_state_what_they_import_and_import_only_below_them():
-    """trace/ holds three rooms (the format, what traces say, traces rewritten); each module of trace/ lives in
-    one; each room's ``__init__`` states the rooms it may import, held to the code in both directions, and a
-    room imports only the rooms below it."""
+@pytest.mark.parametrize("package", list(INNER_ROOMS), ids=lambda p: p.removeprefix(P + "."))
+def test_the_inner_rooms_state_what_they_import_and_import_only_below_them(package):
+    """trace/ holds three rooms (the format, what traces say, traces rewritten), report/ three stages (plan,
+    execute, render); each module lives in one; each room's ``__init__`` states the rooms it may import, held
+    to the code in both directions, and a room imports only the rooms below it."""
+    order = INNER_ROOMS[package]
     known, wrong = modules(), []
-    loose = [n for n in known if n.startswith(TRACE + ".") and trace_room_of(n) not in TRACE_ROOMS]
-    assert not loose, f"modules of trace/ in none of its rooms: {loose}"
-    used: dict[str, set[str]] = {room: set() for room in TRACE_ROOMS}
+    loose = [n for n in known if n.startswith(package + ".") and inner_room_of(package, n) not in order]
+    assert not loose, f"modules of {package} in none of its rooms: {loose}"
+    used: dict[str, set[str]] = {room: set() for room in order}
     for name, path in known.items():
-        if not name.startswith(TRACE + "."):
+        if not name.startswith(package + "."):
             continue
         for _, target in imports(name, path):
             found = resolve(target, known)
-            if found and found != TRACE and trace_room_of(found) != trace_room_of(name):
-                used[trace_room_of(name)].add(trace_room_of(found))
-    for room in TRACE_ROOMS:
-        stated = stated_imports(REPO / P / "trace" / room / "__init__.py")
+            if found and found != package and inner_room_of(package, found) != inner_room_of(package, name):
+                used[inner_room_of(package, name)].add(inner_room_of(package, found))
+    where = package.removeprefix(P + ".")
+    for room in order:
+        stated = stated_imports(REPO / P / where / room / "__init__.py")
         if stated is None:
-            wrong.append(f"trace/{room}: no 'May import:' line in its docstring")
+            wrong.append(f"{where}/{room}: no 'May import:' line in its docstring")
             continue
-        above = {r for r in stated if r in TRACE_ROOMS and TRACE_ROOMS.index(r) <= TRACE_ROOMS.index(room)}
+        above = {r for r in stated if r in order and order.index(r) <= order.index(room)}
         if above:
-            wrong.append(f"trace/{room} states {sorted(above)}, not below it")
+            wrong.append(f"{where}/{room} states {sorted(above)}, not below it")
         if used[room] - stated:
-            wrong.append(f"trace/{room} imports {sorted(used[room] - stated)}, which its __init__ does not state")
+            wrong.append(f"{where}/{room} imports {sorted(used[room] - stated)}, which its __init__ does not state")
         if stated - used[room]:
-            wrong.append(f"trace/{room} states {sorted(stated - used[room])}, which it no longer imports")
+            wrong.append(f"{where}/{room} states {sorted(stated - used[room])}, which it no longer imports")
     assert not wrong, "\n".join(wrong)
 
 

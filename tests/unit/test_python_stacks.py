@@ -21,7 +21,7 @@ from rlprof_plugins.config.launch_config import parse_profiler_config
 from rlprof_plugins.config.options import ProfileOptions, parse_options, split_options
 from rlprof_plugins.config.requests import Server, parse_start
 from rlprof_plugins.errors import OptionsError, RequestError
-from rlprof_plugins.report.flame import icicle
+from rlprof_plugins.report.render.flame import icicle
 from rlprof_plugins.session.controller import ProfilerController
 from rlprof_plugins.trace.analysis.python_stacks import SAMPLE_CAT, PythonFrames
 from rlprof_plugins.trace.analysis.trace_stats import trace_stats

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.report.cache import CACHE_DIR
-from rlprof_plugins.report.passes import PASSES_DIR, entry_key
+from rlprof_plugins.report.plan.state_store import CACHE_DIR
+from rlprof_plugins.report.execute.passes import PASSES_DIR, entry_key
 from tests.helpers.browser import cells_match_json, open_page
 from tests.unit.test_report_steps import FIXTURE, slowest_by_stage
 from tests.unit.test_chunks import record

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.report import wire
-from rlprof_plugins.report.analysis import Analysis
-from rlprof_plugins.report.build import build, write_csv, write_json, write_page
-from rlprof_plugins.report.on_ray import node
-from rlprof_plugins.report.on_ray.node_views import NodeViews
-from rlprof_plugins.report.passes import PASSES_DIR, LocalPasses, PlannedPasses
+from rlprof_plugins.report.execute import wire
+from rlprof_plugins.report.execute.analysis import Analysis
+from rlprof_plugins.report.render.build import build, write_csv, write_json, write_page
+from rlprof_plugins.report.execute.on_ray import node
+from rlprof_plugins.report.execute.on_ray.node_views import NodeViews
+from rlprof_plugins.report.execute.passes import PASSES_DIR, LocalPasses, PlannedPasses
 from rlprof_plugins.report.plan.planner import plan_root
 from rlprof_plugins.report.plan.view import RootView
-from rlprof_plugins.report.summary import SUMMARY_PLAN, summarise, summary_of
+from rlprof_plugins.report.render.summary import SUMMARY_PLAN, summarise, summary_of
 from rlprof_plugins.store import manifest
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats
 from rlprof_plugins.trace.format import naming
@@ -354,7 +354,7 @@ def test_a_task_failure_says_whether_its_node_went_away_in_one_line():
     """Ray's classes for a node or worker that is gone (the error itself, or the cause a ``RayTaskError``
     carries) mark the pass as one another holder of the file can take; any other error is named by its class
     and its first sentence, with no traceback lines."""
-    from rlprof_plugins.report.on_ray.failures import TaskFailure, why_failed
+    from rlprof_plugins.report.execute.on_ray.failures import TaskFailure, why_failed
 
     class NodeDiedError(Exception):
         pass

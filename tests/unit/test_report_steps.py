@@ -1,4 +1,4 @@
-"""The step report's numbers (``report.steps``): one row per global
+"""The step report's numbers (``report.render.steps``): one row per global
 step, read from real traces (the vLLM 0.32 TP=2 fixture: a plain step and a
 by-stage one; sessions recorded here through the controller), checked
 against the events parsed independently."""
@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rlprof_plugins.report.steps import flat_rows, step_rows
+from rlprof_plugins.report.render.steps import flat_rows, step_rows
 from rlprof_plugins.stages import ITERATION_RE
 from tests.helpers.kineto_gpu import write_gpu_rank
 from tests.helpers.traces import load_trace

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from rlprof_plugins.cli.command import main as rlprof
-from rlprof_plugins.report.cache import CACHE_DIR
+from rlprof_plugins.report.plan.state_store import CACHE_DIR
 from tests.helpers.browser import cells_match_json, open_page
 from tests.helpers.hta import hta
 from tests.helpers.traces import load_trace

@@ -250,7 +250,7 @@ def test_each_tool_reports_progress_per_input(tmp_path, monkeypatch):
     """Progress lines (once a second; here on every batch) name the input and how far it is."""
     from rlprof_plugins import _progress as progress
     from rlprof_plugins.trace.rewrite import stage_split
-    from rlprof_plugins.report import summary
+    from rlprof_plugins.report.render import summary
     from tests.helpers.synthetic_traces import write_rank_trace
 
     monkeypatch.setattr(progress, "EVERY_S", 0.0)

@@ -111,7 +111,7 @@ def test_native_folder_without_manifest_is_recognised(tmp_path):
 def test_a_by_stage_sessions_frontend_trace_is_unplaced_as_the_frontends_and_the_summary_leaves_it_out(tmp_path):
     """The API server's trace is not split by stage: a by-stage session leaves it out of every merge, saying it is
     the frontend's, and the summary (which reads worker traces only) does not list it as unplaced."""
-    from rlprof_plugins.report.summary import summarise
+    from rlprof_plugins.report.render.summary import summarise
 
     d = real_step(tmp_path, 3)
     data = json.loads((d / "manifest.json").read_text())

@@ -1,4 +1,4 @@
-"""What travels between Ray nodes and the report's driver (``report.wire``): plain JSON, read the same
+"""What travels between Ray nodes and the report's driver (``report.execute.wire``): plain JSON, read the same
 by every Python and every release, and nothing in it can make the reader run code.
 
 A real trace's summary (``trace_stats`` over a vLLM TP=2 fixture's rank trace) round-trips exactly (types
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.report.wire import WireError, pack, unpack
+from rlprof_plugins.report.execute.wire import WireError, pack, unpack
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats, trace_stats
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2" / "global_step_3" / "ranks"

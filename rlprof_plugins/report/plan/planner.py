@@ -27,10 +27,10 @@ from ...store.servers import Replica, replicas_of
 from ...store.step_files import plan as step_plan, trace_files
 from ...trace.analysis.trace_stats import TraceJob
 from ...trace.format.gz import file_size
+from ...trace.format.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
 from ...trace.format.rank_files import missing_line
-from ..cache import StateStore
-from ..ranks import files_of
-from ..measured_rows import measured_steps
+from .state_store import StateStore
+from .measured_rows import measured_steps
 from .view import AnomalyView, Folder, GroupView, RootView, ServerView, StepView, below
 
 
@@ -126,6 +126,19 @@ def _step(root: Any, step: int | None, directory: Any, traces: list, memory: lis
                     {k: data.get(k) for k in ("engine", "engine_version", "by_stage")}, error, groups, unplaced,
                     assumed, files, sum(file_size(p) for p in traces),
                     [(rank, below(p, root)) for rank, p in memory], bool(traces or memory), read)
+
+
+def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:
+    """Each trace file of the step: path below the step folder, size, whose it is."""
+    out = []
+    for path in traces:
+        parts = path.relative_to(directory).parts
+        ascend = [part for part in parts[:-1] if part.endswith(ASCEND_SUFFIX)]
+        name = parse_ascend_folder(ascend[0]) if ascend else parse(path.name)
+        out.append({"path": str(path.relative_to(directory)), "bytes": file_size(path),
+                    "role": name.role if name else "other",
+                    "rank": name.label if name else None, "stage": name.stage if name else None})
+    return out
 
 
 def memory_files(directory: Any) -> list[tuple[str, Any]]:

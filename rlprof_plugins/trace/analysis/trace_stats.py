@@ -253,7 +253,7 @@ class TraceJob(NamedTuple):
 
 class TracePasses(Protocol):
     """Whatever runs a step's trace passes and answers each job's ``TraceStats``, in order: this machine
-    (``passes_here``), or the passes a report ran beforehand where the traces lie (``report.passes``)."""
+    (``passes_here``), or the passes a report ran beforehand where the traces lie (``report.execute.passes``)."""
 
     def __call__(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]: ...
 

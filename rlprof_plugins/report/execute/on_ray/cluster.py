@@ -25,10 +25,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ... import __version__
+from .... import __version__
 from ..analysis import Analysis
 from ..passes import PlannedPasses
-from ..plan.view import RootView
+from ...plan.view import RootView
 from ..wire import unpack
 from .failures import TaskFailure, why_failed
 from .node_views import NodeViews
@@ -73,18 +73,18 @@ def _remote_functions(ray):
 
     def plan_here(root_text: str, how: dict) -> Any:
         try:
-            from rlprof_plugins.report.on_ray.node import plan_here
+            from rlprof_plugins.report.execute.on_ray.node import plan_here
         except Exception as e:  # no rlprof (or a broken one) on this node
             return {"import_error": f"{type(e).__name__}: {e}"}
         return plan_here(root_text, **how)
 
     def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
-        from rlprof_plugins.report.on_ray.node import trace_pass
+        from rlprof_plugins.report.execute.on_ray.node import trace_pass
 
         return trace_pass(root_text, rel, rank, stage, use_cache)
 
     def read_memory(root_text: str, rel: str) -> bytes:
-        from rlprof_plugins.report.on_ray.node import memory_pass
+        from rlprof_plugins.report.execute.on_ray.node import memory_pass
 
         return memory_pass(root_text, rel)
 

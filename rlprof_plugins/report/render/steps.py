@@ -25,20 +25,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..trace.analysis.device_time import in_ms
-from ..trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
+from ...trace.analysis.device_time import in_ms
+from ...trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
-from ..trace.analysis.trace_stats import TraceStats
-from ..store.layout import STEPS_DIR
-from .passes import LocalPasses, Passes
+from ...trace.analysis.trace_stats import TraceStats
+from ...store.layout import STEPS_DIR
+from ..execute.passes import LocalPasses, Passes
 from .flame import stage_python, view as flame_view
-from ..step_logs.requests import held_step
-from ..metrics.tail import longest_tail
-from .measured_rows import measured_row
+from ...step_logs.requests import held_step
+from ...metrics.tail import longest_tail
+from ..plan.measured_rows import measured_row
 from .memory import step_memory
 from .anomalies import add_anomalies
-from .plan.planner import plan_root
-from .plan.view import RootView, ServerView, StepView
+from ..plan.planner import plan_root
+from ..plan.view import RootView, ServerView, StepView
 from .ranks import rank_time
 
 DETAILED = 20  # the newest steps shown in full

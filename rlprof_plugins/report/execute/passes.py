@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from ..atomic_files import write_bytes_atomic
-from ..trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
-from ..trace.format.gz import file_size
-from .._parallel import pool, processes_for
+from ...atomic_files import write_bytes_atomic
+from ...trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
+from ...trace.format.gz import file_size
+from ..._parallel import pool, processes_for
 from .analysis import Analysis
-from .cache import CACHE_DIR, SUFFIX, VERSION
-from .memory import rank_memory, read_snapshot
+from ..plan.state_store import CACHE_DIR, SUFFIX, VERSION
+from .memory_pass import rank_memory, read_snapshot
 from .wire import pack, unpack
 
 PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
@@ -56,7 +56,7 @@ class Passes(Protocol):
         ``error`` set)."""
 
     def memory(self, path: Path) -> dict[str, Any]:
-        """A memory snapshot's numbers (``memory.rank_memory``; ``path`` below ROOT); raises when it cannot
+        """A memory snapshot's numbers (``memory_pass.rank_memory``; ``path`` below ROOT); raises when it cannot
         be read."""
 
 

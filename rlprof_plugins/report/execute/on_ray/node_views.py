@@ -16,12 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...store.manifest import ACTIVE, TERMINAL, aggregate_state
-from ...trace.format import naming
-from ...trace.format.rank_files import missing_text
-from ..measured_rows import scratch_steps
-from ..plan.planner import choose
-from ..plan.view import Folder, GroupView, RootView, ServerView, StepView, server_of_wire
+from ....store.manifest import ACTIVE, TERMINAL, aggregate_state
+from ....trace.format import naming
+from ....trace.format.rank_files import missing_text
+from ...plan.measured_rows import scratch_steps
+from ...plan.planner import choose
+from ...plan.view import Folder, GroupView, RootView, ServerView, StepView, server_of_wire
 
 
 class NodeViews:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..atomic_files import write_text_atomic
-from ..trace.format.codec import decode, encode
+from ... import __version__
+from ...atomic_files import write_text_atomic
+from ...trace.format.codec import decode, encode
 
 CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"

@@ -6,7 +6,7 @@ plans what it holds below ROOT with the local report's planner
 (``node.plan_here``), each trace's pass (``trace_stats``: iterations,
 stages, device time, operators) runs as a Ray task pinned by node affinity
 to a node that holds the file (``node.trace_pass``, with a cache of passes on
-that node), and only summaries travel (``report.wire``). The command joins
+that node), and only summaries travel (``report.execute.wire``). The command joins
 the cluster as a Ray driver in its own process (``driver``), merges the
 nodes' views into one (``cluster``), has the nodes run the passes it names,
 and renders the report from the view and their results as a local report

@@ -15,12 +15,12 @@ from array import array
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from ..metrics.tail import longest_tail
-from ..step_logs.steps import measured_incrementally, measured_numbers
-from ..atomic_files import write_bytes_atomic
-from ..trace.format.codec import decode, encode
+from ...metrics.tail import longest_tail
+from ...step_logs.steps import measured_incrementally, measured_numbers
+from ...atomic_files import write_bytes_atomic
+from ...trace.format.codec import decode, encode
 from . import brief
-from .cache import StateStore
+from .state_store import StateStore
 
 STATE = "step-metrics"  # the step logs' reader's state in the report's cache
 # every measured step's numbers, in the cache's folder: the numbers (a JSON line each, appended), and where

@@ -12,14 +12,11 @@ sum of the stage's iterations, each its own window).
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-from ..trace.format.gz import file_size
-from ..trace.format.naming import ASCEND_SUFFIX, parse, parse_ascend_folder
-from ..trace.analysis.trace_stats import TraceStats
-from ..trace.analysis.device_time import add, in_ms
-from ..trace.analysis.communication import is_communication
+from ...trace.analysis.trace_stats import TraceStats
+from ...trace.analysis.device_time import add, in_ms
+from ...trace.analysis.communication import is_communication
 
 PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 
@@ -58,19 +55,6 @@ def _device_of(stats: list[TraceStats]) -> tuple[dict[str, Any] | None, dict[str
         for (_, stage, *_), part in zip(st.iteration_list, st.iteration_device):
             stages[stage] = add(stages.get(stage), part)
     return in_ms(total), {stage: in_ms(us) for stage, us in sorted(stages.items()) if us is not None}
-
-
-def files_of(directory: Path, traces: list[Path]) -> list[dict[str, Any]]:
-    """Each trace file of the step: path below the step folder, size, whose it is."""
-    out = []
-    for path in traces:
-        parts = path.relative_to(directory).parts
-        ascend = [part for part in parts[:-1] if part.endswith(ASCEND_SUFFIX)]
-        name = parse_ascend_folder(ascend[0]) if ascend else parse(path.name)
-        out.append({"path": str(path.relative_to(directory)), "bytes": file_size(path),
-                    "role": name.role if name else "other",
-                    "rank": name.label if name else None, "stage": name.stage if name else None})
-    return out
 
 
 def _ms(us: float) -> float:

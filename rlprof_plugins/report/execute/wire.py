@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import PurePath
 from typing import Any
 
-from ..trace.analysis.trace_stats import TraceStats
+from ...trace.analysis.trace_stats import TraceStats
 
 _TUPLE, _ITEMS, _STATS = "__tuple__", "__items__", "__trace_stats__"
 _STATS_FIELDS = {f.name for f in dataclasses.fields(TraceStats)}

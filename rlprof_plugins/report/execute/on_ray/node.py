@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ... import __version__
-from ...step_logs.steps import read_steps
-from ...store.servers import replicas_of
-from ..plan.planner import plan_server
-from ..plan.view import server_to_wire
+from .... import __version__
+from ....step_logs.steps import read_steps
+from ....store.servers import replicas_of
+from ...plan.planner import plan_server
+from ...plan.view import server_to_wire
 from ..wire import pack
 
 
@@ -88,8 +88,8 @@ def trace_pass(root_text: str, rel: str, rank: str, stage: str | None, use_cache
 
 
 def memory_pass(root_text: str, rel: str) -> bytes:
-    """A memory snapshot's numbers (``memory.rank_memory``), packed; ``{"error": ...}`` when unreadable."""
-    from ..memory import rank_memory, read_snapshot
+    """A memory snapshot's numbers (``memory_pass.rank_memory``), packed; ``{"error": ...}`` when unreadable."""
+    from ..memory_pass import rank_memory, read_snapshot
 
     path = inside(resolve(root_text), rel)
     try:

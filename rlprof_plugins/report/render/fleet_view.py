@@ -17,7 +17,7 @@ from bisect import bisect_left
 from html import escape
 from typing import Any, Iterator
 
-from .brief import ReplicaNumbers
+from ..plan.brief import ReplicaNumbers
 from .step_section import cell
 
 # light to dark: faster to slower, against the fleet's own quantiles

@@ -22,7 +22,7 @@ import json
 from html import escape
 from typing import Any
 
-from ..metrics.phases import in_order
+from ...metrics.phases import in_order
 from . import charts
 from .step_section import cell
 from .summary import step_label

@@ -19,8 +19,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Iterable
 
-from ..trace.analysis.python_stacks import merged
-from ..trace.analysis.step_numbers import BETWEEN, change_pct
+from ...trace.analysis.python_stacks import merged
+from ...trace.analysis.step_numbers import BETWEEN, change_pct
 
 TOP_FUNCTIONS = 25
 ICICLE_DEPTH = 14  # rows of the icicle (deeper frames are in the table)

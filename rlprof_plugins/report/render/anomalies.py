@@ -15,9 +15,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ..trace.analysis.trace_stats import TraceJob
-from .passes import Passes
-from .plan.view import AnomalyView, RootView
+from ...trace.analysis.trace_stats import TraceJob
+from ..execute.passes import Passes
+from ..plan.view import AnomalyView, RootView
 from . import charts, flame
 
 VIEWS = "_anomaly_views"  # a row's key for the page's views (not in the JSON)

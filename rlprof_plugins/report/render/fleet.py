@@ -33,13 +33,13 @@ from array import array
 from functools import partial
 from typing import Any, Callable, Iterator
 
-from . import brief
-from .brief import STAGE_KEYS, Briefs, ReplicaNumbers
-from .measured_rows import MeasuredSteps, measured_row
-from .passes import Passes
-from .plan.view import RootView
-from ..metrics.requests import BusyPeriod
-from ..step_logs.requests import held_step
+from ..plan import brief
+from ..plan.brief import STAGE_KEYS, Briefs, ReplicaNumbers
+from ..plan.measured_rows import MeasuredSteps, measured_row
+from ..execute.passes import Passes
+from ..plan.view import RootView
+from ...metrics.requests import BusyPeriod
+from ...step_logs.requests import held_step
 from .steps import ServerSteps, in_sequence
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 MB = 1 << 20
@@ -41,35 +41,6 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or "segments" not in data:
         raise ValueError(f"{path}: not a PyTorch memory snapshot (no segments)")
     return data
-
-
-def here(path: Path) -> dict[str, Any]:
-    """A snapshot's numbers, read on this machine."""
-    return rank_memory(read_snapshot(path))
-
-
-def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
-    """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
-    from .plan.planner import memory_files
-
-    return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
-                       lambda rel: here(directory / rel))
-
-
-def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]
-                ) -> dict[str, dict[str, Any]]:
-    """Each rank's memory over the window, by rank: ``files`` (rank, path below ROOT) as the plan found them
-    in the step folder ``folder`` (below ROOT), each read by ``read`` (the report's executor of passes); an
-    unreadable snapshot keeps its entry with ``error``."""
-    out = {}
-    for rank, rel in files:
-        entry: dict[str, Any] = {"path": str(Path(rel).relative_to(folder))}
-        try:
-            entry.update(read(Path(rel)))
-        except Exception as e:
-            entry["error"] = f"{type(e).__name__}: {e}"
-        out[rank] = entry
-    return out
 
 
 def rank_memory(snapshot: dict[str, Any]) -> dict[str, Any]:

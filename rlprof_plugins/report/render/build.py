@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..atomic_files import write_text_atomic
-from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
+from ...atomic_files import write_text_atomic
+from ...trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
 from .summary import step_label
 from .anomalies import note as anomaly_note
-from .passes import LocalPasses, Passes
+from ..execute.passes import LocalPasses, Passes
 from .compare import compare
 from . import flame
 from .fleet import fleet_rows, replica_table
 from .fleet_view import NEWEST
 from .page import render_parts
-from .plan.planner import plan_root
-from .plan.view import RootView
+from ..plan.planner import plan_root
+from ..plan.view import RootView
 from .steps import flat_rows, server_rows
 
 
@@ -87,7 +87,7 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
           pair: tuple[int, int] | None = None, progress: Callable[[str], None] | None = None,
           every_number: bool = True, root_here: bool = True) -> Built:
     """The report of a planned root (``plan.planner.plan_root``): one server's steps, or a fleet's side by side
-    (``fleet``); its traces and memory snapshots read by ``passes`` (``report.passes``). ``steps``: the range
+    (``fleet``); its traces and memory snapshots read by ``passes`` (``report.execute.passes``). ``steps``: the range
     the plan was narrowed to, for the notes. Without ``every_number`` (the page alone: no JSON, no CSV), a
     fleet keeps of each replica only what the page shows. ``root_here``: ROOT is a folder of this machine."""
     root = view.root

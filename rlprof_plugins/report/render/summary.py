@@ -18,14 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..metrics.phases import longest as longest_phases
-from ..step_logs.requests import held_step
-from ..metrics.tail import longest_tail
-from ..trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
-from ..trace.analysis.step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
-from .passes import LocalPasses, Passes
-from .plan.planner import plan_root
-from .plan.view import RootView, ServerView
+from ...metrics.phases import longest as longest_phases
+from ...step_logs.requests import held_step
+from ...metrics.tail import longest_tail
+from ...trace.analysis.iteration_names import SOURCE_TITLES, SOURCES
+from ...trace.analysis.step_numbers import change_pct, operator_changes, slowest_iterations, stage_numbers, stage_operators
+from ..execute.passes import LocalPasses, Passes
+from ..plan.planner import plan_root
+from ..plan.view import RootView, ServerView
 
 TOP = 10
 
@@ -46,7 +46,7 @@ def plan_for_summary(root: Path) -> RootView:
 def summary_of(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every step of a planned root; a fleet's output (several servers' step folders below it: verl's replica
     folders, a folder per server, servers sharing a directory) gives each replica's steps, named. ``passes``
-    reads the traces (``report.passes``)."""
+    reads the traces (``report.execute.passes``)."""
     if not view.fleet:
         return _summarise(view, view.servers[0], passes, progress)
     out: dict[str, Any] = {"root": view.root, "steps": [], "unplaced": [], "missing": [], "assumed": [],

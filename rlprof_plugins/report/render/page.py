@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import quote
 
-from .. import __version__
-from ..trace.analysis.iteration_names import SOURCE_TITLES
+from ... import __version__
+from ...trace.analysis.iteration_names import SOURCE_TITLES
 from . import charts
 from .fleet_view import fleet_parts
 from . import anomalies, rollout_view

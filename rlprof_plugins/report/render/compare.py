@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..trace.analysis.step_numbers import BETWEEN, change_pct, operator_changes
+from ...trace.analysis.step_numbers import BETWEEN, change_pct, operator_changes
 
 COMPARED = 30  # operators of each kind in the comparison
 

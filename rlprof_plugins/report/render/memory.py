@@ -1,0 +1,33 @@
+"""Each rank's memory over a step's window, as the report shows it: the snapshots the plan found, each
+read by the memory pass (``memory_pass.rank_memory``) through the report's executor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ..execute.memory_pass import rank_memory, read_snapshot
+
+
+def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
+    """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
+    from ..plan.planner import memory_files
+
+    return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
+                       lambda rel: rank_memory(read_snapshot(directory / rel)))
+
+
+def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]
+                ) -> dict[str, dict[str, Any]]:
+    """Each rank's memory over the window, by rank: ``files`` (rank, path below ROOT) as the plan found them
+    in the step folder ``folder`` (below ROOT), each read by ``read`` (the report's executor of passes); an
+    unreadable snapshot keeps its entry with ``error``."""
+    out = {}
+    for rank, rel in files:
+        entry: dict[str, Any] = {"path": str(Path(rel).relative_to(folder))}
+        try:
+            entry.update(read(Path(rel)))
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+        out[rank] = entry
+    return out
