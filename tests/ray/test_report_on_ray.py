@@ -15,7 +15,8 @@ with under 1% of the bytes read coming back, and (``summary`` called in a Python
 which joins the cluster as a Ray driver) that process's streams, exception
 hook and fault handler left as they were. In ``make test-extended``
 (each starts a cluster of its own): three nodes holding a replica each give the
-local report's steps, replicas, slowest replica and rank times; a filesystem
+local report's steps, replicas, slowest replica and rank times; a step whose ranks lie on two nodes
+is read whole; a filesystem
 all nodes share is read once, spread over them; a node whose CPU a trainer's
 actor holds still runs the passes; passes still queued at ``--timeout`` are
 named unread and the report is made; a corrupt trace, a node that
@@ -42,7 +43,7 @@ from tests.helpers.loopback import Connections, ss_available
 from tests.helpers.ray_cluster import RAY_PATH, RayCluster, comparable, ray_environment
 from tests.helpers.synthetic_traces import write_rank_trace
 from tests.unit.test_fleet_report import FIXTURE, REPLICAS, copy_step, stretch
-from tests.unit.test_report_on_ray_parts import AWKWARD
+from tests.unit.test_report_on_ray_parts import AWKWARD, spanning_two_nodes
 from tests.verl import site
 
 RLPROF = Path(sys.executable).parent / "rlprof"
@@ -255,6 +256,22 @@ def test_three_nodes_each_holding_a_replica_give_the_local_steps_replicas_slowes
     a = on_ray["analysis"]
     assert len(a["nodes"]) == 3 and sorted(a["traces_per_node"].values()) == [4, 4, 4]
     loopback_only(seen)
+
+
+@pytest.mark.extended
+def test_a_step_whose_ranks_lie_on_two_nodes_is_read_whole(tmp_path):
+    """A TP=2 server spanning two nodes, each writing its rank into a step folder of its own disk: the report
+    on Ray reads each rank on its node and gives the local report of the folder holding both."""
+    _, _, whole = spanning_two_nodes(tmp_path)
+    local, local_json = report_json(str(whole), tmp_path, "local")
+    spec = {name: {"env": {"FLEET_NODE": name}} for name in ("node-a", "node-b")}
+    with RayCluster(spec, tmp_path) as cluster:
+        done, on_ray = report_json(f"{tmp_path}/$FLEET_NODE", tmp_path, "ray", "--ray", cluster.address)
+    assert done.returncode == 0, done.stderr
+    assert comparable(on_ray) == comparable(local_json)
+    (step,) = on_ray["steps"]
+    assert step["ranks"] == ["rank0", "rank1"] and not step["missing_ranks"] and step["iterations"] > 0
+    assert sorted(on_ray["analysis"]["traces_per_node"].values()) == [1, 1]
 
 
 @pytest.mark.extended

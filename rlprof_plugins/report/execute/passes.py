@@ -1,21 +1,9 @@
 """The report's passes: the one way any part of ``rlprof report`` and ``summary`` reads a trace or a memory snapshot.
 
-The report runs in three stages:
-
-- **plan** (``plan.planner``): one walk of ROOT that reads its small files
-  (manifests, claims, step logs, the frontends' periods, flight recorder
-  notes) into a ``plan.view.RootView`` naming every pass the report needs:
-  each worker trace of each step, each flight recorder window's traces,
-  each memory snapshot; on Ray, each node plans what it holds;
-- **execute**: an executor runs the passes: ``LocalPasses`` on this
-  machine, in this process or a pool of processes as each step is read;
-  the Ray driver (``on_ray.driver``) on the nodes that hold the files,
-  all before the report is made, its results answered by ``PlannedPasses``;
-- **render** (``build``, ``summary``): the rows, the page, the JSON and the
-  CSVs, made from the view and the passes' results alone.
-
 A pass is named by its file's path below ROOT (``TraceJob.path``), and its
-result carries that path: the same below every executor.
+result carries that path: the same below every executor (``LocalPasses``
+here; on Ray, ``on_ray`` runs them on the nodes and ``PlannedPasses``
+answers with their results).
 
 A pass's result is kept in ``ROOT/.rlprof-report-cache/passes/`` on the
 machine that ran it (``PassCache``), keyed by the file's path under ROOT,
@@ -75,17 +63,8 @@ class PassCache:
         name = "\0".join((rel, rank, str(stage))).encode()
         return self.folder / f"{hashlib.sha1(name).hexdigest()}{SUFFIX}"
 
-    def get(self, key: list) -> bytes | None:
-        """The entry's packed result (what a node sends back), None when absent, stale or damaged."""
-        got = self._entry(key)
-        return got[0] if got else None
-
-    def get_stats(self, key: list) -> TraceStats | None:
-        """The entry's result as ``TraceStats`` (what a local report reads), None as ``get``."""
-        got = self._entry(key)
-        return got[1] if got else None
-
-    def _entry(self, key: list) -> tuple[bytes, Any] | None:
+    def get(self, key: list) -> TraceStats | None:
+        """The entry's result, None when absent, stale or damaged."""
         try:
             data = self._path(*key[:3]).read_bytes()
         except OSError:
@@ -97,7 +76,7 @@ class PassCache:
             value = unpack(blob)  # a damaged entry counts as absent
         except Exception:
             return None
-        return (blob, value) if isinstance(value, TraceStats) else None
+        return value if isinstance(value, TraceStats) else None
 
     def forget_missing(self, root: Path) -> None:
         """Drop the entries of files no longer below ``root`` (retention pruned their step folders), and
@@ -146,41 +125,18 @@ def _head(key: list) -> bytes:
     return repr([VERSION, key]).encode("utf-8", "backslashreplace")
 
 
-def key_of(root: Path, path: Path, rank: str, stage: str | None) -> list:
-    """The cache key of ``path``'s pass as ``rank`` and ``stage`` (``OSError`` when it cannot be read)."""
-    st = os.stat(path)
-    return PassCache.key(os.path.relpath(path, root), rank, stage, st.st_size, st.st_mtime_ns)
-
-
-def cached_trace_pass(root: Path, path: Path, rank: str, stage: str | None, use_cache: bool,
-                      report: bool = False) -> tuple[bytes, bool]:
-    """One trace's pass, packed, and whether the cache of passes below ``root`` answered it; the result's
-    ``path`` is the file's path under ``root``. What a Ray node runs."""
-    key = key_of(root, path, rank, stage)
-    rel = key[0]
-    if use_cache:
-        blob = PassCache(root).get(key)
-        if blob is not None:
-            return blob, True
-    stats = trace_stats(path, rank, stage, report)
-    stats.path = Path(rel)
-    blob = pack(stats)
-    if use_cache and stats.error is None:
-        PassCache(root).put(key, blob)
-    return blob, False
-
-
-def _local_pass(root: Path, rel: Path, rank: str, stage: str | None, report: bool,
-                kept: bool) -> tuple[TraceStats, bool]:
-    """A pass in this process or a pool's: ``trace_stats`` of ``root/rel``, through the cache of passes below
-    ``root`` when ``kept``; whether the cache answered."""
+def trace_pass(root: Path, rel: Path, rank: str, stage: str | None, report: bool,
+               kept: bool) -> tuple[TraceStats, bool]:
+    """``trace_stats`` of ``root/rel`` (its ``path`` ``rel``), through the cache of passes below ``root`` when
+    ``kept``, and whether the cache answered: what this process, a pool's worker and a Ray node run."""
     path = root / rel
     try:
-        key = key_of(root, path, rank, stage) if kept else None
+        st = os.stat(path) if kept else None
     except OSError:
-        key = None
+        st = None
+    key = PassCache.key(str(rel), rank, stage, st.st_size, st.st_mtime_ns) if st else None
     cache = PassCache(root)
-    stats = cache.get_stats(key) if key else None
+    stats = cache.get(key) if key else None
     if stats is not None:
         return stats, True
     stats = trace_stats(path, rank, stage, report)
@@ -216,9 +172,9 @@ class LocalPasses:
                  for job, n in zip(jobs, sizes)]
         if processes > 1:
             with pool(processes) as workers:
-                answers = list(workers.map(_local_pass, *zip(*calls)))
+                answers = list(workers.map(trace_pass, *zip(*calls)))
         else:
-            answers = [_local_pass(*call) for call in calls]
+            answers = [trace_pass(*call) for call in calls]
         self.analysis.node_cache_hits += sum(cached for _, cached in answers)
         return [stats for stats, _ in answers]
 

@@ -125,8 +125,7 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
         for m in row.get("memory", {}).values():
             if "error" in m:
                 built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
-        for line in row.get("missing_lines") or ([f"lacks {', '.join(row['missing_ranks'])}"]
-                                                 if row["missing_ranks"] else []):
+        for line in row.get("missing_lines", []):
             built.notes.append(f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)")
         built.notes += [f"{name}: {a}" for a in row.get("assumed_ranks", [])]
         built.notes += [anomaly_note(name, a) for a in row.get("anomalies", [])]

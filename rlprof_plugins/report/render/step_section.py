@@ -64,8 +64,6 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
     if row["without_iterations"]:
         parts.append(f"<div class=note>no engine iteration in {escape(', '.join(row['without_iterations']))}: "
                      "its operators are counted (as between iterations), its iterations are not</div>")
-    if row["missing_ranks"] and not row.get("missing_lines"):  # a row cached by an older release
-        parts.append(f"<div class=note>missing rank(s): {escape(', '.join(row['missing_ranks']))}</div>")
     if row["rank_time"]:
         parts.append(_ranks(row))
     if row["timeline"]:

@@ -79,12 +79,12 @@ def plan_here(root_text: str, steps: Any = None, memory: bool = True, windows: b
 def trace_pass(root_text: str, rel: str, rank: str, stage: str | None, use_cache: bool) -> tuple[bytes, bool, float]:
     """One trace's summary (``trace_stats``), packed, whether the node's cache of passes answered
     (``passes.PassCache``), and the seconds the pass took here; its ``path`` is ROOT-relative."""
-    from ..passes import cached_trace_pass
+    from ..passes import trace_pass as run
 
     started = time.perf_counter()
     root = resolve(root_text)
-    blob, cached = cached_trace_pass(root, inside(root, rel), rank, stage, use_cache)
-    return blob, cached, time.perf_counter() - started
+    stats, cached = run(root, inside(root, rel).relative_to(root), rank, stage, False, use_cache)
+    return pack(stats), cached, time.perf_counter() - started
 
 
 def memory_pass(root_text: str, rel: str) -> bytes:
