@@ -22,7 +22,7 @@ root and for a 50-step root of small traces (the size goal: under 5 MB).
 ``--scale N,N,...`` (issue 45) measures the report against the number of
 steps instead: roots of N steps x 8 ranks of small rlprof traces (12
 iterations a rank, prefill and decode, 40 operators), for each N the cold
-run (with ``--no-cache``, and again filling the caches of rows and passes),
+run (with ``--no-cache``, and again filling the cache of passes),
 the warm run after one more step (goal: <= 1 s), the peak memory of
 each (goal: flat in N) and the page (goal: <= 5 MB) with its load time.
 

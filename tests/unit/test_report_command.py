@@ -73,16 +73,15 @@ def cached(root: Path, capsys) -> tuple[int, int, dict]:
 
 
 def test_a_second_run_reads_only_what_changed(root, capsys):
-    # step 3 of two ranks, step 4 of two ranks by stage; a trace under ``SMALLEST_KEPT`` (step 4's prefill) is
-    # read again, not kept
+    # step 3 of two ranks, step 4 of two ranks by stage: every trace's pass is kept, the smallest too
     assert cached(root, capsys)[:2] == (6, 0)
     read, hits, first = cached(root, capsys)
-    assert (read, hits) == (6, 4)
+    assert (read, hits) == (6, 6)
     shutil.copytree(root / "global_step_4", root / "global_step_5")  # one more step
     trace = next((root / "global_step_3").rglob("rank1.*.gz"))
     os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))  # a rank rewrote its file
     read, hits, third = cached(root, capsys)
-    assert (read, hits) == (10, 3)  # step 3's rank 1 and every trace of step 5 read again
+    assert (read, hits) == (10, 5)  # step 3's rank 1 and every trace of step 5 read again
     assert [s["global_step"] for s in third["steps"]] == [3, 4, 5]
     assert [s for s in third["steps"] if s["global_step"] < 5] == first["steps"]
     passes = root / CACHE_DIR / PASSES_DIR
@@ -91,7 +90,7 @@ def test_a_second_run_reads_only_what_changed(root, capsys):
     shutil.rmtree(root / "global_step_5")  # pruned: its traces' passes go too
     cached(root, capsys)
     kept = [_cached_file(p) for p in passes.iterdir()]
-    assert {rel.split("/")[0] for rel in kept} == {"global_step_3", "global_step_4"} and len(kept) == len(set(kept)) == 4
+    assert {rel.split("/")[0] for rel in kept} == {"global_step_3", "global_step_4"} and len(kept) == len(set(kept)) == 6
 
 
 def _cached_file(entry: Path) -> str:

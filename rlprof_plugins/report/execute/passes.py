@@ -29,9 +29,6 @@ from .memory_pass import rank_memory, read_snapshot
 from .wire import pack, unpack
 
 PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
-# a local report reads a trace smaller than this again rather than keep its pass: writing the entry costs
-# about what reading the trace does (docs/performance.md, "The step report at scale")
-SMALLEST_KEPT = 32 << 10
 
 
 class Passes(Protocol):
@@ -159,17 +156,14 @@ class LocalPasses:
     def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
         host = self.analysis.nodes[0]
         self.analysis.traces_per_node[host] = self.analysis.traces_per_node.get(host, 0) + len(jobs)
-        sizes = [file_size(self.root / job.path) for job in jobs]
-        size = sum(sizes)
+        size = sum(file_size(self.root / job.path) for job in jobs)
         self.analysis.trace_bytes += size
         processes = processes_for(len(jobs), size)
         report = progress is not None
         if report and jobs:
             progress(f"reading {len(jobs)} traces ({size / 1e6:,.0f} MB) with "
                      + (f"{processes} processes" if processes > 1 else "one process"))
-        # a trace smaller than ``SMALLEST_KEPT`` is read again rather than kept
-        calls = [(self.root, job.path, job.rank, job.stage, report, self.use_cache and n >= SMALLEST_KEPT)
-                 for job, n in zip(jobs, sizes)]
+        calls = [(self.root, job.path, job.rank, job.stage, report, self.use_cache) for job in jobs]
         if processes > 1:
             with pool(processes) as workers:
                 answers = list(workers.map(trace_pass, *zip(*calls)))
