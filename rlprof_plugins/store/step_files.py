@@ -97,11 +97,37 @@ def _missing(group: MergeGroup, expected: int, where: dict[str, dict] | None = N
         return []
     names = naming.expected_labels(labels, expected)
     if names is None:
-        return [f"{expected - len(labels)} of {expected} ranks (have {', '.join(labels) or 'none'})"]
+        return [_counted(labels, expected)]
     out = []
     for name in (n for n in names if n not in labels):
         r = (where or {}).get(name)
         out.append(f"{name} (node {r.get('node')}, host {r.get('host')}, {r.get('directory')})" if r else name)
+    return out
+
+
+def _counted(labels: list[str], expected: int) -> str:
+    """What ``_missing`` says where the lacking ranks' names are not known: how many, of how many."""
+    return f"{expected - len(labels)} of {expected} ranks (have {', '.join(labels) or 'none'})"
+
+
+def missing_joined(labels: list[str], parts: list[str]) -> list[str]:
+    """What ``_missing`` says of a merge group joined from several folders' groups (a step whose ranks lie on
+    several nodes): ``labels`` the joined group's worker ranks, ``parts`` what ``_missing`` said of each part,
+    one list after another. A rank named as lacking stays so, with where it lives, unless the join holds it;
+    a count (the names not known) is counted again over the joined ranks."""
+    out, seen = [], set()
+    for said in parts:
+        first, _, rest = said.partition(" of ")
+        if first.isdigit() and rest:
+            expected = int(rest.split(" ", 1)[0])
+            said = _counted(labels, expected) if expected > len(labels) else None
+            key = said
+        else:
+            key = said.split(" ", 1)[0]
+            said = None if key in labels else said
+        if said is not None and key not in seen:
+            seen.add(key)
+            out.append(said)
     return out
 
 

@@ -30,6 +30,7 @@ from rlprof_plugins.report.plan.planner import plan_root
 from rlprof_plugins.report.plan.view import RootView
 from rlprof_plugins.report.render.summary import SUMMARY_PLAN, summarise, summary_of
 from rlprof_plugins.store import manifest
+from rlprof_plugins.store.step_files import missing_joined
 from rlprof_plugins.trace.analysis.trace_stats import TraceStats
 from rlprof_plugins.trace.format import naming
 from tests.helpers.installed import REPO
@@ -154,6 +155,17 @@ def spanning_two_nodes(tmp_path: Path) -> tuple[Path, Path, Path]:
                 trace.unlink()
         assert data["state"] == "done" and len(listed) == len(keep)
     return roots["a"], roots["b"], whole
+
+
+def test_a_joined_groups_lacking_ranks_are_said_as_of_one_folder():
+    """What each node's folder said it lacks, joined: a rank named stays named (with where it lives) unless a
+    node holds it; where only a count was known (no rank names to expect), it is counted again."""
+    parts = ["rank1 (node 1, host b, /b)", "rank2 (node 2, host c, /c)", "rank0 (node 0, host a, /a)",
+             "rank2 (node 2, host c, /c)"]
+    assert missing_joined(["rank0", "rank1"], parts) == ["rank2 (node 2, host c, /c)"]
+    assert missing_joined(["x", "y"], ["3 of 4 ranks (have x)", "3 of 4 ranks (have y)"]) == [
+        "2 of 4 ranks (have x, y)"]
+    assert missing_joined(["x", "y"], ["1 of 2 ranks (have x)", "1 of 2 ranks (have y)"]) == []
 
 
 @pytest.mark.parametrize("order", ["a, b", "b, a"])

@@ -43,6 +43,11 @@ def read_snapshot(path: Path) -> dict[str, Any]:
     return data
 
 
+def snapshot_numbers(path: Path) -> dict[str, Any]:
+    """The memory pass: the snapshot at ``path`` read (``read_snapshot``) and its numbers made (``rank_memory``)."""
+    return rank_memory(read_snapshot(path))
+
+
 def rank_memory(snapshot: dict[str, Any]) -> dict[str, Any]:
     events = sorted((e for trace in snapshot.get("device_traces") or [] for e in trace),
                     key=lambda e: e.get("time_us", 0))

@@ -25,7 +25,7 @@ from ...trace.format.gz import file_size
 from ..._parallel import pool, processes_for
 from .analysis import Analysis
 from ..plan.state_store import CACHE_DIR, SUFFIX, VERSION
-from .memory_pass import rank_memory, read_snapshot
+from .memory_pass import snapshot_numbers
 from .wire import pack, unpack
 
 PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
@@ -41,7 +41,7 @@ class Passes(Protocol):
         ``error`` set)."""
 
     def memory(self, path: Path) -> dict[str, Any]:
-        """A memory snapshot's numbers (``memory_pass.rank_memory``; ``path`` below ROOT); raises when it cannot
+        """A memory snapshot's numbers (``memory_pass.snapshot_numbers``; ``path`` below ROOT); raises when it cannot
         be read."""
 
 
@@ -173,7 +173,7 @@ class LocalPasses:
         return [stats for stats, _ in answers]
 
     def memory(self, path: Path) -> dict[str, Any]:
-        return rank_memory(read_snapshot(self.root / path))
+        return snapshot_numbers(self.root / path)
 
 
 @dataclass

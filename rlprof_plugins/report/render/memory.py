@@ -1,20 +1,19 @@
 """Each rank's memory over a step's window, as the report shows it: the snapshots the plan found, each
-read by the memory pass (``memory_pass.rank_memory``) through the report's executor."""
+read by the memory pass (``memory_pass.snapshot_numbers``) through the report's executor."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
-from ..execute.memory_pass import rank_memory, read_snapshot
+from ..execute.memory_pass import snapshot_numbers
+from ..plan.planner import memory_files
 
 
 def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
     """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
-    from ..plan.planner import memory_files
-
     return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
-                       lambda rel: rank_memory(read_snapshot(directory / rel)))
+                       lambda rel: snapshot_numbers(directory / rel))
 
 
 def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]

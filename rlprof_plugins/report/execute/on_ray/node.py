@@ -88,11 +88,11 @@ def trace_pass(root_text: str, rel: str, rank: str, stage: str | None, use_cache
 
 
 def memory_pass(root_text: str, rel: str) -> bytes:
-    """A memory snapshot's numbers (``memory_pass.rank_memory``), packed; ``{"error": ...}`` when unreadable."""
-    from ..memory_pass import rank_memory, read_snapshot
+    """A memory snapshot's numbers (``memory_pass.snapshot_numbers``), packed; ``{"error": ...}`` when unreadable."""
+    from ..memory_pass import snapshot_numbers
 
     path = inside(resolve(root_text), rel)
     try:
-        return pack(rank_memory(read_snapshot(path)))
+        return pack(snapshot_numbers(path))
     except Exception as e:
         return pack({"error": f"{type(e).__name__}: {e}"})

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from ....store.manifest import ACTIVE, TERMINAL, aggregate_state
+from ....store.step_files import missing_joined
 from ....trace.format import naming
 from ....trace.format.rank_files import missing_text
 from ...plan.measured_rows import scratch_steps
 from ...plan.planner import choose
-from ...plan.view import Folder, GroupView, RootView, ServerView, StepView, server_of_wire
+from ...plan.view import GroupView, RootView, ServerView, StepView, server_of_wire
 
 
 class NodeViews:
@@ -113,17 +114,7 @@ def join_steps(a: StepView, b: StepView) -> StepView:
 
 def _join_groups(a: GroupView, b: GroupView) -> GroupView:
     jobs = sorted(_union([*a.jobs, *b.jobs], lambda job: job.rank), key=lambda job: _rank_order(job.rank))
-    here = [job.rank for job in jobs]
-    missing = []
-    for name in _union([*a.missing, *b.missing], lambda m: m.split(" ", 1)[0]):
-        first, _, rest = name.partition(" of ")
-        if first.isdigit() and rest:  # ``N of M ranks (have ...)``: the names are not known, the count is
-            expected = int(rest.split(" ", 1)[0])
-            if expected > len(here):
-                missing.append(f"{expected - len(here)} of {expected} ranks (have {', '.join(here)})")
-        elif name.split(" ", 1)[0] not in here:
-            missing.append(name)
-    missing = _union(missing, str)
+    missing = missing_joined([job.rank for job in jobs], [*a.missing, *b.missing])
     return GroupView(a.stage, jobs, missing, missing_text(len(jobs), missing), a.group)
 
 
