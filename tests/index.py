@@ -20,7 +20,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins._command": ("tests/unit/test_cli_commands.py",),
     "rlprof_plugins._env": ("tests/unit/test_shapes.py",),
     # the report's `analysis` and its run on Ray: through `rlprof report/summary --json [--ray]` in a child
-    "rlprof_plugins.report.execute.analysis": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
+    "rlprof_plugins.report.execute.passes": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
     "rlprof_plugins.report.execute.on_ray.driver": ("tests/ray/test_report_on_ray.py",),
     "rlprof_plugins.report.execute.on_ray.cluster": ("tests/ray/test_report_on_ray.py",),  # the session on the joined cluster
     # the frontends' request times, live: the rollout with one long response (tests/helpers/rollout_tail.py)
@@ -74,7 +74,6 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.report.plan.measured_rows": ("tests/unit/test_step_metrics.py",),
     "rlprof_plugins.metrics.engine_hook": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
     "rlprof_plugins.metrics.series": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
-    "rlprof_plugins.report.render.ranks": ("tests/unit/test_report_steps.py",),
     "rlprof_plugins.report.execute.memory_pass": ("tests/unit/test_memory_history.py",),
     "rlprof_plugins.report.render.step_section": ("tests/unit/test_report_command.py", "tests/unit/test_report_truth.py"),
     "rlprof_plugins.patches.__main__": ("tests/unit/test_patch_table.py",),

@@ -220,7 +220,7 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from ..report.render.memory import memory_here
+    from ..report.execute.memory_pass import memory_here
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")

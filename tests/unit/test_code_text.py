@@ -32,7 +32,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("rlprof_plugins/metrics/flight.py", "5%"): "the definition of tokens that varied enough to fit a line",
     ("rlprof_plugins/report/render/charts.py", "400x"): "an example of an outlier the axis ignores",
     ("rlprof_plugins/report/render/charts.py", "4x"): "the definition of the axis top",
-    ("rlprof_plugins/report/render/fleet_view.py", "2 MB"): "arithmetic: 64,000 eight-byte floats",
     ("rlprof_plugins/trace/analysis/python_stacks.py", "0.5%"): "the definition of a call path too small to show",
     ("rlprof_plugins/trace/analysis/step_numbers.py", "67%"): "arithmetic of an example: 5 against 3",
     ("patches/vllm/engine_profile.py", "400s"): "HTTP status codes, not seconds",

@@ -182,7 +182,7 @@ def test_a_measured_steps_replica_numbers_are_those_of_its_row():
     """The fleet reads measured-only steps without making their rows: the numbers must be the same."""
     from rlprof_plugins.step_logs.steps import measured_numbers
     from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
-    from rlprof_plugins.report.render.fleet import measured_replica_numbers, replica_numbers
+    from rlprof_plugins.report.plan import brief
     from rlprof_plugins.report.plan.measured_rows import measured_row
 
     counts = [0] * len(BUCKETS_MS)
@@ -192,7 +192,7 @@ def test_a_measured_steps_replica_numbers_are_those_of_its_row():
         "prefill": StageRecord(2, 10.0, 6.0, 64, 0, 2, counts)}) for r in range(2)}
     numbers = measured_numbers(ranks)
     row = measured_row(7, numbers, Path("/r"))
-    assert measured_replica_numbers("a", numbers, row["directory"]) == replica_numbers("a", row)
+    assert brief.of_measured(numbers) == brief.of_row(row)
 
 
 def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
@@ -299,7 +299,7 @@ def write_measured(root: Path, first: int, last: int, ranks: int, slow: float = 
 
 def test_the_page_alone_keeps_what_it_shows_and_is_the_same_page(tmp_path):
     """Without ``--json`` or ``--csv`` a fleet keeps of each replica only what the page shows (each step's
-    time, its newest steps' numbers: ``fleet.PageBriefs``): the page is byte for byte the one written
+    rows without the measured numbers they were made of): the page is byte for byte the one written
     beside the JSON, with replicas that have different steps (one lacks the newest), warm and cold."""
     root = tmp_path / "save_path"
     for r, (first, last) in enumerate([(1, 40), (1, 25), (30, 45)]):
@@ -314,30 +314,6 @@ def test_the_page_alone_keeps_what_it_shows_and_is_the_same_page(tmp_path):
     assert [s["global_step"] for s in steps] == list(range(1, 46))
     assert [len(s["replicas"]) for s in steps] == [2] * 25 + [1] * 4 + [2] * 11 + [1] * 5
     assert "data-replica='agent_loop_rollout_replica_1'><summary>agent_loop_rollout_replica_1: 25 step(s)" in page
-
-
-def test_the_heat_strips_shade_bounds_are_the_sorted_values_at_their_places():
-    """The heat strip's shades split the fleet's cells at its own quantiles; they are found without sorting
-    the 64,000 cells of a large fleet (``fleet_view.order_statistics``): on spread, clustered, tied and
-    tiny-ranged values the bounds are exactly the sorted values' at ``n * (k + 1) // 8``."""
-    import random
-    from array import array
-
-    from rlprof_plugins.report.render.fleet_view import SHADES, quantile_bounds
-
-    rng = random.Random(55)
-    cases = {
-        "one": [4.2], "tied": [2.5] * 300, "few": [rng.random() for _ in range(9)],
-        "spread": [rng.random() for _ in range(70_000)],
-        "clustered": [rng.choice([3.0, 3.0000000001, 4.0, 1e9]) for _ in range(50_000)],
-        "long tail": [rng.lognormvariate(0, 3) for _ in range(60_000)],
-        "tiny range": [0.0] * 30_000 + [1.0] + [5e-324] * 30_000,
-        "seven values": [float(rng.randrange(7)) for _ in range(64_000)],
-    }
-    for name, values in cases.items():
-        ordered, n = sorted(values), len(values)
-        expected = [ordered[min(n - 1, (n * (k + 1)) // len(SHADES))] for k in range(len(SHADES) - 1)]
-        assert quantile_bounds(array("d", values), len(SHADES)) == expected, name
 
 
 @pytest.mark.parametrize("command", ["summary", "report"])

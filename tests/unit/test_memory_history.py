@@ -227,7 +227,7 @@ def test_the_report_shows_each_rank_s_memory_over_the_window(tmp_path):
 
 
 def test_a_snapshot_that_asks_for_code_is_refused_not_run(tmp_path):
-    from rlprof_plugins.report.render.memory import memory_here
+    from rlprof_plugins.report.execute.memory_pass import memory_here
 
     (tmp_path / "memory").mkdir()
     evil = pickle.dumps(print, protocol=4)  # any global: refused by name, never called

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rlprof_plugins.report.execute import wire
-from rlprof_plugins.report.execute.analysis import Analysis
+from rlprof_plugins.report.execute.passes import Analysis
 from rlprof_plugins.report.render.build import build, write_csv, write_json, write_page
 from rlprof_plugins.report.execute.on_ray import node
 from rlprof_plugins.report.execute.on_ray.node_views import NodeViews
@@ -366,7 +366,7 @@ def test_a_task_failure_says_whether_its_node_went_away_in_one_line():
     """Ray's classes for a node or worker that is gone (the error itself, or the cause a ``RayTaskError``
     carries) mark the pass as one another holder of the file can take; any other error is named by its class
     and its first sentence, with no traceback lines."""
-    from rlprof_plugins.report.execute.on_ray.failures import TaskFailure, why_failed
+    from rlprof_plugins.report.execute.on_ray.cluster import TaskFailure, why_failed
 
     class NodeDiedError(Exception):
         pass

@@ -1,26 +1,19 @@
-"""Each rank's device memory over a step's window, from its memory snapshot (``memory/<rank>.pickle``).
+"""Each rank's device memory over a step's window, from its PyTorch memory snapshot (``memory/<rank>.pickle``).
 
-The snapshot is PyTorch's (``torch.cuda.memory._snapshot``): the allocator's
-segments at the window's end and the history of its allocations and frees
-over the window. Played backwards from the end state, the history gives
-allocated and reserved bytes after every event, so memory that was already
-allocated when the window began counts from the start. At the peak of
-allocated bytes, the largest allocations made in the window and still alive
-are listed with the Python frames that made them.
-
-PyTorch's own viewer (``torch.cuda._memory_viz``, pytorch.org/memory_viz)
-loads its script from a CDN; this reads the pickle itself, so the report
-stays offline. The pickle is read with an unpickler that builds plain data
-only (dicts, lists, strings, numbers): a snapshot holds nothing else, and a
-file that asks for any class or function is refused, not executed.
+The snapshot holds the allocator's segments at the window's end and its allocations and frees over the
+window; played backwards from the end, the history gives allocated and reserved bytes after every event,
+and at the peak the largest allocations still alive with the frames that made them. The pickle is read
+by an unpickler that builds plain data only: a file that asks for a class or a function is refused, not
+run. (PyTorch's own viewer loads its script from the network; this keeps the report offline.)
 """
 
 from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ..plan.planner import memory_files
 
 MB = 1 << 20
 POINTS = 240  # timeline points per rank at most (each bucket keeps its highest allocated point)
@@ -46,6 +39,28 @@ def read_snapshot(path: Path) -> dict[str, Any]:
 def snapshot_numbers(path: Path) -> dict[str, Any]:
     """The memory pass: the snapshot at ``path`` read (``read_snapshot``) and its numbers made (``rank_memory``)."""
     return rank_memory(read_snapshot(path))
+
+
+def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
+    """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
+    return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
+                       lambda rel: snapshot_numbers(directory / rel))
+
+
+def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]
+                ) -> dict[str, dict[str, Any]]:
+    """Each rank's memory over the window, by rank: ``files`` (rank, path below ROOT) as the plan found them
+    in the step folder ``folder`` (below ROOT), each read by ``read`` (the report's executor of passes); an
+    unreadable snapshot keeps its entry with ``error``."""
+    out = {}
+    for rank, rel in files:
+        entry: dict[str, Any] = {"path": str(Path(rel).relative_to(folder))}
+        try:
+            entry.update(read(Path(rel)))
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+        out[rank] = entry
+    return out
 
 
 def rank_memory(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,9 @@
-"""The report's passes: the one way any part of ``rlprof report`` and ``summary`` reads a trace or a memory snapshot.
+"""The report's passes: the one way ``rlprof report`` and ``summary`` read a trace or a memory snapshot.
 
-A pass is named by its file's path below ROOT (``TraceJob.path``), and its
-result carries that path: the same below every executor (``LocalPasses``
-here; on Ray, ``on_ray`` runs them on the nodes and ``PlannedPasses``
-answers with their results).
-
-A pass's result is kept in ``ROOT/.rlprof-report-cache/passes/`` on the
-machine that ran it (``PassCache``), keyed by the file's path under ROOT,
-the rank and stage it is read as, its size and its modification time: the
-same entry answers a local report and a Ray node reading a shared root.
+A pass is named by its file's path below ROOT and its result carries that path, under every executor
+(``LocalPasses`` here; ``PlannedPasses`` answering with what the Ray nodes read). A trace pass's result
+is kept on the machine that ran it (``PassCache``), keyed by the path, rank, stage, size and modification
+time: one entry answers a local report and a Ray node reading a shared root alike.
 """
 
 from __future__ import annotations
@@ -23,12 +18,44 @@ from ...atomic_files import write_bytes_atomic
 from ...trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
 from ...trace.format.gz import file_size
 from ..._parallel import pool, processes_for
-from .analysis import Analysis
 from ..plan.state_store import CACHE_DIR, SUFFIX, VERSION
 from .memory_pass import snapshot_numbers
 from .wire import pack, unpack
 
 PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
+
+
+@dataclass
+class Analysis:
+    """Where a report read its traces and what travelled: the JSON's ``analysis`` object. ``engine`` is
+    ``local`` or ``ray``; ``bytes_returned`` counts the summaries (and the nodes' plans) that came back over
+    the network: 0 for a local run. A local run counts the traces it read this time (a step its cache
+    answered reads none); a run on Ray counts every trace it covers (each node's cache answers on the node,
+    and its summary still travels)."""
+
+    engine: str
+    nodes: list[str] = field(default_factory=list)
+    traces_per_node: dict[str, int] = field(default_factory=dict)
+    trace_bytes: int = 0
+    bytes_returned: int = 0
+    node_cache_hits: int = 0
+    unread: list[dict[str, str]] = field(default_factory=list)  # {"path", "node", "reason"}
+    faults: list[str] = field(default_factory=list)  # nodes that could not list ROOT or run rlprof
+    versions: dict[str, str] = field(default_factory=dict)  # nodes whose rlprof is another release
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"engine": self.engine, "nodes": self.nodes, "traces_per_node": self.traces_per_node,
+               "trace_bytes": self.trace_bytes, "bytes_returned": self.bytes_returned}
+        if self.engine == "ray":
+            out.update(node_cache_hits=self.node_cache_hits, unread=self.unread, faults=self.faults,
+                       versions=self.versions, seconds=self.seconds)
+        return out
+
+    @property
+    def faulty(self) -> bool:
+        """Something below ROOT could not be read, or a node could not list it."""
+        return bool(self.unread or self.faults)
 
 
 class Passes(Protocol):
@@ -51,10 +78,6 @@ class PassCache:
 
     def __init__(self, root: Path) -> None:
         self.folder = Path(root) / CACHE_DIR / PASSES_DIR
-
-    @staticmethod
-    def key(rel: str, rank: str, stage: str | None, size: int, mtime_ns: int) -> list:
-        return [rel, rank, stage, size, mtime_ns]
 
     def _path(self, rel: str, rank: str, stage: str | None) -> Path:
         name = "\0".join((rel, rank, str(stage))).encode()
@@ -131,7 +154,7 @@ def trace_pass(root: Path, rel: Path, rank: str, stage: str | None, report: bool
         st = os.stat(path) if kept else None
     except OSError:
         st = None
-    key = PassCache.key(str(rel), rank, stage, st.st_size, st.st_mtime_ns) if st else None
+    key = [str(rel), rank, stage, st.st_size, st.st_mtime_ns] if st else None  # what the entry holds
     cache = PassCache(root)
     stats = cache.get(key) if key else None
     if stats is not None:

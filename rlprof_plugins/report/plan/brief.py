@@ -1,16 +1,10 @@
-"""A step's numbers in brief: what a fleet shows of each replica's step, a few numbers, not a row.
+"""A step's numbers in brief: what a fleet keeps of each replica-step, a few numbers, not a row.
 
-A fleet of 64 replicas x 1,000 steps has 64,000 replica-steps; a full row
-is a few kilobytes, a brief about a hundred bytes, and the same brief comes
-from a traced step's row (``of_row``) or from a measured step's numbers
-(``of_measured``). A server's briefs are kept in columns (``Briefs``: arrays
-of numbers, about 130 bytes a step), which the measured steps' store writes
-as they are (``to_bytes``/``of_bytes``) so that a warm report reads them
-back in one go, and ``ReplicaNumbers`` are made of them when asked for.
-
-A brief is ``[iterations, iteration_ms_total, mean_ms, span_ms, imbalance,
-straggler rank, [[stage, *STAGE_KEYS], ...], started_at, generation_ended_at]``
-(the last two wall seconds from the step logs, None where they do not say).
+A brief comes from a traced step's row (``of_row``) or a measured step's numbers (``of_measured``):
+``[iterations, iteration_ms_total, mean_ms, span_ms, imbalance, straggler rank, [[stage, *STAGE_KEYS],
+...], started_at, generation_ended_at]`` (the last two wall seconds, None where the step logs do not say).
+A server's briefs are kept in columns (``Briefs``), which the measured steps' store writes as they are,
+and ``ReplicaNumbers`` are made of them when asked for.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from array import array
+from dataclasses import dataclass
 from typing import Any
 
 STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
@@ -47,22 +42,25 @@ def _stages(stages: dict[str, dict[str, Any]]) -> list:
     return [[stage, *(n.get(k) for k in STAGE_KEYS)] for stage, n in stages.items()]
 
 
+@dataclass(slots=True)
 class ReplicaNumbers:
     """One replica's numbers of one step, as the fleet view shows them; ``as_dict()`` is the shape
     ``--json`` and the CSVs write. Made on demand from the columns (``Briefs``)."""
 
-    __slots__ = ("name", "state", "traced", "directory", "iterations", "iteration_ms_total", "mean_ms",
-                 "span_ms", "stages", "straggler", "imbalance", "started_at", "generation_ended_at")
-
-    def __init__(self, name: str, state: Any, traced: bool, directory: Any, iterations: int, busy: float,
-                 mean: float | None, span: float, stages: Any, straggler: Any, imbalance: Any,
-                 started_at: float | None = None, generation_ended_at: float | None = None) -> None:
-        self.name, self.state, self.traced, self.directory = name, state, traced, directory
-        self.iterations, self.iteration_ms_total, self.mean_ms, self.span_ms = iterations, busy, mean, span
-        self.stages = stages  # ((stage, *STAGE_KEYS values), ...)
-        self.straggler, self.imbalance = straggler, imbalance
-        # wall seconds from the step logs: the step's first iteration, and its last one's end (None: not said)
-        self.started_at, self.generation_ended_at = started_at, generation_ended_at
+    name: str
+    state: Any
+    traced: bool
+    directory: Any
+    iterations: int
+    iteration_ms_total: float
+    mean_ms: float | None
+    span_ms: float
+    stages: Any  # ((stage, *STAGE_KEYS values), ...)
+    straggler: Any
+    imbalance: Any
+    # wall seconds from the step logs: the step's first iteration, and its last one's end (None: not said)
+    started_at: float | None = None
+    generation_ended_at: float | None = None
 
     @property
     def busy_pct(self) -> float | None:
@@ -79,12 +77,6 @@ class ReplicaNumbers:
                 "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in self.stages},
                 "straggler": self.straggler, "imbalance": self.imbalance, "started_at": self.started_at,
                 "generation_ended_at": self.generation_ended_at}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReplicaNumbers) and self.as_dict() == other.as_dict()
-
-    def __repr__(self) -> str:
-        return f"ReplicaNumbers({self.as_dict()!r})"
 
 
 NONE = math.nan  # a number that is None, in the columns
@@ -150,10 +142,6 @@ class Briefs:
         at = place * _BASE
         return number_or_none(self.base[at + _BEGAN]), number_or_none(self.base[at + _ENDED])
 
-    def generations(self) -> tuple[array, array]:
-        """Every place's ``generation``, two arrays (NaN for None)."""
-        return self.base[_BEGAN::_BASE], self.base[_ENDED::_BASE]
-
     def mean(self, place: int) -> float | None:
         value = self.base[place * _BASE + MEAN]
         return None if value != value else value
@@ -165,22 +153,6 @@ class Briefs:
         if value != value:
             value = self.base[place * _BASE + 2]
         return None if value != value else value
-
-    def busies(self) -> array:
-        """Every place's iteration time (``busy``), one array."""
-        return self.base[1::_BASE]
-
-    def times(self) -> array:
-        """Every place's ``time`` (NaN for None), one array: the columns sliced, not a call per place."""
-        means = self.base[2::_BASE]
-        decode = self.stages.get("decode")
-        if decode is None:
-            return means
-        out = decode[1::_WIDTH]
-        for place, value in enumerate(out):
-            if value != value:
-                out[place] = means[place]
-        return out
 
     def numbers(self, place: int) -> ReplicaNumbers:
         at = place * _BASE

@@ -136,10 +136,6 @@ class MeasuredSteps:
     def close(self) -> None:
         self._file.close()
 
-    def forget_briefs(self) -> None:
-        """The briefs let go (a fleet's page keeps what it needs of them); the numbers stay readable."""
-        self.briefs = brief.Briefs()
-
     def place(self, step: int) -> int:
         return self._places()[step]
 

@@ -1,16 +1,9 @@
-"""The report's plan: one walk of a server root's folders that reads every small file the report needs.
+"""The report's plan: one walk of ROOT that reads every small file the report needs (``plan_root``).
 
-``plan_root`` finds each server below ROOT (``store.servers.replicas_of``),
-each one's step folders and measured steps, and of each step folder its
-manifest, its worker traces as the manifest or the file names place them
-(``store.step_files.plan``), its memory snapshots and its flight recorder
-dumps; it reads the step logs (through their store, only what they gained
-since the last run: ``measured_rows.measured_steps``) and the frontends'
-busy periods. What it returns (``view.RootView``) names every pass the page
-needs; the renderer reads nothing else.
-
-The same function makes the plan on this machine and on each Ray node, over
-the files that node holds (``on_ray.node``).
+For each server below ROOT (``store.servers.replicas_of``): each step folder's manifest, worker traces
+(``store.step_files.plan``), memory snapshots and flight recorder dumps, its step logs (through their
+store: ``measured_rows.measured_steps``) and its frontends' busy periods. The same walk plans a Ray
+node's part of ROOT (``on_ray.node``).
 """
 
 from __future__ import annotations

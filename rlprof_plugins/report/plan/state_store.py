@@ -1,12 +1,9 @@
-"""The report's folder below each server's root (``ROOT/.rlprof-report-cache/``) and the state kept in it.
+"""The report's folder below each server's root (``ROOT/.rlprof-report-cache/``) and a reader's state kept in it.
 
-Two things live there: each trace pass's result (``passes.PassCache``,
-in ``passes/``), and the step logs' reader's state with the measured steps'
-numbers (``measured_rows``), so one more measured step costs only its own
-lines. Entries are written atomically and named ``*.rlprof-cache`` or
-``*.rlprof-state`` (no trace suffix: no trace tool mistakes them for a
-trace); one that cannot be read counts as absent, and a root that cannot be
-written to is reported once and read without them.
+It holds the cache of passes (``execute.passes.PassCache``) and the step logs' reader's state with the
+measured steps' store (``measured_rows``). Entries are written atomically, named without a trace suffix
+(no trace tool mistakes one for a trace); one that cannot be read counts as absent, and a root that
+cannot be written to is said once and read without them.
 """
 
 from __future__ import annotations

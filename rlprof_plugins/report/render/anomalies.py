@@ -1,13 +1,8 @@
 """A step's flight recorder dumps in the report: what triggered each, and what its window holds.
 
-The flight recorder (``metrics.flight``) writes a dump under the step's
-``flight/`` folder when an iteration, a gap or the step itself was slow
-against the engine's own recent past. The report lists each under its step
-(``steps[].anomalies[]``: ``anomaly.json``'s fields and the dump's ``path``),
-says it in one line among the notes, and on the page marks the step and
-shows the dump's window: its iterations as a timeline (the slow one stands
-out) and the flame view of the engine thread's sampled stacks, read from the
-dump's traces by the same pass as a session's (``trace_stats``).
+Each dump is listed under its step (``steps[].anomalies[]``: ``anomaly.json``'s fields and its ``path``),
+said in one line among the notes, and on the page shown with its window's iterations and the flame view
+of its sampled stacks, read from its traces by the same pass as a session's.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from ..execute.passes import LocalPasses, Passes
 from .compare import compare
 from . import flame
 from .fleet import fleet_rows, replica_table
-from .fleet_view import NEWEST
 from .page import render_parts
 from ..plan.planner import plan_root
 from ..plan.view import RootView
@@ -92,7 +91,7 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
     fleet keeps of each replica only what the page shows. ``root_here``: ROOT is a folder of this machine."""
     root = view.root
     if view.fleet:
-        report = fleet_rows(view, passes, progress, keep=pair or (), every_number=every_number, newest=NEWEST)
+        report = fleet_rows(view, passes, progress, keep=pair or (), every_number=every_number)
     else:
         report = server_rows(view, view.servers[0], passes, progress, keep=pair or ())
     built = Built(report, root_here=root_here)
@@ -169,13 +168,8 @@ def write_json(built: Built, path: Path) -> None:
 
 
 def write_csv(built: Built, folder: Path) -> list[Path]:
-    """``steps.csv`` (a row per step and stage), ``ranks.csv``, ``device.csv`` (each rank's device partition,
-    whole and per stage), ``operators.csv``, ``iterations.csv``, ``python.csv`` (the Python functions per stage),
-    ``rollout.csv`` (each measured step's tail per rank: ``rollout_rows``), ``phases.csv`` (each RL phase a rank ran
-in a step: ``phase_rows``), ``requests.csv`` (each measured step's longest requests: ``request_rows``) and, with
-``--compare``,
-    ``compare.csv``; ranks, operators and iterations of the steps the page details (``steps.DETAILED``, the
-    newest; ``--steps`` for others)."""
+    """The CSV files (docs/report.md lists them); ranks, operators and iterations of the steps the page
+    details (``steps.DETAILED``, the newest; ``--steps`` for others)."""
     steps = built.to_json()["steps"]
     tables = {
         "steps": flat_rows(built.report),
@@ -220,9 +214,8 @@ in a step: ``phase_rows``), ``requests.csv`` (each measured step's longest reque
 
 
 def rollout_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row per measured step and rank: its peak running batch, its generation's span, the tail (length, share
-    of the span, iterations, tokens) and the running batch at each point of the occupancy curve
-    (``occupancy_1`` the first)."""
+    """A row per measured step and rank: its peak batch, span, tail, and the running batch at each point of the
+    occupancy curve (``occupancy_1`` the first)."""
     rows = []
     for row in steps:
         for rank, r in sorted(((row.get("measured") or {}).get("rollout") or {}).items()):
@@ -233,12 +226,9 @@ def rollout_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-
 def phase_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row per RL phase each rank ran in a step (``metrics/phases.py``): the step, the rank, the phase, the
-    engine's call, when it started (wall seconds), how long it took, the weight version and what was asked;
-    the first phase after the rank's last iteration also says how long the engine waited for it
-    (``after_generation_ms``: the trainer's turn)."""
+    """A row per RL phase each rank ran in a step (``metrics/phases.py``); the first after the rank's last
+    iteration says how long the engine waited for it (``after_generation_ms``: the trainer's turn)."""
     return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
              "rank": rank, **{k: p.get(k) for k in ("phase", "call", "started_at", "ms", "weight_version", "detail",
                                                    "after_generation_ms")}}
@@ -248,8 +238,7 @@ def phase_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def request_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A row per measured step and each of its longest requests (``metrics/requests.py``), ``place`` 1 the
-    longest: its id, end-to-end seconds, output and prompt tokens, time to its first token and, where the
-    engine measures it, its wait for the scheduler, with when it arrived and finished (wall seconds)."""
+    longest."""
     return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
              "place": place, **request}
             for row in steps for place, request in enumerate(row.get("requests") or [], 1)]

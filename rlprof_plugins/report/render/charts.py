@@ -1,10 +1,7 @@
 """The step report's charts, drawn as inline SVG by Python: no plotting library, no script.
 
-Against the libraries a page could embed instead (docs/architecture.md): a chart
-here costs its own markup only (an iteration timeline a few bytes per
-iteration, with at most ``MAX_BARS`` bars a step), where a plotting library
-adds its whole script to every page and draws at load time. SVG opens in every browser, prints, and scales; each
-mark carries a ``<title>`` (the browser's own tooltip).
+A chart costs its own markup only (a plotting library would add its script to every page and draw at
+load time); SVG opens in every browser, prints and scales, and each mark carries a ``<title>`` tooltip.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``rlprof report --compare S1 S2``: two steps side by side, operators by their change per iteration.
 
-Every operator either step recorded is compared (not just each step's
-busiest), per iteration of its stage (``step_numbers``: totals grow with the
-window recorded), so an operator that appears or vanishes shows as ``new`` or
-``gone``; the list is sorted by the absolute change of its time per
-iteration, the question being "what grew".
+Every operator either step recorded is compared per iteration of its stage (totals grow with the window),
+``new`` or ``gone`` where only one step has it, sorted by the absolute change: the question is what grew.
 """
 
 from __future__ import annotations

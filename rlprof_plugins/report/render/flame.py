@@ -1,17 +1,10 @@
 """The flame view per stage: a step's Python functions by self and total time, and their call tree.
 
 From either kind of Python stacks a trace holds (``trace.analysis.python_stacks``: torch's exact events
-or rlprof's samples), summed over the step's ranks, per stage: the busiest functions by self
-time, each per iteration of its stage against the step compared with (the step read before,
-as the operators are), and the call tree as an icicle on the page (the outermost frames on
-top, each frame as wide as its share of the stage). Sampled times are samples x the time
-between samples, so a step sampled at another rate still compares.
-
-In ``--json``: ``steps[].python`` = ``{"mode": "sampled"|"exact", "stages": {stage: {"iterations",
-"ms", "functions": [{name, self_ms, total_ms, self_share_pct, self_per_iteration_ms,
-total_per_iteration_ms, before_self_per_iteration_ms, change_pct, status}], "tree": {name, ms,
-children}}}}``; absent when no trace of the step holds Python stacks. ``python.csv`` lists the
-functions.
+or rlprof's samples), summed over the step's ranks: per stage the busiest functions by self time, per
+iteration against the step compared with, and the call tree as an icicle on the page. Sampled times are
+samples x the time between samples, so steps sampled at other rates still compare. In ``--json``:
+``steps[].python`` (docs/report.md); ``python.csv`` lists the functions.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The whole rollout fleet in one report: every replica of every RL step side by side.
 
-An RL step's rollout waits for its slowest replica. A replica is a server,
-and a trainer's output holds one or many: verl gives each replica its own
-folder (``<save_path>/agent_loop_rollout_replica_<r>/global_step_<N>/``),
-``rlprof collect`` writes a folder per server, and servers sharing one
-directory write into ``servers/<name>/`` beside the first one
-(``store.servers``). ``store.servers.replicas_of`` finds them all below a root,
-each named by its identity (its claim or its manifests' ``server``) or by its folder.
+A step's rollout waits for its slowest replica (a server: ``store.servers.replicas_of`` finds them).
+Each replica's steps are read on their own (``steps.ServerSteps``) and set side by side per global step
+(``fleet_rows``): a step's row is its slowest replica's, with every replica's numbers beside it, the
+slowest named and the spread (slowest over the median).
 
-With one replica the report is what it always was. With several, each
-replica's steps are read as a report of their own (``steps.ServerSteps``),
-then put side by side per global step (``fleet_rows``): a step's
-row is its slowest replica's (the one with the most iteration time: the one
-the trainer waited for), with every replica's numbers beside it
-(``replicas``), the slowest named (``slowest_replica``) and the spread
-(slowest over the median). Steps only some replicas traced or measured keep
-every replica that has them.
-
-Replicas are ranked on one figure that means the same for each (``Ranking``,
-named in ``ranked_by``): the measured step (every iteration of the step, from
-the step logs) where every replica has one; else the traced windows, totals
-where they hold as many iterations, else their mean iteration; a traced window
-(which ``max_iterations`` may cut short) is never ranked against a whole
-measured step: where only some replicas have either, the mean iteration
-ranks them.
+Replicas are ranked on a figure that means the same for each (``Ranking``, named in ``ranked_by``): the
+measured step where every replica has one; else the traced windows, their totals where they hold as many
+iterations, else their mean iteration. A traced window (which ``max_iterations`` may cut short) is never
+ranked against a whole measured step: where only some replicas have either, the mean iteration ranks them.
 """
 
 from __future__ import annotations
@@ -43,26 +28,9 @@ from ...step_logs.requests import held_step
 from .steps import ServerSteps, in_sequence
 
 
-def replica_numbers(name: str, row: dict[str, Any]) -> ReplicaNumbers:
-    """One replica's numbers of one step, from the step's row."""
-    return _numbers(name, row.get("state"), row.get("traced", True), row.get("directory"), brief.of_row(row))
-
-
-def measured_replica_numbers(name: str, numbers: dict[str, Any], folder: str) -> ReplicaNumbers:
-    """The same for a step only measured, straight from its measured numbers (no row is made)."""
-    return _numbers(name, "measured", False, folder, brief.of_measured(numbers))
-
-
-def _numbers(name: str, state: Any, traced: bool, directory: Any, b: list) -> ReplicaNumbers:
-    return ReplicaNumbers(name, state, traced, directory, b[brief.ITERATIONS], b[brief.BUSY], b[brief.MEAN],
-                          b[brief.SPAN], tuple(tuple(s) for s in b[brief.STAGES]), b[brief.STRAGGLER],
-                          b[brief.IMBALANCE], b[brief.STARTED], b[brief.ENDED])
-
-
 class StepReplicas:
     """Every replica's numbers of one step: where each lies in its replica's columns. Iterating makes
-    the ``ReplicaNumbers``; ``times()`` and ``totals()`` read the columns alone (the heat strip, the
-    spread)."""
+    the ``ReplicaNumbers``; ``times()`` reads the columns alone (the heat strip)."""
 
     __slots__ = ("_columns", "_replicas", "_places")
 
@@ -86,9 +54,6 @@ class StepReplicas:
             columns = self._columns[r]
             yield columns.name, columns.time(place)
 
-    def totals(self) -> list[float]:
-        return [self._columns[r].busy(place) for r, place in zip(self._replicas, self._places)]
-
     def names(self) -> list[str]:
         return [self._columns[r].name for r in self._replicas]
 
@@ -98,49 +63,15 @@ class StepReplicas:
                 for r, place in zip(self._replicas, self._places)]
 
 
-class PageBriefs:
-    """What the page needs of a replica's briefs once it is read: each step's heat-strip time and
-    iteration time (16 bytes a step), and the numbers of its newest steps (the page's replica section
-    lists no more). The report without ``--json`` or ``--csv`` keeps these, not the columns, so its
-    memory stays flat in replicas and steps."""
-
-    __slots__ = ("name", "_times", "_busy", "_generations", "_numbers")
-
-    def __init__(self, briefs: Briefs, newest: list[int]) -> None:
-        self.name = briefs.name
-        self._times, self._busy = briefs.times(), briefs.busies()
-        self._generations = briefs.generations()
-        self._numbers = {place: briefs.numbers(place) for place in newest}
-
-    def generation(self, place: int) -> tuple[float | None, float | None]:
-        return brief.number_or_none(self._generations[0][place]), brief.number_or_none(self._generations[1][place])
-
-    def time(self, place: int) -> float | None:
-        value = self._times[place]
-        return None if value != value else value
-
-    def busy(self, place: int) -> float:
-        return self._busy[place]
-
-    def numbers(self, place: int) -> ReplicaNumbers:
-        try:
-            return self._numbers[place]
-        except KeyError:
-            raise LookupError(f"{self.name}: only its newest steps' numbers are kept for the page "
-                              "(every replica's numbers: --json or --csv)") from None
-
-
 def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None,
-               *, keep: tuple[int, ...] = (), every_number: bool = True, newest: int = 20) -> dict[str, Any]:
+               *, keep: tuple[int, ...] = (), every_number: bool = True) -> dict[str, Any]:
     """``step_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
     change is against the step before's slowest replica. Replicas are read one at a time, each step
-    of each kept in brief (``brief.Briefs``: the measured steps' as their store kept them), and a full
-    row is made only for each step's slowest. Without ``every_number`` (a page alone), a replica once
-    read keeps what the page needs (``PageBriefs``: every step's time, its ``newest`` steps' numbers),
-    so memory stays flat in replicas and steps; with it (``--json``, ``--csv``), the briefs stay, about
-    130 bytes a replica-step."""
-    columns: list[Briefs | PageBriefs] = []
+    of each kept in brief (``brief.Briefs``, about 130 bytes a replica-step: the measured steps' as
+    their store kept them), and a full row is made only for each step's slowest. Without
+    ``every_number`` (a page alone) those rows do not keep the measured numbers they were made of."""
+    columns: list[Briefs] = []
     per_step: dict[int | None, StepReplicas] = {}
     # step -> its replicas' figures and, per figure, the slowest replica's row (or what makes it): only
     # those rows (or the places of their numbers) stay until the step's row is made
@@ -159,7 +90,6 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
         mine = measured.briefs  # the measured steps' briefs, as the store kept them; traced steps join them
         mine.name, mine.folder = replica.name, found.logs
         columns.append(mine)
-        placed = []  # each chosen step's place, in step order
         for step, directory in found.chosen:
             if directory is not None:
                 row: dict | partial = found.row(step, directory, progress)
@@ -175,7 +105,6 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
             if at is None:
                 at = per_step[step] = StepReplicas(columns)
             at.add(index, place)
-            placed.append(place)
             if directory is not None:
                 traced = (row.get("iteration_ms_total") or 0.0, row.get("iterations") or 0, row.get("mean_ms"))
                 numbers = row.get("measured") or {}
@@ -183,9 +112,6 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
             else:
                 traced, whole = None, (mine.busy(place), mine.mean(place))
             slowest.setdefault(step, Ranking()).offer(replica.name, row, traced, whole)
-        if not every_number:  # the replica's own newest steps hold every newest step of the fleet it has
-            columns[index] = PageBriefs(mine, placed[-newest:] if newest else [])
-            measured.forget_briefs()
         del found, measured, mine
     order = sorted(per_step, key=lambda s: (s is not None, s if s is not None else -1))
     rows = []
@@ -227,22 +153,17 @@ class Ranking:
         None each where it has none)."""
         self.replicas += 1
         total, mean = whole
-        if total is not None:
-            self._add("measured", total, name, row)
         if traced is not None:
             self.iteration_counts.add(traced[1])
-            self._add("traced", traced[0], name, row)
-            if traced[2] is not None:
-                self._add("traced_mean", traced[2], name, row)
-        mean = mean if total is not None else traced[2] if traced is not None else None
-        if mean is not None:
-            self._add("mean", mean, name, row)
-
-    def _add(self, key: str, value: float, name: str, row: Any) -> None:
-        self.figures[key].append(value)
-        held = self.best.get(key)
-        if held is None or value > held[0]:
-            self.best[key] = (value, name, row)
+        window, window_mean = traced[0] if traced else None, traced[2] if traced else None
+        offered = {"measured": total, "traced": window, "traced_mean": window_mean,
+                   "mean": mean if total is not None else window_mean}
+        for key, value in offered.items():
+            if value is not None:
+                self.figures[key].append(value)
+                held = self.best.get(key)
+                if held is None or value > held[0]:
+                    self.best[key] = (value, name, row)
 
     def choice(self) -> tuple[str, tuple[float, str, Any], list[float]]:
         """``(ranked_by, (figure, slowest replica, its row), every replica's figure)``."""

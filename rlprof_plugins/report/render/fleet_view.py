@@ -1,17 +1,13 @@
 """The fleet on the report's page: steps x replicas at a glance, one replica's details on demand.
 
-Readable at 64 replicas x 1,000 steps and small: a heat strip (one inline
-SVG; a row per replica, a column per step) of each replica's decode time per
-iteration (its mean iteration time where a step has no decode), coloured by
-the fleet's own quantiles, one path per colour, and each step's slowest
-replica marked. Below it the slowest replica and the spread of the newest
-steps, then a folded section per replica: how often it was the slowest and
-its numbers step by step (the newest ``NEWEST`` steps).
+A heat strip (one inline SVG: a row per replica, a column per step) of each replica's decode time per
+iteration (else its mean iteration time), shaded by the fleet's own quantiles, one path per shade, each
+step's slowest replica marked; then the newest steps' slowest replica and spread, and a folded section
+per replica with its newest ``NEWEST`` steps.
 """
 
 from __future__ import annotations
 
-import math
 from array import array
 from bisect import bisect_left
 from html import escape
@@ -98,49 +94,9 @@ def heat_strip_parts(steps: list[dict[str, Any]], replicas: list[str]) -> Iterat
 
 def quantile_bounds(values: array, shades: int) -> list[float]:
     """The ``shades - 1`` bounds between shades: of the values sorted, the one at ``n * (k + 1) // shades``
-    for each k, exactly, without sorting them all (a sorted list of 64,000 floats is 2 MB)."""
-    n = len(values)
-    places = [min(n - 1, (n * (k + 1)) // shades) for k in range(shades - 1)]
-    found = order_statistics(values, sorted(set(places))) if n else {}
-    return [found[p] for p in places]
-
-
-def order_statistics(values: array, places: list[int], bins: int = 4096) -> dict[int, float]:
-    """The values at ``places`` (ascending) of ``values`` sorted: the values counted into ``bins`` bins between
-    their least and greatest, then each wanted place looked for among its bin's values alone (sorted where
-    few, else the same again over the bin's narrower range); a bin's values are held as doubles."""
-    low, high = min(values), max(values)
-    if not low < high:  # one value
-        return {p: low for p in places}
-    scale = bins / (high - low)
-    if not math.isfinite(scale) or not math.isfinite(high - low):  # a range too narrow (or too wide) to bin
-        ordered = sorted(values)
-        return {p: ordered[p] for p in places}
-    counts = [0] * (bins + 1)
-    for v in values:
-        counts[int((v - low) * scale)] += 1
-    wanted: dict[int, list[tuple[int, int]]] = {}  # bin -> (place, place within the bin)
-    seen, b = 0, 0
-    for p in places:
-        while seen + counts[b] <= p:
-            seen += counts[b]
-            b += 1
-        wanted.setdefault(b, []).append((p, p - seen))
-    members = {b: array("d") for b in wanted}
-    for v in values:
-        into = members.get(int((v - low) * scale))
-        if into is not None:
-            into.append(v)
-    out = {}
-    for b, asked in wanted.items():
-        mine = members.pop(b)
-        if len(mine) <= bins:
-            ordered = sorted(mine)
-            out.update((p, ordered[q]) for p, q in asked)
-        else:
-            inner = order_statistics(mine, [q for _, q in asked], bins)
-            out.update((p, inner[q]) for p, q in asked)
-    return out
+    for each k."""
+    ordered, n = sorted(values), len(values)
+    return [ordered[min(n - 1, (n * (k + 1)) // shades)] for k in range(shades - 1)]
 
 
 def fleet_parts(report: dict[str, Any]) -> Iterator[str]:

@@ -1,12 +1,8 @@
 """The step report as one self-contained HTML page: no script, no network, inline SVG charts.
 
-Every number a table shows carries the exact value of the report's JSON in
-``data-value`` (and its place in ``data-field``), so what the page shows and
-what ``--json`` writes are checked to be the same numbers. Steps that could
-not be read, failed or are still recording are listed at the top and keep
-their rows. At a thousand steps the page stays small and usable: one chart
-per stage, a one-line row per step (the older ones folded away), and
-details for the newest steps only (``steps.DETAILED``).
+Every number a table shows carries the JSON's exact value in ``data-value`` (its place in
+``data-field``), so the page and ``--json`` are checked to agree. At a thousand steps the page stays
+small: a chart per stage, a one-line row per step (the older ones folded), details for the newest only.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from ...trace.analysis.iteration_names import SOURCE_TITLES
 from . import charts
 from .fleet_view import fleet_parts
 from . import anomalies, rollout_view
-from .step_section import cell, name_cell, step_section
+from .step_section import cell, name_cell, operator_table, step_section
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -180,15 +176,9 @@ def _compare(c: dict[str, Any]) -> str:
     for kind, heading in (("device", "Device kernels"), ("cpu", "CPU operators (self time)")):
         ops = c["operators"][kind]
         if ops:
-            out.append(f"<h3>{heading}, by change per iteration of their stage</h3><table class=compare "
-                       f"data-kind={kind}><tr><th class=name>operator</th><th class=name>stage</th>"
-                       f"<th>ms/iteration {a}</th><th>ms/iteration {b}</th><th>change</th><th>iterations {a}</th>"
-                       f"<th>iterations {b}</th><th>total ms {a}</th><th>total ms {b}</th><th class='name nw'>status</th></tr>"
-                       + "".join(
-                           f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>" + "".join(
-                               cell(o[k], f"compare.{kind}.{k}", pct=k == "change_pct")
-                               for k in ("a_per_iteration_ms", "b_per_iteration_ms", "change_pct", "a_iterations",
-                                         "b_iterations", "a_ms", "b_ms"))
-                           + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
-                       + "</table>")
+            out.append(f"<h3>{heading}, by change per iteration of their stage</h3>" + operator_table(
+                ops, kind, "compare", {"a_per_iteration_ms": f"ms/iteration {a}", "b_per_iteration_ms":
+                                       f"ms/iteration {b}", "change_pct": "change", "a_iterations": f"iterations {a}",
+                                       "b_iterations": f"iterations {b}", "a_ms": f"total ms {a}",
+                                       "b_ms": f"total ms {b}"}))
     return "".join(out)

@@ -1,19 +1,10 @@
 """The page's "Rollout steps" section: where each of the newest measured steps' time went.
 
-A rollout sends every prompt at once: the engine runs batches at least half
-as full as its peak for a while, then a few long responses keep it running
-nearly empty until the last one ends (the tail, ``metrics/tail.py``). For the
-newest ``SHOWN`` steps that the step metrics measured, the section draws one
-bar a step split into those two parts, on the rank whose tail was longest
-(the rank the step waited on), followed, where the step ran any, by the wait
-for the trainer's next call and the RL phases that rank ran
-(``metrics/phases.py``); a table of the same numbers with, in a fleet,
-the replica-time lost waiting for the last replica (``fleet.replicas_waiting``),
-the running batch over the newest step's span on every rank, and the requests
-that held the newest step (``requests``).
-
-Every number here is one the JSON holds under the same step (``tail``,
-``measured.rollout``, ``measured.phases``, ``replicas_waiting``, ``requests``): this module only draws them.
+For the newest ``SHOWN`` measured steps, one bar a step on the rank whose tail was longest: batches at
+least half as full as the peak, the tail (``metrics/tail.py``), then the wait for the trainer and the RL
+phases (``metrics/phases.py``); a table of the same numbers with the fleet's replica-time lost waiting
+(``fleet.replicas_waiting``), the running batch over the newest step, and the requests that held it.
+Every number is one the JSON holds under the same step: this module only draws them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """One step's section of the report page: where each rank's time went, its iterations, operators, Python
-functions (``flame``), memory, files.
+functions (``flame``), memory and files (each linked relative to the page).
 
-Operators are listed per iteration of their stage beside their totals, with
-the iteration counts next to every change and ``new``/``gone`` marked
-(``step_numbers.operator_changes``), so a step that recorded more
-iterations does not read as slower. Each file links to itself, relative to
-the page.
+Operators are listed per iteration of their stage beside their totals (``step_numbers.operator_changes``),
+so a step that recorded more iterations does not read as slower.
 """
 
 from __future__ import annotations
@@ -16,8 +13,10 @@ from html import escape
 from typing import Any, Callable
 
 from . import charts, flame
-from .ranks import PERFETTO
 from .summary import step_label
+
+
+PERFETTO = "https://ui.perfetto.dev: Open trace file (traces over 1 GB: trace_processor --httpd FILE, then Perfetto)"
 
 
 def cell(value: Any, field: str, unit: str = "", pct: bool = False, span: str = "") -> str:
@@ -153,14 +152,22 @@ def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
 
 
 def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
-    keys = ("per_iteration_ms", "before_per_iteration_ms", "change_pct", "iterations", "before_iterations", "ms")
+    return f"<h3>{escape(heading)}</h3>" + operator_table(
+        ops, kind, "operators", dict(zip(("per_iteration_ms", "before_per_iteration_ms", "change_pct", "iterations",
+                                          "before_iterations", "ms"),
+                                         ("ms per iteration", "previous step", "change per iteration", "iterations",
+                                          "previous iterations", "total ms"))))
+
+
+def operator_table(ops: list[dict[str, Any]], kind: str, table: str, columns: dict[str, str]) -> str:
+    """Operators, a row each: name, stage, the ``columns`` (key: heading; their cells' fields under
+    ``<table>.<kind>.``) and the status; the table's class is ``table``."""
     rows = "".join(f"<tr>{name_cell(o['name'])}<td class='name nw'>{escape(o['stage'])}</td>"
-                   + "".join(cell(o[k], f"operators.{kind}.{k}", pct=k == "change_pct") for k in keys)
+                   + "".join(cell(o[k], f"{table}.{kind}.{k}", pct=k == "change_pct") for k in columns)
                    + f"<td class='name status'>{escape(o['status'] or '')}</td></tr>" for o in ops)
-    return (f"<h3>{escape(heading)}</h3><table class=operators data-kind={kind}><tr><th class=name>operator</th>"
-            "<th class=name>stage</th><th>ms per iteration</th><th>previous step</th><th>change per iteration</th>"
-            "<th>iterations</th><th>previous iterations</th><th>total ms</th><th class='name nw'>status</th></tr>"
-            f"{rows}</table>")
+    return (f"<table class={table} data-kind={kind}><tr><th class=name>operator</th><th class=name>stage</th>"
+            + "".join(f"<th>{escape(h)}</th>" for h in columns.values())
+            + f"<th class='name nw'>status</th></tr>{rows}</table>")
 
 
 def name_cell(name: str, limit: int = 110) -> str:

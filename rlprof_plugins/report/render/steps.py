@@ -1,31 +1,21 @@
 """One row per global step: the numbers the step report compares across steps.
 
-Read from each step folder's manifest (state, engine, ranks) and from its
-worker traces with ``trace_stats`` (one streaming pass per trace, in
-processes for large steps), numbered by ``step_numbers`` (the definition
-``rlprof summary`` shares): per stage the iterations, mean, p90 and share,
-each iteration its slowest rank's; the step's mean and its change; the
-straggler and the imbalance; operators per iteration of their stage against
-the previous step read. rlprof's own profiler pauses are counted apart.
-
-Steps measured by ``step_metrics`` and not traced get rows of their own
-(``measured_rows``); a traced step carries its measured numbers beside.
-
-A step whose traces cannot be read keeps its row, with the reason in
-``error``; a rank file that cannot be read is named in ``unreadable`` and
-the step keeps its other ranks: the report never drops what it found.
-
-Only the newest ``DETAILED`` steps (and the two compared) keep their
-details (iteration timeline, ranks, operators, files, memory): the rest
-keep their overview numbers, so memory stays flat in the number of steps.
+A traced step's row is read from its view and its worker traces' passes, numbered as ``rlprof summary``
+numbers them (``trace.analysis.step_numbers``); a measured step without a trace gets a row of its own
+(``measured_rows``) and a traced one carries its measured numbers beside. A step whose files cannot be
+read keeps its row, the reason in ``error`` or ``unreadable``: the report never drops what it found.
+Only the newest ``DETAILED`` steps (and the two compared) keep their details, so memory stays flat in
+the number of steps.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from ...trace.analysis.device_time import in_ms
+from ...trace.analysis.communication import is_communication
+from ...trace.analysis.device_time import add, in_ms
 from ...trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
                                   stage_operators, straggler)
 from ...trace.analysis.trace_stats import TraceStats
@@ -35,11 +25,10 @@ from .flame import stage_python, view as flame_view
 from ...step_logs.requests import held_step
 from ...metrics.tail import longest_tail
 from ..plan.measured_rows import measured_row
-from .memory import step_memory
+from ..execute.memory_pass import step_memory
 from .anomalies import add_anomalies
 from ..plan.planner import plan_root
 from ..plan.view import RootView, ServerView, StepView
-from .ranks import rank_time
 
 DETAILED = 20  # the newest steps shown in full
 TOP_OPERATORS = 15
@@ -188,6 +177,46 @@ def _add_iterations(row: dict[str, Any], stats: list[TraceStats]) -> None:
     if pauses:
         count, us = max(pauses.values(), key=lambda c: c[1])
         row["profiler_pauses"], row["profiler_pause_ms"] = count, round(us / 1000.0, 3)
+
+
+def rank_time(stats: list[TraceStats]) -> dict[str, dict[str, Any]]:
+    """``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device,
+    device_by_stage}}`` over its files."""
+    grouped: dict[str, list[TraceStats]] = defaultdict(list)
+    for st in stats:
+        grouped[st.rank].append(st)
+    out = {}
+    for rank, mine in sorted(grouped.items()):
+        firsts = [s.first_us for s in mine if s.first_us is not None]
+        lasts = [s.last_us for s in mine if s.last_us is not None]
+        span = (max(lasts) - min(firsts)) if firsts and lasts else 0.0
+        busy, paused = sum(s.busy_us for s in mine), sum(s.pause_us for s in mine)
+        cpu = [(name, us) for s in mine for name, us in s.cpu_self.items()]
+        device, by_stage = _device_of(mine)
+        out[rank] = {
+            "span_ms": _ms(span), "iterations_ms": _ms(busy), "pause_ms": _ms(paused),
+            "between_ms": _ms(max(0.0, span - busy - paused)),
+            "cpu_ops_ms": _ms(sum(us for name, us in cpu if not is_communication(name))),
+            "cpu_comm_ms": _ms(sum(us for name, us in cpu if is_communication(name))),
+            "device": device, "device_by_stage": by_stage,
+        }
+    return out
+
+
+def _device_of(stats: list[TraceStats]) -> tuple[dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """The rank's device partition over its files (a by-stage session's files: their sums), and per stage
+    the sum of its iterations' partitions."""
+    total = None
+    stages: dict[str, dict[str, float] | None] = {}
+    for st in stats:
+        total = add(total, st.device)
+        for (_, stage, *_), part in zip(st.iteration_list, st.iteration_device):
+            stages[stage] = add(stages.get(stage), part)
+    return in_ms(total), {stage: in_ms(us) for stage, us in sorted(stages.items()) if us is not None}
+
+
+def _ms(us: float) -> float:
+    return round(us / 1000.0, 3)
 
 
 def flat_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

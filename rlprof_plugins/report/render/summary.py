@@ -1,16 +1,8 @@
 """``rlprof summary``: per global step and stage, the iterations and where their time went, as a table or JSON.
 
-Read with the streaming pass of ``trace_stats`` (one per trace, in
-processes for large steps) and numbered by ``step_numbers``, the one
-definition ``rlprof report`` uses too: a stage's iterations, mean, p90 and
-total (each iteration its slowest rank's), the change of the mean against
-the previous step with that stage, the ranks' imbalance, and the busiest
-operators of the stage's iterations, per iteration. rlprof's own profiler
-pauses are counted apart, never as engine or operator time. A trace with no
-iteration annotation at all is named, not summarised as empty. Where the step
-metrics measured a traced step, its rollout's long tail (``metrics/tail.py``,
-the rank it was longest on) and the requests that held it (``metrics/requests.py``)
-are given beside, as the report gives them.
+Numbered as the report numbers them (``trace.analysis.step_numbers``), with each stage's ranks and
+busiest operators per iteration; a trace with no iteration annotation is named, not summarised as empty;
+a measured step's rollout tail, RL phases and longest requests are given beside, as the report gives them.
 """
 
 from __future__ import annotations
@@ -30,17 +22,14 @@ from ..plan.view import RootView, ServerView
 TOP = 10
 
 
-def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every step below ``root``, read on this machine (``summary_of`` a root planned for the summary)."""
-    return summary_of(plan_for_summary(Path(root)), LocalPasses(Path(root), use_cache=False), progress)
-
-
 SUMMARY_PLAN = dict(memory=False, windows=False, use_cache=False, every_folder=True)  # ``plan_root``'s arguments:
 # every step folder's traces, no memory snapshot, no flight recorder dump, nothing written below ROOT
 
 
-def plan_for_summary(root: Path) -> RootView:
-    return plan_root(root, shown=str(root), **SUMMARY_PLAN)
+def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every step below ``root``, read on this machine (``summary_of`` a root planned for the summary)."""
+    return summary_of(plan_root(Path(root), shown=str(root), **SUMMARY_PLAN), LocalPasses(Path(root), use_cache=False),
+                      progress)
 
 
 def summary_of(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -1,21 +1,10 @@
-"""The report on a joined Ray cluster: plan ROOT on every node, and run the report's passes where the files lie.
+"""The report on a joined Ray cluster (``ClusterSession``): ROOT planned on every node, the passes run where
+the files lie.
 
-``ClusterSession`` is what the report sees of the cluster (``driver.open_session``
-joins it): every alive node plans what it holds below ROOT with the local
-report's planner (``node.plan_here``), the nodes' views are merged into one
-``plan.view.RootView`` (``plan``, by ``node_views.NodeViews``: ROOT shown as
-the user wrote it, a server or step folder several nodes hold read as one),
-and each pass it names runs as a Ray task on a node that holds its file
-(``execute``).
-
-The tasks ask Ray for no CPU, so they run on a cluster whose CPUs the
-trainer holds all of, and on a node that offers none; rlprof itself keeps
-at most a quarter of a node's CPUs (at least one, ``Node.passes``) reading
-on it at a time. Every wait has a deadline (``timeout``): a node that does not
-list in time, dies while reading, or cannot import rlprof, and a trace whose
-pass fails, are named (``unread``, ``faults``) by file and node; the report
-keeps what the other nodes read. A pass whose node dies goes to another node
-that holds the same file (a filesystem they share) before it is named unread.
+Tasks ask Ray for no CPU, so they run where the trainer holds every CPU; rlprof keeps at most a quarter
+of a node's CPUs reading at a time (``Node.passes``). Every wait has a deadline (``timeout``): a node that
+does not plan in time, dies while reading or cannot import rlprof, and a pass that fails, are named by
+file and node; a pass whose node dies goes to another node holding the same file first.
 """
 
 from __future__ import annotations
@@ -23,17 +12,41 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .... import __version__
-from ..analysis import Analysis
-from ..passes import PlannedPasses
+from ..passes import Analysis, PlannedPasses
 from ...plan.view import RootView
 from ..wire import unpack
-from .failures import TaskFailure, why_failed
 from .node_views import NodeViews
 
 CPUS_A_PASS = 4  # a node runs one pass at a time for each this many CPUs it has (one at least)
+# Ray's failures that mean the node (or its worker) went away mid-task, in plain words
+NODE_GONE = {"TaskUnschedulableError": "its node left the cluster", "NodeDiedError": "its node died",
+             "WorkerCrashedError": "the worker reading it died", "OwnerDiedError": "its owner died",
+             "ObjectLostError": "its answer was lost with its node", "RaySystemError": "Ray failed"}
+
+
+class TaskFailure(NamedTuple):
+    """Why a task gave no answer, in one line, and whether its node (or the worker on it) went away: then
+    another node holding the same file can be asked."""
+
+    reason: str
+    node_gone: bool
+
+
+def why_failed(error: BaseException) -> TaskFailure:
+    """A task's failure (Ray's ``RayTaskError`` wrapping the pass's error, or Ray's class for a node or
+    worker that is gone): what happened, then the class (and the cause's first sentence)."""
+    cause = getattr(error, "cause", None)
+    source = cause if isinstance(cause, BaseException) else error
+    name = type(source).__name__
+    if name in NODE_GONE:
+        return TaskFailure(f"{NODE_GONE[name]} ({name})", node_gone=True)
+    lines = [line.strip() for line in str(source).splitlines()
+             if line.strip() and not line.strip().startswith(("File ", "^", "Traceback", "ray::"))]
+    text = lines[-1].split(". ")[0] if lines else ""
+    return TaskFailure(f"{name}: {text[:200]}" if text else name, node_gone=False)
 
 
 @dataclass
@@ -53,42 +66,28 @@ class Node:
         return f"{self.ip}/{self.id[:8]}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """One planned pass: a trace's (``path``, ``rank``, ``stage``) or a memory snapshot's (``path``)."""
+    """One planned pass: a trace's (``path``, ``rank``, ``stage``) or a memory snapshot's (``rank`` None)."""
 
-    kind: str  # ``trace`` or ``memory``
     path: str
     rank: str | None = None
     stage: str | None = None
 
-    @property
-    def key(self) -> Any:
-        return (self.path, self.rank, self.stage) if self.kind == "trace" else self.path
 
+def _task(ray: Any) -> Any:
+    """The one task: ``node.<name>(*args)`` from the node's own rlprof. It is defined here, so Ray sends it by
+    value, and a node where rlprof cannot be imported answers why (``import_error``) instead of failing in
+    Ray's unpickling."""
 
-def _remote_functions(ray):
-    """The tasks. Each is sent by value and imports the node's own rlprof, so a node where rlprof cannot be
-    imported answers why (``import_error``) instead of failing in Ray's unpickling."""
-
-    def plan_here(root_text: str, how: dict) -> Any:
+    def on_node(name: str, *args: Any) -> Any:
         try:
-            from rlprof_plugins.report.execute.on_ray.node import plan_here
+            from rlprof_plugins.report.execute.on_ray import node
         except Exception as e:  # no rlprof (or a broken one) on this node
             return {"import_error": f"{type(e).__name__}: {e}"}
-        return plan_here(root_text, **how)
+        return getattr(node, name)(*args)
 
-    def read_trace(root_text: str, rel: str, rank: str, stage, use_cache: bool):
-        from rlprof_plugins.report.execute.on_ray.node import trace_pass
-
-        return trace_pass(root_text, rel, rank, stage, use_cache)
-
-    def read_memory(root_text: str, rel: str) -> bytes:
-        from rlprof_plugins.report.execute.on_ray.node import memory_pass
-
-        return memory_pass(root_text, rel)
-
-    return ray.remote(plan_here), ray.remote(read_trace), ray.remote(read_memory)
+    return ray.remote(on_node)
 
 
 class ClusterSession:
@@ -102,18 +101,19 @@ class ClusterSession:
         self.nodes: dict[str, Node] = {}
         self.runs_rlprof: set[str] = set()  # node names whose plan ran rlprof's own
         self.views = NodeViews()
-        self._plan, self._trace, self._memory = _remote_functions(ray)
+        self._task = _task(ray)
         for n in ray.nodes():
             if n.get("Alive"):
                 node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
                 self.nodes[node.name] = node
 
-    def _on(self, node: str, retries: int = 0) -> dict[str, Any]:
-        """A task's options: on ``node`` alone, asking no CPU (the trainer may hold them all)."""
+    def _run(self, node: str, name: str, *args: Any, retries: int = 0) -> Any:
+        """``node.<name>(*args)`` as a task on ``node`` alone, asking no CPU (the trainer may hold them all)."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        return dict(num_cpus=0, max_retries=retries,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False))
+        return self._task.options(name=f"rlprof.{name}", num_cpus=0, max_retries=retries,
+                                  scheduling_strategy=NodeAffinitySchedulingStrategy(self.nodes[node].id, soft=False)
+                                  ).remote(name, *args)
 
     # ---- the plan --------------------------------------------------------------------------------
     def plan(self, *, replica: str | None = None, steps: tuple[int, int] | None = None, memory: bool = True,
@@ -122,8 +122,8 @@ class ClusterSession:
         is kept below ROOT by the plan: ``use_cache`` is the passes')."""
         started = time.monotonic()
         self.say(f"Ray: {len(self.nodes)} alive node(s); planning {self.root_text} on each")
-        how = {"steps": list(steps) if steps else None, "memory": memory, "windows": windows}
-        refs = {self._plan.options(**self._on(name)).remote(self.root_text, how): name for name in self.nodes}
+        refs = {self._run(name, "plan_here", self.root_text, list(steps) if steps else None, memory, windows): name
+                for name in self.nodes}
         for _ref, name, outcome in self._gather(refs, started + self.timeout, "planning", len(refs), list(refs)):
             if isinstance(outcome, TaskFailure):
                 self.analysis.faults.append(f"node {name}: could not plan {self.root_text}: {outcome.reason}")
@@ -152,11 +152,11 @@ class ClusterSession:
     # ---- the passes ------------------------------------------------------------------------------
     def execute(self, view: RootView) -> PlannedPasses:
         """Every pass ``view`` names, each on a node that holds its file; their results, to answer the report."""
-        jobs = {job.key: job for job in [Job("trace", str(j.path), j.rank, j.stage) for j in view.trace_jobs()]
-                + [Job("memory", rel) for rel in view.memory_files()]}  # each pass once
-        answers = self._read(list(jobs.values()))
-        return PlannedPasses(self.analysis, {k: answers[k] for k, j in jobs.items() if j.kind == "trace"},
-                             {k: answers[k] for k, j in jobs.items() if j.kind == "memory"})
+        jobs = dict.fromkeys([Job(str(j.path), j.rank, j.stage) for j in view.trace_jobs()]
+                             + [Job(rel) for rel in view.memory_files()])  # each pass once
+        answers = self._read(list(jobs))
+        return PlannedPasses(self.analysis, {(j.path, j.rank, j.stage): answers[j] for j in jobs if j.rank is not None},
+                             {j.path: answers[j] for j in jobs if j.rank is None})
 
     def _read(self, jobs: list[Job]) -> dict[Any, Any]:
         """Each pass on a node holding its file, the least loaded first, ``Node.passes`` at a time on each.
@@ -176,12 +176,12 @@ class ClusterSession:
         def place(job: Job) -> str | None:
             """Queue the pass on the least loaded live holder of its file it was not given to yet (None: none)."""
             able = [n for n in self.views.holders.get(job.path, []) if n in self.runs_rlprof and n not in gone
-                    and n not in tried.get(job.key, ())]
+                    and n not in tried.get(job, ())]
             if not able:
                 return None
             node = min(able, key=lambda n: (load.get(n, 0), n))
             load[node] = load.get(node, 0) + self.views.sizes[job.path]
-            tried.setdefault(job.key, set()).add(node)
+            tried.setdefault(job, set()).add(node)
             queued[node].append(job)
             return node
 
@@ -191,12 +191,12 @@ class ClusterSession:
             while (node not in gone and queued[node] and running[node] < self.nodes[node].passes
                    and time.monotonic() < deadline):
                 job = queued[node].popleft()
-                if job.kind == "trace":
+                if job.rank is not None:
                     self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
-                    ref = self._trace.options(**self._on(node, 1)).remote(
-                        self.root_text, job.path, job.rank, job.stage, self.use_cache)
+                    ref = self._run(node, "trace_pass", self.root_text, job.path, job.rank, job.stage,
+                                    self.use_cache, retries=1)
                 else:
-                    ref = self._memory.options(**self._on(node, 1)).remote(self.root_text, job.path)
+                    ref = self._run(node, "memory_pass", self.root_text, job.path, retries=1)
                 refs[ref] = (job, node)
                 running[node] += 1
                 sent.append(ref)
@@ -204,9 +204,8 @@ class ClusterSession:
         size = self.views.sizes
         for job in sorted(jobs, key=lambda j: -size.get(j.path, 0)):
             if place(job) is None:
-                answers[job.key] = self._unread(job.path, self._holders(job.path),
-                                                "no node that holds it can run rlprof")
-            elif job.kind == "trace":
+                answers[job] = self._unread(job.path, self._holders(job.path), "no node that holds it can run rlprof")
+            elif job.rank is not None:
                 self.analysis.trace_bytes += size[job.path]
         for node in self.nodes:
             send_queued(node)
@@ -215,13 +214,13 @@ class ClusterSession:
             running[node] -= 1
             if isinstance(outcome, TaskFailure) and outcome.node_gone:
                 gone.add(node)
-                if job.kind == "trace":
+                if job.rank is not None:
                     self.analysis.traces_per_node[node] -= 1
                 left_behind, queued[node] = [job, *queued[node]], deque()
                 for waiting in left_behind:  # to another live holder of the same file
                     other = place(waiting)
                     if other is None:
-                        answers[waiting.key] = self._unread(waiting.path, node, outcome.reason)
+                        answers[waiting] = self._unread(waiting.path, node, outcome.reason)
                         continue
                     when = "while reading it" if waiting is job else "before reading it"
                     self.notes.append(f"{waiting.path}: node {node} went away {when} ({outcome.reason}); "
@@ -229,10 +228,10 @@ class ClusterSession:
                     send_queued(other)
                 continue
             send_queued(node)
-            answers[job.key] = self._answer(job, node, outcome)
+            answers[job] = self._answer(job, node, outcome)
         for node, waiting in queued.items():  # never sent before the deadline
             for job in waiting:
-                answers[job.key] = self._unread(job.path, node, f"no answer within --timeout {self.timeout:g} s")
+                answers[job] = self._unread(job.path, node, f"no answer within --timeout {self.timeout:g} s")
         self.analysis.traces_per_node = {n: k for n, k in self.analysis.traces_per_node.items() if k > 0}
         self.analysis.nodes = sorted(self.analysis.traces_per_node)
         self.analysis.seconds["passes"] = round(time.monotonic() - started, 3)
@@ -242,7 +241,7 @@ class ClusterSession:
         """A pass's result as the report takes it: a trace's summary, a snapshot's numbers, or why it is unread."""
         if isinstance(outcome, TaskFailure):
             return self._unread(job.path, node, outcome.reason)
-        if job.kind == "memory":
+        if job.rank is None:
             self.analysis.bytes_returned += len(outcome)
             got = unpack(outcome)
             return got if "error" not in got else self._unread(job.path, node, got["error"])

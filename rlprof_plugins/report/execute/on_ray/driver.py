@@ -1,16 +1,9 @@
-"""The report's side of ``rlprof report --ray``: join the Ray cluster from this process, as a Ray driver.
+"""Join the Ray cluster from this process as a driver (``open_session``), and leave it.
 
-``open_session`` imports Ray (only here, only for ``--ray``), joins the
-cluster at the address with Ray's own output to the driver off
-(``log_to_driver=False``: the nodes' workers print nothing here), lists ROOT
-on every node and hands the report a ``cluster.ClusterSession``; leaving it
-shuts the driver down. What joining changes in this process is given back:
-the fault handler Ray turns on and the exception hook Ray's import installs.
-
-Joining has a deadline of its own: an address that takes no connection is
-said at once (``check_reachable``), and ``ray.init`` on one that takes
-connections but is no cluster, which would wait for good, is left after
-``timeout`` seconds on the thread it runs on.
+Ray is imported only here, joined with its workers' output off (``log_to_driver=False``), and what joining
+changes in this process (the fault handler, the exception hook) is given back on leaving. An address that
+takes no connection is said at once (``check_reachable``); ``ray.init`` on one that never answers is left
+after ``timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -26,12 +19,20 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from .cluster import ClusterSession
-from .failures import NEEDS_RAY, NoCluster, RayMissing
 
+NEEDS_RAY = "--ray needs Ray: pip install 'rlprof-plugins[ray]'"
 DEFAULT_TIMEOUT = 600.0
 PROBE_SECONDS = 10.0  # a cluster address that does not take a connection in this long has no cluster
 
 __all__ = ["DEFAULT_TIMEOUT", "NoCluster", "RayMissing", "ClusterSession", "open_session"]
+
+
+class RayMissing(RuntimeError):
+    """Ray is not installed where the command runs (said as ``NEEDS_RAY``)."""
+
+
+class NoCluster(RuntimeError):
+    """No Ray cluster could be joined at the address."""
 
 
 def check_reachable(address: str, seconds: float) -> None:

@@ -1,22 +1,10 @@
-"""What runs on each node: plan what it holds below ROOT, and read one trace (or memory snapshot) there.
+"""What runs on each node, from the node's own rlprof: plan what it holds below ROOT, read one trace or
+memory snapshot there.
 
-These are rlprof's own functions as installed on the node: Ray sends each
-task by name (``cluster``), and the node imports them from its own rlprof,
-whose version its answer says. ROOT is resolved on the node as written,
-with ``~`` and environment variables expanded there (one template for nodes
-that keep their traces in different places), and a task's path is refused
-if it leaves ROOT.
-
-The node plans its part of ROOT with the planner a local report runs
-(``plan.planner``): the small files (manifests, claims, flight recorder
-notes) are read there and only what the report needs of them travels; the
-step logs travel as their records, so a server whose ranks write on
-several nodes is measured over all of them. A trace, a memory snapshot or a
-flight recorder's window travels only as its pass's summary.
-
-Each trace's summary is kept on the node that read it, in the cache of
-passes a local report keeps too (``passes.PassCache``), valid while the
-file's size and time hold.
+ROOT is resolved on the node (``~`` and ``$VARS`` expanded there: one template for nodes that keep
+traces in different places), and a path that leaves ROOT is refused. The plan sends the step logs as
+their records, so a server whose ranks write on several nodes is measured over all of them; a trace
+travels only as its pass's summary, kept in the node's own cache of passes.
 """
 
 from __future__ import annotations

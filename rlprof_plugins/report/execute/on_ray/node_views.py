@@ -1,14 +1,9 @@
-"""The nodes' plans of ROOT merged into one view: what the report on Ray renders.
+"""The nodes' plans of ROOT merged into one view.
 
-Each node plans what it holds (``node.plan_here``). A file several nodes
-hold with the same size (a filesystem they share) is read once; one they
-hold with different sizes is read as the first node holds it, and named.
-A server several nodes hold is one server: its step folders joined, its
-step logs' records joined over every node's ranks. A step folder the nodes
-hold differently (a server spanning nodes, each writing its own ranks into
-a folder of its own disk) is joined too: each merge group holds every
-node's ranks, and lacks only the ranks no node holds, so the step reads as
-it would with every rank in one folder.
+A file several nodes hold at one size (a shared filesystem) is read once; at different sizes, as the
+first node holds it, and named. A server several nodes hold is one server: its step folders and step
+logs joined. A step folder the nodes hold differently (each node writing its own ranks) is joined too:
+each merge group lacks only the ranks no node holds.
 """
 
 from __future__ import annotations
