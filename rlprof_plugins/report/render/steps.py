@@ -180,8 +180,11 @@ def _add_iterations(row: dict[str, Any], stats: list[TraceStats]) -> None:
 
 
 def rank_time(stats: list[TraceStats]) -> dict[str, dict[str, Any]]:
-    """``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device,
-    device_by_stage}}`` over its files."""
+    """Where each rank's time went, over its files: its recorded span split into its iterations, rlprof's
+    own profiler pauses and the time between iterations (the engine waiting for work); CPU operator self
+    time, collectives apart; and the device partition of its iterations (``trace.analysis.device_time``:
+    compute, exposed communication, exposed memcpy and idle add up to the window), whole and per stage.
+    ``{rank: {span_ms, iterations_ms, pause_ms, between_ms, cpu_ops_ms, cpu_comm_ms, device, device_by_stage}}``."""
     grouped: dict[str, list[TraceStats]] = defaultdict(list)
     for st in stats:
         grouped[st.rank].append(st)
