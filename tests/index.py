@@ -19,8 +19,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins._bootstrap": ("tests/vllm/test_plugin_loading.py",),
     "rlprof_plugins._command": ("tests/unit/test_cli_commands.py",),
     "rlprof_plugins._env": ("tests/unit/test_shapes.py",),
-    # the report's `analysis` and its run on Ray: through `rlprof report/summary --json [--ray]` in a child
-    "rlprof_plugins.report.execute.passes": ("tests/ray/test_report_on_ray.py", "tests/unit/test_fleet_report.py"),
+    # the report's run on Ray: through `rlprof report/summary --json --ray` in a child
     "rlprof_plugins.report.execute.on_ray.driver": ("tests/ray/test_report_on_ray.py",),
     "rlprof_plugins.report.execute.on_ray.cluster": ("tests/ray/test_report_on_ray.py",),  # the session on the joined cluster
     # the frontends' request times, live: the rollout with one long response (tests/helpers/rollout_tail.py)

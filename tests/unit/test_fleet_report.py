@@ -298,9 +298,9 @@ def write_measured(root: Path, first: int, last: int, ranks: int, slow: float = 
 
 
 def test_the_page_alone_keeps_what_it_shows_and_is_the_same_page(tmp_path):
-    """Without ``--json`` or ``--csv`` a fleet keeps of each replica only what the page shows (each step's
-    rows without the measured numbers they were made of): the page is byte for byte the one written
-    beside the JSON, with replicas that have different steps (one lacks the newest), warm and cold."""
+    """Without ``--json`` or ``--csv`` a fleet's rows do not keep the measured numbers they were made of:
+    the page is byte for byte the one written beside the JSON, with replicas that have different steps (one
+    lacks the newest), warm and cold."""
     root = tmp_path / "save_path"
     for r, (first, last) in enumerate([(1, 40), (1, 25), (30, 45)]):
         write_measured(root / f"agent_loop_rollout_replica_{r}", first, last, ranks=2, slow=1.0 + r / 10)

@@ -88,7 +88,8 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
     """The report of a planned root (``plan.planner.plan_root``): one server's steps, or a fleet's side by side
     (``fleet``); its traces and memory snapshots read by ``passes`` (``report.execute.passes``). ``steps``: the range
     the plan was narrowed to, for the notes. Without ``every_number`` (the page alone: no JSON, no CSV), a
-    fleet keeps of each replica only what the page shows. ``root_here``: ROOT is a folder of this machine."""
+    fleet's rows do not keep the measured numbers they were made of. ``root_here``: ROOT is a folder of this
+    machine."""
     root = view.root
     if view.fleet:
         report = fleet_rows(view, passes, progress, keep=pair or (), every_number=every_number)
