@@ -30,7 +30,6 @@ DATE_OR_ISSUE = re.compile(r"\b20\d\d[-/.]\d\d(?:[-/.]\d\d)?\b"  # 2026-11, 2026
 ALLOWED: dict[tuple[str, str], str] = {
     ("rlprof_plugins/backends/stack_sampler.py", "50 ms"): "an example of a native call a signal waits out",
     ("rlprof_plugins/metrics/flight.py", "5%"): "the definition of tokens that varied enough to fit a line",
-    ("rlprof_plugins/report/render/charts.py", "400x"): "an example of an outlier the axis ignores",
     ("rlprof_plugins/report/render/charts.py", "4x"): "the definition of the axis top",
     ("rlprof_plugins/trace/analysis/python_stacks.py", "0.5%"): "the definition of a call path too small to show",
     ("rlprof_plugins/trace/analysis/step_numbers.py", "67%"): "arithmetic of an example: 5 against 3",

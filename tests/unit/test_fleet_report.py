@@ -178,23 +178,6 @@ def test_a_claim_whose_server_ended_passes_to_the_next(tmp_path):
     assert server_root(root, "next-8001") == root  # the claimant's process is gone: its folder passes on
 
 
-def test_a_measured_steps_replica_numbers_are_those_of_its_row():
-    """The fleet reads measured-only steps without making their rows: the numbers must be the same."""
-    from rlprof_plugins.step_logs.steps import measured_numbers
-    from rlprof_plugins.metrics.record import BUCKETS_MS, StageRecord, StepRecord
-    from rlprof_plugins.report.plan import brief
-    from rlprof_plugins.report.plan.measured_rows import measured_row
-
-    counts = [0] * len(BUCKETS_MS)
-    counts[4] = 3
-    ranks = {f"rank{r}": StepRecord(7, "request", f"rank{r}", 10.0, 12.5, 5, 40.0 + r, 2.0, {
-        "decode": StageRecord(3, 30.0 + r, 11.0, 0, 12, 12, counts),
-        "prefill": StageRecord(2, 10.0, 6.0, 64, 0, 2, counts)}) for r in range(2)}
-    numbers = measured_numbers(ranks)
-    row = measured_row(7, numbers, Path("/r"))
-    assert brief.of_measured(numbers) == brief.of_row(row)
-
-
 def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
     """A fleet keeps each replica-step in brief, in columns (``brief.Briefs``): what comes back is the
     brief, whatever the stages (one missing, one appearing later), a None, a traced step's own state, a
@@ -209,7 +192,7 @@ def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
     ]
 
     def same(columns, place, b, traced=None):
-        n = columns.numbers(place).as_dict()
+        n = columns.numbers(place)
         assert (n["iterations"], n["iteration_ms_total"], n["mean_ms"], n["span_ms"], n["imbalance"],
                 n["straggler"]) == tuple(b[:6])
         assert n["stages"] == {s[0]: dict(zip(("iterations", "mean_ms", "p90_ms", "prefill_tokens",
@@ -258,7 +241,7 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
     write_measured(tmp_path, 21, 21, ranks=2)
     measured, _ = measured_steps(tmp_path, StateStore(tmp_path))
     assert lines() == 21 and list(measured) == list(range(1, 22)) and measured[21] == whole()[21]
-    assert measured.briefs.numbers(measured.place(21)).iterations == whole()[21]["iterations"]
+    assert measured.briefs.numbers(measured.place(21))["iterations"] == whole()[21]["iterations"]
     store = tmp_path / ".rlprof-report-cache" / NUMBERS
     store.write_bytes(store.read_bytes()[:-10])  # cut short: written anew, every line once
     write_measured(tmp_path, 22, 22, ranks=2)
@@ -267,7 +250,7 @@ def test_the_measured_steps_store_adds_only_new_steps_and_reads_everything_again
     write_measured(tmp_path, 22, 22, ranks=1)  # a rank's second line for the newest step: measured again
     measured, _ = measured_steps(tmp_path, StateStore(tmp_path))
     assert lines() == 23 and len(measured) == 22 and {s: measured[s] for s in measured} == whole()
-    assert measured.briefs.numbers(measured.place(22)).iterations == whole()[22]["iterations"]
+    assert measured.briefs.numbers(measured.place(22))["iterations"] == whole()[22]["iterations"]
     measured, _ = measured_steps(tmp_path, StateStore(tmp_path, enabled=False))  # --no-cache: nothing kept
     assert {s: measured[s] for s in measured} == whole() and lines() == 23
     write_measured(tmp_path, 23, 23, ranks=2)

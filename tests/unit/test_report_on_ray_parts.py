@@ -79,7 +79,7 @@ def test_a_nodes_plan_names_each_pass_carries_no_file_whole_and_reads_nothing_ou
     assert any("outside" in line and "rank1" in line for line in got["skipped"])
     assert len(blob) < sum(got["sizes"].values()) / 20  # names and numbers travel, no trace
     (server,) = got["servers"]
-    jobs = {str(job[0]): job[1] for job in server["jobs"]}
+    jobs = {str(job.path): job.rank for step in server.planned.values() for job in step.jobs}
     # the manifest-less step's traces placed by the rank their header records, read on the node
     assert sorted(v for k, v in jobs.items() if k.startswith("global_step_4")) == sorted(
         naming.rank_label(naming.trace_rank(p)) for p in RANKLESS.iterdir())

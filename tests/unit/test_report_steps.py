@@ -8,13 +8,19 @@ import json
 import shutil
 from pathlib import Path
 
-from rlprof_plugins.report.render.steps import flat_rows, step_rows
+from rlprof_plugins.report.render.build import build_here
+from rlprof_plugins.report.render.steps import flat_rows
 from rlprof_plugins.stages import ITERATION_RE
 from tests.helpers.kineto_gpu import write_gpu_rank
 from tests.helpers.traces import load_trace
 from tests.unit.test_chunks import record
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-tp2"
+
+
+def step_rows(root: Path) -> dict:
+    """The report's rows of one server's root, read here without a cache (``rlprof report --no-cache``)."""
+    return build_here(root, use_cache=False).report
 
 
 def slowest_of(step: Path) -> dict[int, tuple[str, float, str]]:

@@ -50,6 +50,25 @@ def test_a_plan_with_non_string_keys_round_trips_and_bytes_are_refused():
         pack({"contents": {"a/b.json": b"\x00{}\xff"}})
 
 
+def test_a_nodes_plan_round_trips_as_its_records_and_a_foreign_record_is_refused():
+    """A server's view as a node plans it (its step folder's groups, jobs, files and memory) comes back equal,
+    each record its own type; a record this release does not name, or a field its class lacks, is refused."""
+    from rlprof_plugins.report.plan.planner import plan_server
+    from rlprof_plugins.store.servers import Replica
+
+    root = FIXTURE.parents[1]
+    server = plan_server(root, Replica("", root), {}, [])
+    back = unpack(pack(server))
+    jobs = [job for step in back.planned.values() for job in step.jobs]
+    assert back == server and jobs and all(isinstance(job.path, Path) for job in jobs)
+    for name, field, said in (("os.system", "rel", "os.system"), ("ServerView", "__class__", "__class__")):
+        tampered = json.loads(zlib.decompress(pack(server)))
+        tampered["__record__"][0] = name
+        tampered["__record__"][1][field] = "x"
+        with pytest.raises(WireError, match=said):
+            unpack(zlib.compress(json.dumps(tampered).encode()))
+
+
 def interpreter(version: str) -> str | None:
     """A Python ``version`` that runs here: on the PATH, else pyenv's own folder of it (its shims serve only
     the global version)."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+import socket
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -45,12 +46,9 @@ class Analysis:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"engine": self.engine, "nodes": self.nodes, "traces_per_node": self.traces_per_node,
-               "trace_bytes": self.trace_bytes, "bytes_returned": self.bytes_returned}
-        if self.engine == "ray":
-            out.update(node_cache_hits=self.node_cache_hits, unread=self.unread, faults=self.faults,
-                       versions=self.versions, seconds=self.seconds)
-        return out
+        out = asdict(self)  # on Ray every field; a local run, what it counts
+        return out if self.engine == "ray" else {k: out[k] for k in ("engine", "nodes", "traces_per_node",
+                                                                     "trace_bytes", "bytes_returned")}
 
     @property
     def faulty(self) -> bool:
@@ -174,7 +172,7 @@ class LocalPasses:
     def __init__(self, root: Path, use_cache: bool = True) -> None:
         self.root = Path(root)
         self.use_cache = use_cache
-        self.analysis = Analysis("local", nodes=[_host()])
+        self.analysis = Analysis("local", nodes=[socket.gethostname()])
 
     def traces(self, jobs: list[TraceJob], progress: Callable[[str], None] | None) -> list[TraceStats]:
         host = self.analysis.nodes[0]
@@ -227,9 +225,3 @@ class PlannedPasses:
         if not isinstance(got, dict):
             raise RuntimeError(got)
         return got
-
-
-def _host() -> str:
-    import socket
-
-    return socket.gethostname()

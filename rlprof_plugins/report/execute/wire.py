@@ -10,7 +10,9 @@ JSON lacks a few of the values the report's passes return, so each is written as
 - ``{"__tuple__": [...]}`` a tuple (an iteration's key and record stay tuples);
 - ``{"__items__": [[key, value], ...]}`` a dict whose keys are not all strings;
 - ``{"__trace_stats__": {field: value}}`` a ``TraceStats``, its fields checked against the class (an unknown
-  field is refused), its path as a string turned back into a ``Path``.
+  field is refused), its path as a string turned back into a ``Path``;
+- ``{"__record__": [name, fields]}`` one of the records a node's plan is made of (``RECORDS``: the plan's
+  views, a trace's job, a frontend's busy period, a step log's record), checked the same way.
 
 Paths anywhere else travel as strings.
 """
@@ -21,12 +23,18 @@ import dataclasses
 import json
 import zlib
 from collections import defaultdict
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
-from ...trace.analysis.trace_stats import TraceStats
+from ...metrics.record import StepRecord
+from ...metrics.requests import BusyPeriod
+from ...trace.analysis.trace_stats import TraceJob, TraceStats
+from ..plan.view import AnomalyView, Folder, GroupView, ServerView, StepView
 
-_TUPLE, _ITEMS, _STATS = "__tuple__", "__items__", "__trace_stats__"
+_TUPLE, _ITEMS, _STATS, _RECORD = "__tuple__", "__items__", "__trace_stats__", "__record__"
+# the records a blob may hold by name; those with ``from_json`` travel as their ``to_json()``, others field by field
+RECORDS = {cls.__name__: cls for cls in (ServerView, StepView, GroupView, AnomalyView, Folder, TraceJob, BusyPeriod,
+                                         StepRecord)}
 _STATS_FIELDS = {f.name for f in dataclasses.fields(TraceStats)}
 _FLOAT_TOTALS = ("device_ops", "cpu_self")  # a TraceStats' running sums: defaultdict(float) as the pass makes them
 
@@ -52,6 +60,9 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, TraceStats):
         return {_STATS: {f: _plain(getattr(value, f)) for f in _STATS_FIELDS}}
+    if RECORDS.get(type(value).__name__) is type(value):
+        fields = value.to_json() if hasattr(value, "from_json") else {f: getattr(value, f) for f in _fields(value)}
+        return {_RECORD: [type(value).__name__, _plain(fields)]}
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value):
             return {k: _plain(v) for k, v in value.items()}
@@ -78,6 +89,8 @@ def _typed(value: Any) -> Any:
             return {_typed(k): _typed(v) for k, v in inner}
         if key == _STATS:
             return _stats(inner)
+        if key == _RECORD:
+            return _record(*inner)
     return {k: _typed(v) for k, v in value.items()}
 
 
@@ -86,10 +99,30 @@ def _stats(fields: Any) -> TraceStats:
         unknown = sorted(set(fields) - _STATS_FIELDS) if isinstance(fields, dict) else [type(fields).__name__]
         raise WireError(f"a trace summary with fields this release does not know: {', '.join(unknown)}")
     typed = {k: _typed(v) for k, v in fields.items()}
-    from pathlib import Path
-
     typed["path"] = Path(typed.get("path") or "")
     for name in _FLOAT_TOTALS:
         if name in typed:
             typed[name] = defaultdict(float, typed[name])
     return TraceStats(**typed)
+
+
+def _fields(cls: Any) -> tuple[str, ...]:
+    return getattr(cls, "_fields", None) or tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _record(name: str, fields: Any) -> Any:
+    cls = RECORDS.get(name)
+    if cls is None or not isinstance(fields, dict):
+        raise WireError(f"not a record this release knows: {name}")
+    unknown = set(fields) - set(_fields(cls)) if not hasattr(cls, "from_json") else set()
+    if unknown:
+        raise WireError(f"a {name} with fields this release does not know: {', '.join(sorted(unknown))}")
+    try:
+        if hasattr(cls, "from_json"):
+            return cls.from_json(_typed(fields))
+        typed = {k: _typed(v) for k, v in fields.items()}
+        if cls is TraceJob:
+            typed["path"] = Path(typed["path"])
+        return cls(**typed)
+    except (TypeError, ValueError, KeyError) as e:  # a field missing, or a value of another kind
+        raise WireError(f"a {name} that is not whole: {e}") from None

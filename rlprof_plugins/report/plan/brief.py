@@ -1,10 +1,10 @@
 """A step's numbers in brief: what a fleet keeps of each replica-step, a few numbers, not a row.
 
-A brief comes from a traced step's row (``of_row``) or a measured step's numbers (``of_measured``):
+A brief comes from a step's row (``of_row``: a traced step's, or the one a measured step's numbers make):
 ``[iterations, iteration_ms_total, mean_ms, span_ms, imbalance, straggler rank, [[stage, *STAGE_KEYS],
 ...], started_at, generation_ended_at]`` (the last two wall seconds, None where the step logs do not say).
-A server's briefs are kept in columns (``Briefs``), which the measured steps' store writes as they are,
-and ``ReplicaNumbers`` are made of them when asked for.
+A server's briefs are kept in columns (``Briefs``), which the measured steps' store writes as they are;
+a replica-step's numbers are made of them when asked for (``Briefs.numbers``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from array import array
-from dataclasses import dataclass
 from typing import Any
 
 STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
@@ -20,7 +19,7 @@ ITERATIONS, BUSY, MEAN, SPAN, IMBALANCE, STRAGGLER, STAGES, STARTED, ENDED = ran
 
 
 def of_row(row: dict[str, Any]) -> list:
-    """A step's row (traced, or made from measured numbers) in brief."""
+    """A step's row in brief."""
     straggler = row.get("straggler") or {}
     measured = row.get("measured") or {}
     return [row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
@@ -28,67 +27,20 @@ def of_row(row: dict[str, Any]) -> list:
             measured.get("started_at"), measured.get("generation_ended_at")]
 
 
-def of_measured(numbers: dict[str, Any]) -> list:
-    """A measured step's numbers (``step_logs.steps.measured_numbers``) in brief, as ``of_row`` gives for
-    the row ``measured_rows.measured_row`` makes of them."""
-    straggler = numbers.get("straggler") or {}
-    return [numbers["iterations"], numbers["iteration_ms_total"] or 0.0, numbers["mean_ms"],
-            round(1000.0 * (numbers["ended_at"] - numbers["started_at"]), 3), numbers["imbalance"],
-            straggler.get("rank"), _stages(numbers["stages"]), numbers["started_at"],
-            numbers.get("generation_ended_at")]
-
-
 def _stages(stages: dict[str, dict[str, Any]]) -> list:
     return [[stage, *(n.get(k) for k in STAGE_KEYS)] for stage, n in stages.items()]
-
-
-@dataclass(slots=True)
-class ReplicaNumbers:
-    """One replica's numbers of one step, as the fleet view shows them; ``as_dict()`` is the shape
-    ``--json`` and the CSVs write. Made on demand from the columns (``Briefs``)."""
-
-    name: str
-    state: Any
-    traced: bool
-    directory: Any
-    iterations: int
-    iteration_ms_total: float
-    mean_ms: float | None
-    span_ms: float
-    stages: Any  # ((stage, *STAGE_KEYS values), ...)
-    straggler: Any
-    imbalance: Any
-    # wall seconds from the step logs: the step's first iteration, and its last one's end (None: not said)
-    started_at: float | None = None
-    generation_ended_at: float | None = None
-
-    @property
-    def busy_pct(self) -> float | None:
-        return round(100.0 * self.iteration_ms_total / self.span_ms, 1) if self.span_ms else None
-
-    def stage(self, name: str) -> dict[str, Any]:
-        """One stage's numbers (``{}`` where the replica had none of it)."""
-        return next((dict(zip(STAGE_KEYS, s[1:])) for s in self.stages if s[0] == name), {})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "traced": self.traced, "directory": self.directory,
-                "iterations": self.iterations, "iteration_ms_total": self.iteration_ms_total,
-                "mean_ms": self.mean_ms, "span_ms": self.span_ms, "busy_pct": self.busy_pct,
-                "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in self.stages},
-                "straggler": self.straggler, "imbalance": self.imbalance, "started_at": self.started_at,
-                "generation_ended_at": self.generation_ended_at}
 
 
 NONE = math.nan  # a number that is None, in the columns
 _BASE = 8  # iterations, busy, mean, span, imbalance, straggler (its index in ``ranks``; -1: none), started, ended
 _BEGAN, _ENDED = 6, 7  # the generation's start and end in a place's base columns
 _WIDTH = len(STAGE_KEYS)
-_STAGE_INTS = (0, 3, 4)  # stage columns that do: iterations, prefill and decode tokens
+_STAGE_INTS = ("iterations", "prefill_tokens", "decode_tokens")  # stage columns that count
 
 
 class Briefs:
-    """A server's briefs of many steps, a column per number (arrays of doubles, NaN for none): about 130
-    bytes a step where a ``ReplicaNumbers`` is about 800, so 64 replicas x 1,000 steps hold a few MB.
+    """A server's briefs of many steps, a column per number (arrays of doubles, NaN for none): a fleet of
+    many replicas and steps holds a few numbers per replica-step, not an object with its dict of stages.
     Each step has a place; measured steps share the server's state (``measured``), ``traced`` and
     step-log folder (``folder``), a traced step's own are kept by its place. ``name`` is the replica's."""
 
@@ -154,19 +106,22 @@ class Briefs:
             value = self.base[place * _BASE + 2]
         return None if value != value else value
 
-    def numbers(self, place: int) -> ReplicaNumbers:
+    def numbers(self, place: int) -> dict[str, Any]:
+        """The replica's numbers of the step at ``place``, as ``--json`` writes them (``steps[].replicas[]``)."""
         at = place * _BASE
         iterations, busy, mean, span, imbalance, rank, started, ended = self.base[at:at + _BASE]
-        stages = []
+        stages = {}
         for stage, column in self.stages.items():
             values = column[place * _WIDTH:(place + 1) * _WIDTH]
             if values[0] == values[0]:  # the stage's iterations: NaN where the step had no such stage
-                stages.append((stage, *(number_or_none(v, k in _STAGE_INTS) for k, v in enumerate(values))))
+                stages[stage] = {k: number_or_none(v, k in _STAGE_INTS) for k, v in zip(STAGE_KEYS, values)}
         state, directory = self.traced.get(place, ("measured", self.folder))
-        return ReplicaNumbers(self.name, state, place in self.traced, directory, number_or_none(iterations, True),
-                              busy, number_or_none(mean), span, tuple(stages),
-                              self.ranks[int(rank)] if rank >= 0 else None, number_or_none(imbalance),
-                              number_or_none(started), number_or_none(ended))
+        return {"name": self.name, "state": state, "traced": place in self.traced, "directory": directory,
+                "iterations": number_or_none(iterations, True), "iteration_ms_total": busy,
+                "mean_ms": number_or_none(mean), "span_ms": span,
+                "busy_pct": round(100.0 * busy / span, 1) if span else None, "stages": stages,
+                "straggler": self.ranks[int(rank)] if rank >= 0 else None, "imbalance": number_or_none(imbalance),
+                "started_at": number_or_none(started), "generation_ended_at": number_or_none(ended)}
 
     def to_bytes(self) -> bytes:
         """The columns as they are (measured steps only: a traced step's brief comes from its row)."""

@@ -105,7 +105,7 @@ class MeasuredSteps:
         for step, n in sorted(numbers.items()):
             line = encode(n) + b"\n"
             lines.append(line)
-            b = brief.of_measured(n)
+            b = brief.of_row(measured_row(step, n, ""))
             place = places.get(step)
             if place is None:
                 places[step] = self.briefs.add(b)

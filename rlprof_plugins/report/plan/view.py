@@ -8,7 +8,6 @@ files; ``RootView.shown`` joins one to ROOT as the user wrote it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +80,9 @@ class ServerView:
     rel: str
     folders: list[Folder]
     planned: dict[str, StepView]  # the chosen steps' folders (``--steps``), by ``rel``
-    measured: Any  # ``measured_rows.MeasuredSteps``: each measured step's numbers
+    # ``measured_rows.MeasuredSteps``: each measured step's numbers; in a Ray node's plan, its step logs'
+    # records (``{step: {rank: StepRecord}}``), made into numbers where every node's ranks are joined
+    measured: Any
     periods: list[BusyPeriod]
     anomalies: dict[int, list[AnomalyView]]
     warnings: list[str]
@@ -137,41 +138,3 @@ def below(path: Any, root: Any) -> str:
     """``path``'s place below ``root`` as text (``""``: ROOT itself)."""
     rel = str(Path(str(path)).relative_to(Path(str(root)))) if str(path) != str(root) else ""
     return "" if rel == "." else rel
-
-
-# ---- a node's view as it travels (``on_ray.node.plan_here``) ----------------------------------------
-def _jobs(jobs: list) -> list[TraceJob]:
-    return [TraceJob(Path(path), rank, stage) for path, rank, stage in jobs]
-
-
-def server_to_wire(server: ServerView, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """A server's view as plain data, with its step logs' records (``{step: {rank: StepRecord}}``) in place of
-    their numbers: the machine that merges the nodes' views makes the numbers over every node's ranks."""
-    return {"name": server.name, "rel": server.rel, "warnings": server.warnings,
-            "folders": [[f.step, f.rel, f.has_files, f.only_flight] for f in server.folders],
-            "planned": [dataclasses.asdict(step) for step in server.planned.values()],
-            "records": {step: {rank: r.to_json() for rank, r in ranks.items()} for step, ranks in records.items()},
-            "periods": [p.to_json() for p in server.periods],
-            "anomalies": {step: [[a.data, list(a.jobs)] for a in found] for step, found in server.anomalies.items()},
-            "jobs": [job for step in server.planned.values() for job in step.jobs]
-            + [job for found in server.anomalies.values() for a in found for job in a.jobs],
-            "memory": [rel for step in server.planned.values() for _, rel in step.memory]}
-
-
-def server_of_wire(data: dict[str, Any]) -> tuple[ServerView, dict[int, dict[str, Any]]]:
-    """``server_to_wire``'s answer read back: the view (``measured`` not yet made) and the records."""
-    from ...metrics.record import StepRecord
-
-    planned = {}
-    for step in data["planned"]:
-        step["groups"] = [GroupView(g["stage"], _jobs(g["jobs"]), g["missing"], g["missing_line"], g["group"])
-                          for g in step["groups"]]
-        step["unplaced"] = [tuple(u) for u in step["unplaced"]]
-        step["memory"] = [tuple(m) for m in step["memory"]]
-        planned[step["rel"]] = StepView(**step)
-    records = {step: {rank: StepRecord.from_json(r) for rank, r in ranks.items()}
-               for step, ranks in data["records"].items()}
-    return ServerView(data["name"], data["rel"], [Folder(*f) for f in data["folders"]], planned, None,
-                      [BusyPeriod.from_json(p) for p in data["periods"]],
-                      {step: [AnomalyView(d, _jobs(jobs)) for d, jobs in found]
-                       for step, found in data["anomalies"].items()}, data["warnings"]), records

@@ -60,8 +60,8 @@ class Built:
         return {**self._head(), "steps": [_step_json(row) for row in self.report["steps"]]}
 
     def json_parts(self) -> Iterator[str]:
-        """``to_json()`` as text, a step at a time (a fleet's 64,000 replica-steps are never one string;
-        ``steps`` comes last)."""
+        """``to_json()`` as text, a step at a time (a fleet's replica-steps are never one string; ``steps``
+        comes last)."""
         head = json.dumps(self._head(), indent=1)
         yield head[:-2] + ',\n "steps": [\n'
         for k, row in enumerate(self.report["steps"]):
@@ -79,7 +79,7 @@ class Built:
 
 
 def _step_json(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: [n.as_dict() for n in v] if k == "replicas" else v for k, v in row.items() if not k.startswith("_")}
+    return {k: list(v) if k == "replicas" else v for k, v in row.items() if not k.startswith("_")}
 
 
 def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = None,

@@ -55,7 +55,7 @@ def _y_axis(left: int, top: int, plot_h: int, width: int, y_top: float, unit: st
 
 
 def robust_top(values: list[float]) -> float:
-    """An axis top that a few outliers (a warm-up step 400x the rest) do not flatten: the largest value
+    """An axis top that a few outliers (a warm-up step far slower than the rest) do not flatten: the largest value
     within 4x the median, rounded up; values above it are drawn on the top edge and named."""
     ordered = sorted(v for v in values if v is not None)
     if not ordered:

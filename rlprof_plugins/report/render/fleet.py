@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Callable, Iterator
 
 from ..plan import brief
-from ..plan.brief import STAGE_KEYS, Briefs, ReplicaNumbers
+from ..plan.brief import Briefs
 from ..plan.measured_rows import MeasuredSteps, measured_row
 from ..execute.passes import Passes
 from ..plan.view import RootView
@@ -30,7 +30,7 @@ from .steps import ServerSteps, in_sequence
 
 class StepReplicas:
     """Every replica's numbers of one step: where each lies in its replica's columns. Iterating makes
-    the ``ReplicaNumbers``; ``times()`` reads the columns alone (the heat strip)."""
+    each replica's numbers (``Briefs.numbers``); ``times()`` reads the columns alone (the heat strip)."""
 
     __slots__ = ("_columns", "_replicas", "_places")
 
@@ -45,7 +45,7 @@ class StepReplicas:
     def __len__(self) -> int:
         return len(self._replicas)
 
-    def __iter__(self) -> Iterator[ReplicaNumbers]:
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         for r, place in zip(self._replicas, self._places):
             yield self._columns[r].numbers(place)
 
@@ -65,12 +65,12 @@ class StepReplicas:
 
 def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] | None = None,
                *, keep: tuple[int, ...] = (), every_number: bool = True) -> dict[str, Any]:
-    """``step_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
+    """``steps.server_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
     change is against the step before's slowest replica. Replicas are read one at a time, each step
-    of each kept in brief (``brief.Briefs``, about 130 bytes a replica-step: the measured steps' as
-    their store kept them), and a full row is made only for each step's slowest. Without
-    ``every_number`` (a page alone) those rows do not keep the measured numbers they were made of."""
+    of each kept in brief (``brief.Briefs``: the measured steps' as their store kept them), and a full
+    row is made only for each step's slowest. Without ``every_number`` (a page alone) those rows do not
+    keep the measured numbers they were made of."""
     columns: list[Briefs] = []
     per_step: dict[int | None, StepReplicas] = {}
     # step -> its replicas' figures and, per figure, the slowest replica's row (or what makes it): only
@@ -222,14 +222,12 @@ def replica_table(report: dict[str, Any]) -> list[dict[str, Any]]:
     for row in report["steps"]:
         waiting = row.get("replicas_waiting") or {}
         for n in row.get("replicas", []):
-            end = waiting.get("ends_ms", {}).get(n.name)
-            base = {"global_step": row["global_step"], "replica": n.name,
-                    "slowest": n.name == row.get("slowest_replica"), "state": n.state, "traced": n.traced,
+            end = waiting.get("ends_ms", {}).get(n["name"])
+            base = {"global_step": row["global_step"], "replica": n["name"],
+                    "slowest": n["name"] == row.get("slowest_replica"), "state": n["state"], "traced": n["traced"],
                     "waited_ms": None if end is None else round(waiting["span_ms"] - end, 3),
-                    "iterations": n.iterations, "iteration_ms_total": n.iteration_ms_total,
-                    "mean_ms": n.mean_ms, "busy_pct": n.busy_pct, "straggler": n.straggler,
-                    "imbalance": n.imbalance}
-            for stage in sorted(n.stages) or [("all",)]:
-                out.append({**base, "stage": stage[0],
-                            **{f"stage_{k}": v for k, v in zip(STAGE_KEYS, stage[1:])}})
+                    **{k: n[k] for k in ("iterations", "iteration_ms_total", "mean_ms", "busy_pct", "straggler",
+                                         "imbalance")}}
+            for stage, numbers in sorted(n["stages"].items()) or [("all", {})]:
+                out.append({**base, "stage": stage, **{f"stage_{k}": v for k, v in numbers.items()}})
     return out

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from html import escape
 from typing import Any, Iterator
 
-from ..plan.brief import ReplicaNumbers
 from .step_section import cell
 
 # light to dark: faster to slower, against the fleet's own quantiles
@@ -25,8 +25,8 @@ PART_CELLS = 4096  # cells of the heat strip written at a time
 
 
 def heat_strip_parts(steps: list[dict[str, Any]], replicas: list[str]) -> Iterator[str]:
-    """The heat strip in parts of at most ``PART_CELLS`` cells: a fleet of 64 replicas x 1,000 steps has
-    64,000 cells and a megabyte of path, which the page writes as it comes, never whole."""
+    """The heat strip in parts of at most ``PART_CELLS`` cells, which the page writes as they come: a cell per
+    replica-step, never one string."""
     place = {name: k for k, name in enumerate(replicas)}
     # each cell's step column and replica row (one number: x * rows + y), time and whether it is its step's
     # slowest replica, in arrays: what the strip colours is each replica's decode time per iteration, else its
@@ -105,10 +105,8 @@ def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
     steps = report["steps"]
     if not replicas:
         return
-    slowest_count = {name: 0 for name in replicas}
-    for row in steps:
-        if row.get("slowest_replica") in slowest_count:
-            slowest_count[row["slowest_replica"]] += 1
+    slowest_count = Counter(row.get("slowest_replica") for row in steps)
+    counts = Counter(name for row in steps if "replicas" in row for name in row["replicas"].names())
     newest = steps[-NEWEST:]
     head = ("<tr><th>step</th><th>replicas</th><th>slowest replica</th><th>spread (slowest / median)</th>"
             "<th>ranked by</th></tr>")
@@ -121,12 +119,8 @@ def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
     per_replica: dict[str, list] = {name: [] for name in replicas}
     for row in steps[-NEWEST:]:
         for n in row.get("replicas", []):
-            per_replica.setdefault(n.name, []).append((row["global_step"], n))
-    counts: dict[str, int] = {}
-    for row in steps:
-        for name in row["replicas"].names() if "replicas" in row else ():
-            counts[name] = counts.get(name, 0) + 1
-    sections = [_replica_section(name, per_replica.get(name, []), counts.get(name, 0), slowest_count[name])
+            per_replica.setdefault(n["name"], []).append((row["global_step"], n))
+    sections = [_replica_section(name, per_replica.get(name, []), counts[name], slowest_count[name])
                 for name in replicas]
     yield (f"<h2>Replicas</h2><p class=muted>{len(replicas)} replicas (servers). A step waits for its slowest "
            "replica: the one with the most iteration time; the spread is its iteration time over the median "
@@ -135,18 +129,18 @@ def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
     yield f"<table id=fleet>{head}{lines}</table>" + "".join(sections)
 
 
-def _replica_section(name: str, mine: list[tuple[Any, ReplicaNumbers]], steps: int, slowest: int) -> str:
+def _replica_section(name: str, mine: list[tuple[Any, dict[str, Any]]], steps: int, slowest: int) -> str:
     """One replica's folded section: its newest steps (``mine``: step and numbers) of the ``steps`` it has."""
     head = ("<tr><th>step</th><th>state</th><th>iterations</th><th>iteration ms</th><th>mean ms</th>"
             "<th>decode mean ms</th><th>decode p90 ms</th><th>prefill mean ms</th><th>busy %</th>"
             "<th>straggler rank</th></tr>")
     rows = []
     for step, n in reversed(mine):
-        decode, prefill = n.stage("decode"), n.stage("prefill")
-        rows.append(f"<tr><td>{escape(str(step))}</td><td>{escape(str(n.state))}</td>"
-                    f"{cell(n.iterations, 'iterations')}{cell(n.iteration_ms_total, 'iteration_ms_total')}"
-                    f"{cell(n.mean_ms, 'mean_ms')}{cell(decode.get('mean_ms'), 'decode.mean_ms')}"
-                    f"{cell(decode.get('p90_ms'), 'decode.p90_ms')}{cell(prefill.get('mean_ms'), 'prefill.mean_ms')}"
-                    f"{cell(n.busy_pct, 'busy_pct')}<td>{escape(str(n.straggler or ''))}</td></tr>")
+        decode, prefill = n["stages"].get("decode", {}), n["stages"].get("prefill", {})
+        rows.append(f"<tr><td>{escape(str(step))}</td><td>{escape(str(n['state']))}</td>"
+                    + "".join(cell(n[k], k) for k in ("iterations", "iteration_ms_total", "mean_ms"))
+                    + f"{cell(decode.get('mean_ms'), 'decode.mean_ms')}{cell(decode.get('p90_ms'), 'decode.p90_ms')}"
+                    f"{cell(prefill.get('mean_ms'), 'prefill.mean_ms')}"
+                    f"{cell(n['busy_pct'], 'busy_pct')}<td>{escape(str(n['straggler'] or ''))}</td></tr>")
     return (f"<details data-replica='{escape(name)}'><summary>{escape(name)}: {steps} step(s), the slowest in "
             f"{slowest}</summary><table>{head}{''.join(rows)}</table></details>")

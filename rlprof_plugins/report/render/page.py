@@ -35,16 +35,11 @@ margin:10px 0}summary{cursor:pointer;font-weight:600}.state-failed,.state-error{
 NEWEST_ROWS = 60  # across-steps rows shown unfolded; older ones fold away
 
 
-def render(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
-           page: Path | None = None) -> str:
-    """The page; ``page`` (where it will be written) makes the links to each step's files relative."""
-    return "".join(render_parts(report, notes, compared, page))
-
-
 def render_parts(report: dict[str, Any], notes: list[str], compared: dict[str, Any] | None = None,
                  page: Path | None = None) -> Iterator[str]:
-    """The page in parts, in order, made as they are written (``build.write_page``): at a fleet's
-    thousands of steps the heat strip and the steps' rows are megabytes, never held whole."""
+    """The page in parts, in order, made as they are written (``build.write_page``): a fleet's heat strip
+    and steps' rows are never held whole. ``page`` (where it will be written) makes the links to each
+    step's files relative."""
     steps = report["steps"]
     base = page.parent if page else Path(report["root"])
     sources = sorted({s for row in steps for s in row.get("sources", [])})

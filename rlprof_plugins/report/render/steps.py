@@ -11,7 +11,6 @@ the number of steps.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any, Callable
 
 from ...trace.analysis.communication import is_communication
@@ -20,14 +19,13 @@ from ...trace.analysis.step_numbers import (change_pct, imbalance, operator_chan
                                   stage_operators, straggler)
 from ...trace.analysis.trace_stats import TraceStats
 from ...store.layout import STEPS_DIR
-from ..execute.passes import LocalPasses, Passes
+from ..execute.passes import Passes
 from .flame import stage_python, view as flame_view
 from ...step_logs.requests import held_step
 from ...metrics.tail import longest_tail
 from ..plan.measured_rows import measured_row
 from ..execute.memory_pass import step_memory
 from .anomalies import add_anomalies
-from ..plan.planner import plan_root
 from ..plan.view import RootView, ServerView, StepView
 
 DETAILED = 20  # the newest steps shown in full
@@ -36,18 +34,10 @@ DETAILS = ("timeline", "iteration_device", "rank_time", "operators", "python", "
            "slowest_rank_iterations", "rank_busy_ms")
 
 
-def step_rows(root: str | Path, progress: Callable[[str], None] | None = None, *, steps: tuple[int, int] | None = None,
-              keep: tuple[int, ...] = ()) -> dict[str, Any]:
-    """One server's rows below ``root`` read on this machine (no cache): ``{"root", "steps": [row, ...],
-    "steps_found", "warnings"}``, those in ``steps`` (first, last) only when given; the steps in ``keep`` keep
-    their details and their operators (``_stage_ops``) for a comparison."""
-    view = plan_root(Path(root), shown=str(root), steps=steps, use_cache=False)
-    return server_rows(view, view.servers[0], LocalPasses(Path(root), use_cache=False), progress, keep)
-
-
 def server_rows(view: RootView, server: ServerView, passes: Passes, progress: Callable[[str], None] | None = None,
                 keep: tuple[int, ...] = ()) -> dict[str, Any]:
-    """``step_rows``' answer for one server of a planned root."""
+    """One server's rows of a planned root: ``{"root", "steps": [row, ...], "steps_found", "warnings"}``; the
+    steps in ``keep`` keep their details and their operators (``_stage_ops``) for a comparison."""
     found = ServerSteps(view, server, passes)
     rows = [found.row(step, folder, progress) for step, folder in found.chosen]
     return {"root": view.root, "steps": in_sequence(rows, keep), "steps_found": server.steps_found,
@@ -138,8 +128,8 @@ def _row(view: RootView, folder: StepView, progress: Callable[[str], None] | Non
     row["ranks"] = sorted({st.rank for st in stats})
     row["sources"] = sorted({st.source for st in stats if st.source})
     row["without_iterations"] = sorted(str(st.path.relative_to(folder.rel)) for st in stats if not st.iteration_list)
-    _add_iterations(row, stats)
     row["rank_time"] = rank_time(stats)
+    _add_iterations(row, stats)
     row["stage_operators"] = stage_operators(stats)
     row["stage_python"] = stage_python(stats)
     return row
@@ -157,21 +147,18 @@ def _add_iterations(row: dict[str, Any], stats: list[TraceStats]) -> None:
     device = {(st.rank, tuple(item[0])): part for st in stats for item, part in zip(st.iteration_list,
                                                                                      st.iteration_device)}
     row["iteration_device"] = [in_ms(device.get((it.rank, it.key))) for it in iterations] if device else []
-    busy: dict[str, float] = {}
+    busy: dict[str, float] = defaultdict(float)
     pauses: dict[str, list[float]] = {}  # rank -> [count, us], over its stage files
-    spans: dict[str, list[float]] = {}  # rank -> [first, last] us, over its stage files
     for st in stats:
-        busy[st.rank] = busy.get(st.rank, 0.0) + st.busy_us
+        busy[st.rank] += st.busy_us
         count_us = pauses.setdefault(st.rank, [0, 0.0])
         count_us[0] += st.pauses
         count_us[1] += st.pause_us
-        if st.first_us is not None and st.last_us is not None:
-            span = spans.setdefault(st.rank, [st.first_us, st.last_us])
-            span[0], span[1] = min(span[0], st.first_us), max(span[1], st.last_us)
-    row["span_ms"] = round(max((last - first for first, last in spans.values()), default=0.0) / 1000.0, 3)
+    times = row["rank_time"]  # by rank, in order
+    row["span_ms"] = max((t["span_ms"] for t in times.values()), default=0.0)
     # which rank held each iteration up (the straggler question), and each rank's own busy time
-    row["rank_busy_ms"] = {rank: round(us / 1000.0, 3) for rank, us in sorted(busy.items())}
-    row["slowest_rank_iterations"] = {rank: sum(1 for it in iterations if it.rank == rank) for rank in sorted(busy)}
+    row["rank_busy_ms"] = {rank: t["iterations_ms"] for rank, t in times.items()}
+    row["slowest_rank_iterations"] = {rank: sum(1 for it in iterations if it.rank == rank) for rank in times}
     row["straggler"] = straggler(iterations)
     row["imbalance"] = imbalance(busy)
     if pauses:

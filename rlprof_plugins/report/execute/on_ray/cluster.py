@@ -90,6 +90,44 @@ def _task(ray: Any) -> Any:
     return ray.remote(on_node)
 
 
+class Waiting:
+    """Tasks sent and not yet answered, each with its tag: iterating gives ``(tag, its value or its
+    TaskFailure)`` as each finishes, a task sent meanwhile included; those unfinished at the deadline are
+    cancelled and answered as timed out. Every few seconds, how many of ``expected`` have answered."""
+
+    def __init__(self, session: "ClusterSession", what: str, expected: int = 0) -> None:
+        self.ray, self.timeout, self.say = session.ray, session.timeout, session.say
+        self.what, self.expected = what, expected
+        self.deadline = time.monotonic() + session.timeout
+        self.tags: dict[Any, Any] = {}
+        self.pending: list[Any] = []
+
+    def send(self, ref: Any, tag: Any) -> None:
+        self.tags[ref] = tag
+        self.pending.append(ref)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        done, said = 0, time.monotonic()
+        while self.pending and (left := self.deadline - time.monotonic()) > 0:
+            ready, self.pending = self.ray.wait(self.pending, num_returns=1, timeout=min(left, 1.0))
+            for ref in ready:
+                done += 1
+                try:
+                    value = self.ray.get(ref, timeout=max(1.0, self.deadline - time.monotonic()))
+                except Exception as e:  # the task failed, its node died, its worker crashed
+                    value = why_failed(e)
+                yield self.tags.pop(ref), value
+            if time.monotonic() - said >= 5.0:
+                said = time.monotonic()
+                self.say(f"Ray: {self.what}: {done} of {self.expected} answered")
+        for ref in self.pending:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:
+                pass
+            yield self.tags.pop(ref), TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
+
+
 class ClusterSession:
     """One report's use of the joined cluster: ROOT planned on every alive node (``plan``), then the planned
     passes run where the files lie (``execute``)."""
@@ -122,9 +160,11 @@ class ClusterSession:
         is kept below ROOT by the plan: ``use_cache`` is the passes')."""
         started = time.monotonic()
         self.say(f"Ray: {len(self.nodes)} alive node(s); planning {self.root_text} on each")
-        refs = {self._run(name, "plan_here", self.root_text, list(steps) if steps else None, memory, windows): name
-                for name in self.nodes}
-        for _ref, name, outcome in self._gather(refs, started + self.timeout, "planning", len(refs), list(refs)):
+        tasks = Waiting(self, "planning", len(self.nodes))
+        for name in self.nodes:
+            tasks.send(self._run(name, "plan_here", self.root_text, list(steps) if steps else None, memory, windows),
+                         name)
+        for name, outcome in tasks:
             if isinstance(outcome, TaskFailure):
                 self.analysis.faults.append(f"node {name}: could not plan {self.root_text}: {outcome.reason}")
                 continue
@@ -163,13 +203,11 @@ class ClusterSession:
         A pass whose node dies (or leaves the cluster) goes to another live holder of the same file (a shared
         filesystem), once per holder; with none left, the file is named unread with the node and the reason."""
         started = time.monotonic()
-        deadline = started + self.timeout
+        tasks = Waiting(self, "reading")
         load: dict[str, int] = {}
         answers: dict[Any, Any] = {}
-        refs: dict[Any, tuple[Job, str]] = {}
         queued: dict[str, deque[Job]] = {name: deque() for name in self.nodes}  # placed, not yet sent
         running: dict[str, int] = {name: 0 for name in self.nodes}
-        sent: list[Any] = []  # refs sent while the others are gathered
         gone: set[str] = set()  # nodes that died or left during the passes
         tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
 
@@ -189,7 +227,7 @@ class ClusterSession:
             """Send ``node``'s queued passes while it reads fewer than it may and the deadline is ahead (what
             is still queued at the deadline is named unread below)."""
             while (node not in gone and queued[node] and running[node] < self.nodes[node].passes
-                   and time.monotonic() < deadline):
+                   and time.monotonic() < tasks.deadline):
                 job = queued[node].popleft()
                 if job.rank is not None:
                     self.analysis.traces_per_node[node] = self.analysis.traces_per_node.get(node, 0) + 1
@@ -197,9 +235,8 @@ class ClusterSession:
                                     self.use_cache, retries=1)
                 else:
                     ref = self._run(node, "memory_pass", self.root_text, job.path, retries=1)
-                refs[ref] = (job, node)
+                tasks.send(ref, (job, node))
                 running[node] += 1
-                sent.append(ref)
 
         size = self.views.sizes
         for job in sorted(jobs, key=lambda j: -size.get(j.path, 0)):
@@ -207,10 +244,10 @@ class ClusterSession:
                 answers[job] = self._unread(job.path, self._holders(job.path), "no node that holds it can run rlprof")
             elif job.rank is not None:
                 self.analysis.trace_bytes += size[job.path]
+        tasks.expected = len(jobs) - len(answers)
         for node in self.nodes:
             send_queued(node)
-        for _ref, (job, node), outcome in self._gather(refs, deadline, "reading",
-                                                       len(jobs) - len(answers), sent):
+        for (job, node), outcome in tasks:
             running[node] -= 1
             if isinstance(outcome, TaskFailure) and outcome.node_gone:
                 gone.add(node)
@@ -229,8 +266,8 @@ class ClusterSession:
                 continue
             send_queued(node)
             answers[job] = self._answer(job, node, outcome)
-        for node, waiting in queued.items():  # never sent before the deadline
-            for job in waiting:
+        for node, unsent in queued.items():  # never sent before the deadline
+            for job in unsent:
                 answers[job] = self._unread(job.path, node, f"no answer within --timeout {self.timeout:g} s")
         self.analysis.traces_per_node = {n: k for n, k in self.analysis.traces_per_node.items() if k > 0}
         self.analysis.nodes = sorted(self.analysis.traces_per_node)
@@ -260,40 +297,3 @@ class ClusterSession:
     def _unread(self, rel: str, node: str, reason: str) -> str:
         self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
         return f"{rel}: not read on node {node}: {reason}"
-
-    def _gather(self, refs: dict[Any, Any], deadline: float, what: str, expected: int,
-                sent: list[Any]) -> Iterator[tuple[Any, Any, Any]]:
-        """``(ref, its tag in refs, its value or its TaskFailure)`` for each ref in ``sent``, as they finish; refs
-        the caller puts in ``sent`` (and in ``refs``) while it handles one are gathered too. Those unfinished at
-        the deadline are cancelled and answered as timed out. ``expected``: how many answers make the whole."""
-        ray = self.ray
-        pending: list[Any] = []
-        done = 0
-        said = time.monotonic()
-        while True:
-            if sent:
-                pending += sent
-                sent.clear()
-            left = deadline - time.monotonic()
-            if not pending or left <= 0:
-                break
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
-            for ref in ready:
-                done += 1
-                try:
-                    value = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
-                except Exception as e:  # the task failed, its node died, its worker crashed
-                    value = why_failed(e)
-                yield ref, refs[ref], value
-            if time.monotonic() - said >= 5.0:
-                said = time.monotonic()
-                self.say(f"Ray: {what}: {done} of {expected} answered")
-        if sent:  # sent while the last answers were handled
-            pending += sent
-            sent.clear()
-        for ref in pending:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:
-                pass
-            yield ref, refs[ref], TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)

@@ -19,7 +19,6 @@ from .... import __version__
 from ....step_logs.steps import read_steps
 from ....store.servers import replicas_of
 from ...plan.planner import plan_server
-from ...plan.view import server_to_wire
 from ..wire import pack
 
 
@@ -39,9 +38,9 @@ def inside(root: Path, rel: str) -> Path:
 
 
 def plan_here(root_text: str, steps: Any = None, memory: bool = True, windows: bool = True) -> bytes:
-    """This node's part of ROOT, planned and packed (``wire``): ``servers`` (each server's view with its step
-    logs' records, ``plan.view.server_to_wire``), ``sizes`` (every file a pass reads: bytes), and who planned
-    it; ``steps``, ``memory``, ``windows`` as ``plan_root`` takes them."""
+    """This node's part of ROOT, planned and packed (``wire``): ``servers`` (each server's view, its step logs'
+    records as its ``measured``), ``sizes`` (every file a pass reads: bytes), and who planned it; ``steps``,
+    ``memory``, ``windows`` as ``plan_root`` takes them."""
     root = resolve(root_text)
     out: dict[str, Any] = {"version": __version__, "host": socket.gethostname(), "root": str(root),
                            "exists": root.is_dir(), "servers": [], "sizes": {}, "skipped": []}
@@ -50,11 +49,12 @@ def plan_here(root_text: str, steps: Any = None, memory: bool = True, windows: b
     for replica in replicas_of(root):
         records, warnings = read_steps(replica.root)
         records.pop(None, None)  # iterations before any step was named: no step's row
-        server = plan_server(root, replica, records, warnings, steps=tuple(steps) if steps else None,
-                             memory=memory, windows=windows)
-        out["servers"].append(server_to_wire(server, records))
-    for rel in {str(job.path) for s in out["servers"] for job in s["jobs"]} | {
-            rel for s in out["servers"] for rel in s["memory"]}:
+        out["servers"].append(plan_server(root, replica, records, warnings, steps=tuple(steps) if steps else None,
+                                          memory=memory, windows=windows))
+    planned = [step for server in out["servers"] for step in server.planned.values()]
+    dumps = [a for server in out["servers"] for found in server.anomalies.values() for a in found]
+    for rel in {str(job.path) for found in (*planned, *dumps) for job in found.jobs} | {
+            rel for step in planned for _, rel in step.memory}:
         try:
             out["sizes"][rel] = os.stat(inside(root, rel)).st_size
         except ValueError as e:

@@ -8,6 +8,7 @@ each merge group lacks only the ranks no node holds.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ....trace.format import naming
 from ....trace.format.rank_files import missing_text
 from ...plan.measured_rows import scratch_steps
 from ...plan.planner import choose
-from ...plan.view import GroupView, RootView, ServerView, StepView, server_of_wire
+from ...plan.view import GroupView, RootView, ServerView, StepView
 
 
 class NodeViews:
@@ -28,7 +29,7 @@ class NodeViews:
         self.holders: dict[str, list[str]] = {}  # a file a pass reads (below ROOT) -> the nodes holding it
         self.sizes: dict[str, int] = {}
         self.notes: list[str] = []
-        self._servers: dict[str, tuple[ServerView, dict]] = {}
+        self._servers: dict[str, ServerView] = {}  # by ``rel``; ``measured`` its step logs' records, joined
 
     def add(self, node: str, planned: dict[str, Any]) -> None:
         self.notes += [f"node {node}: {line}" for line in planned["skipped"]]
@@ -38,20 +39,19 @@ class NodeViews:
             else:
                 self.notes.append(f"{rel}: differs between nodes ({', '.join(self.holders[rel])}: "
                                   f"{self.sizes[rel]:,} bytes; {node}: {size:,} bytes); read the first")
-        for data in planned["servers"]:
-            server, records = server_of_wire(data)
+        for server in planned["servers"]:
             if server.rel not in self._servers:
-                self._servers[server.rel] = (server, records)
+                self._servers[server.rel] = server
             else:
-                _join_servers(*self._servers[server.rel], server, records)
+                _join_servers(self._servers[server.rel], server)
 
     def view(self, shown: str, replica: str | None, steps: tuple[int, int] | None, every_folder: bool) -> RootView:
         """ROOT's view (``plan.planner.plan_root``'s answer) over every node's plan."""
         servers, taken = [], set()
-        for server, records in (self._servers[rel] for rel in sorted(self._servers)):
-            server.name = server.name if server.name not in taken else f"{server.name}@{server.rel}"
+        for held in (self._servers[rel] for rel in sorted(self._servers)):
+            server = replace(held, name=held.name if held.name not in taken else f"{held.name}@{held.rel}",
+                             measured=scratch_steps(held.measured))
             taken.add(server.name)
-            server.measured = scratch_steps(records)
             servers.append(server)
         chosen = choose(servers, replica, shown)
         view = RootView(shown, chosen or [ServerView("", "", [], {}, scratch_steps({}), [], {}, [])],
@@ -62,7 +62,7 @@ class NodeViews:
         return view
 
 
-def _join_servers(held: ServerView, records: dict, other: ServerView, more: dict) -> None:
+def _join_servers(held: ServerView, other: ServerView) -> None:
     folders = {f.rel: f for f in held.folders}
     for f in other.folders:
         if f.rel not in folders:
@@ -78,9 +78,9 @@ def _join_servers(held: ServerView, records: dict, other: ServerView, more: dict
     periods = {repr(p.to_json()) for p in held.periods}
     held.periods += [p for p in other.periods if repr(p.to_json()) not in periods]
     held.warnings += [w for w in other.warnings if w not in held.warnings]
-    for step, ranks in more.items():
+    for step, ranks in other.measured.items():
         for rank, record in ranks.items():
-            records.setdefault(step, {}).setdefault(rank, record)
+            held.measured.setdefault(step, {}).setdefault(rank, record)
 
 
 def join_steps(a: StepView, b: StepView) -> StepView:
