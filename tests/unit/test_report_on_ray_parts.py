@@ -128,6 +128,20 @@ def test_a_server_every_node_holds_alike_is_one_server_and_a_file_that_differs_i
     assert views.holders[rel] == ["node-a", "node-b"]  # read where it is as the first node holds it
 
 
+def test_a_plan_not_in_this_releases_shape_is_refused_before_anything_of_it_is_kept(root):
+    """A node of another release may send its plan in another shape (servers as plain data): ``add`` says so
+    (the cluster names the node in ``faults``) and keeps none of it, not its files' holders either."""
+    views = NodeViews()
+    other = planned(root)
+    other["servers"] = [{"name": s.name, "rel": s.rel} for s in other["servers"]]
+    for plan in (other, ["not", "a", "plan"]):
+        with pytest.raises(ValueError, match="not in this release's shape"):
+            views.add("node-old", plan)
+    assert not views.holders and not views.notes
+    views.add("node-a", planned(root))
+    assert views.holders and all(h == ["node-a"] for h in views.holders.values())
+
+
 def spanning_two_nodes(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A TP=2 server spanning two nodes, each writing its rank into a step folder of its own disk (the
     manifest's ``nodes``, each worker's node, the roster naming where the other rank lives): node A's ROOT

@@ -90,7 +90,7 @@ def test_every_python_reads_a_blob_with_the_standard_library_alone(version, tmp_
     blob = tmp_path / "blob"
     blob.write_bytes(pack(real_stats()))
     read = subprocess.run([exe, "-I", "-c", "import json, sys, zlib; d = json.loads(zlib.decompress("
-                           "open(sys.argv[1], 'rb').read()))['__trace_stats__']; "
+                           "open(sys.argv[1], 'rb').read()))['__record__'][1]; "
                            "print(json.dumps({'path': d['path'], 'n': len(d['iteration_list'])}))", str(blob)],
                           capture_output=True, text=True, timeout=60)
     assert read.returncode == 0, read.stderr
@@ -101,7 +101,7 @@ def test_every_python_reads_a_blob_with_the_standard_library_alone(version, tmp_
 
 def test_a_tampered_or_foreign_blob_is_refused():
     plain = json.loads(zlib.decompress(pack(real_stats())))
-    plain["__trace_stats__"]["__class__"] = "os.system"
+    plain["__record__"][1]["__class__"] = "os.system"
     with pytest.raises(WireError, match="__class__"):
         unpack(zlib.compress(json.dumps(plain).encode()))
     import pickle

@@ -9,10 +9,9 @@ JSON lacks a few of the values the report's passes return, so each is written as
 
 - ``{"__tuple__": [...]}`` a tuple (an iteration's key and record stay tuples);
 - ``{"__items__": [[key, value], ...]}`` a dict whose keys are not all strings;
-- ``{"__trace_stats__": {field: value}}`` a ``TraceStats``, its fields checked against the class (an unknown
-  field is refused), its path as a string turned back into a ``Path``;
-- ``{"__record__": [name, fields]}`` one of the records a node's plan is made of (``RECORDS``: the plan's
-  views, a trace's job, a frontend's busy period, a step log's record), checked the same way.
+- ``{"__record__": [name, {field: value}]}`` one of the records a pass or a plan is made of (``RECORDS``: a
+  trace's summary, the plan's views, a trace's job, a frontend's busy period, a step log's record), only
+  those, each field checked against its class (an unknown one is refused); a record's ``path`` is a ``Path``.
 
 Paths anywhere else travel as strings.
 """
@@ -31,11 +30,10 @@ from ...metrics.requests import BusyPeriod
 from ...trace.analysis.trace_stats import TraceJob, TraceStats
 from ..plan.view import AnomalyView, Folder, GroupView, ServerView, StepView
 
-_TUPLE, _ITEMS, _STATS, _RECORD = "__tuple__", "__items__", "__trace_stats__", "__record__"
-# the records a blob may hold by name; those with ``from_json`` travel as their ``to_json()``, others field by field
-RECORDS = {cls.__name__: cls for cls in (ServerView, StepView, GroupView, AnomalyView, Folder, TraceJob, BusyPeriod,
-                                         StepRecord)}
-_STATS_FIELDS = {f.name for f in dataclasses.fields(TraceStats)}
+_TUPLE, _ITEMS, _RECORD = "__tuple__", "__items__", "__record__"
+# the records a blob may hold, by name; those with ``from_json`` travel as their ``to_json()``, others field by field
+RECORDS = {cls.__name__: cls for cls in (TraceStats, ServerView, StepView, GroupView, AnomalyView, Folder, TraceJob,
+                                         BusyPeriod, StepRecord)}
 _FLOAT_TOTALS = ("device_ops", "cpu_self")  # a TraceStats' running sums: defaultdict(float) as the pass makes them
 
 
@@ -58,8 +56,6 @@ def unpack(blob: bytes) -> Any:
 def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
-    if isinstance(value, TraceStats):
-        return {_STATS: {f: _plain(getattr(value, f)) for f in _STATS_FIELDS}}
     if RECORDS.get(type(value).__name__) is type(value):
         fields = value.to_json() if hasattr(value, "from_json") else {f: getattr(value, f) for f in _fields(value)}
         return {_RECORD: [type(value).__name__, _plain(fields)]}
@@ -73,7 +69,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in (sorted(value) if isinstance(value, (set, frozenset)) else value)]
     if isinstance(value, PurePath):
         return str(value)
-    raise TypeError(f"a report answer holds plain data and trace summaries only, not {type(value).__name__}")
+    raise TypeError(f"a report answer holds plain data and the report's records only, not {type(value).__name__}")
 
 
 def _typed(value: Any) -> Any:
@@ -87,31 +83,18 @@ def _typed(value: Any) -> Any:
             return tuple(_typed(v) for v in inner)
         if key == _ITEMS:
             return {_typed(k): _typed(v) for k, v in inner}
-        if key == _STATS:
-            return _stats(inner)
         if key == _RECORD:
-            return _record(*inner)
+            return _record(inner)
     return {k: _typed(v) for k, v in value.items()}
-
-
-def _stats(fields: Any) -> TraceStats:
-    if not isinstance(fields, dict) or set(fields) - _STATS_FIELDS:
-        unknown = sorted(set(fields) - _STATS_FIELDS) if isinstance(fields, dict) else [type(fields).__name__]
-        raise WireError(f"a trace summary with fields this release does not know: {', '.join(unknown)}")
-    typed = {k: _typed(v) for k, v in fields.items()}
-    typed["path"] = Path(typed.get("path") or "")
-    for name in _FLOAT_TOTALS:
-        if name in typed:
-            typed[name] = defaultdict(float, typed[name])
-    return TraceStats(**typed)
 
 
 def _fields(cls: Any) -> tuple[str, ...]:
     return getattr(cls, "_fields", None) or tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _record(name: str, fields: Any) -> Any:
-    cls = RECORDS.get(name)
+def _record(inner: Any) -> Any:
+    name, fields = inner if isinstance(inner, list) and len(inner) == 2 else (repr(inner), None)
+    cls = RECORDS.get(name) if isinstance(name, str) else None
     if cls is None or not isinstance(fields, dict):
         raise WireError(f"not a record this release knows: {name}")
     unknown = set(fields) - set(_fields(cls)) if not hasattr(cls, "from_json") else set()
@@ -121,8 +104,11 @@ def _record(name: str, fields: Any) -> Any:
         if hasattr(cls, "from_json"):
             return cls.from_json(_typed(fields))
         typed = {k: _typed(v) for k, v in fields.items()}
-        if cls is TraceJob:
-            typed["path"] = Path(typed["path"])
+        if "path" in typed:
+            typed["path"] = Path(typed["path"] or "")
+        for total in _FLOAT_TOTALS if cls is TraceStats else ():
+            if total in typed:
+                typed[total] = defaultdict(float, typed[total])
         return cls(**typed)
     except (TypeError, ValueError, KeyError) as e:  # a field missing, or a value of another kind
         raise WireError(f"a {name} that is not whole: {e}") from None

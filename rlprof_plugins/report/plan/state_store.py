@@ -19,7 +19,7 @@ CACHE_DIR = ".rlprof-report-cache"
 SUFFIX = ".rlprof-cache"
 STATE_SUFFIX = ".rlprof-state"  # a reader's own state between runs (the step logs read so far)
 # the shape of what is kept: entries of another rlprof release (or an older shape) are made again
-VERSION = [8, __version__]
+VERSION = [9, __version__]
 
 
 class StateStore:

@@ -98,19 +98,17 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
                     problems.append({"global_step": step, "replica": replica.name, "state": row.get("state"),
                                      "directory": row.get("directory"), "error": row.get("error"),
                                      "unreadable": list(row.get("unreadable") or [])})
-            else:
-                place = measured.place(step)
-                row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, found.periods)
-            at = per_step.get(step)
-            if at is None:
-                at = per_step[step] = StepReplicas(columns)
-            at.add(index, place)
-            if directory is not None:
                 traced = (row.get("iteration_ms_total") or 0.0, row.get("iterations") or 0, row.get("mean_ms"))
                 numbers = row.get("measured") or {}
                 whole = (numbers.get("iteration_ms_total"), numbers.get("mean_ms"))
             else:
+                place = measured.place(step)
+                row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, found.periods)
                 traced, whole = None, (mine.busy(place), mine.mean(place))
+            at = per_step.get(step)
+            if at is None:
+                at = per_step[step] = StepReplicas(columns)
+            at.add(index, place)
             slowest.setdefault(step, Ranking()).offer(replica.name, row, traced, whole)
         del found, measured, mine
     order = sorted(per_step, key=lambda s: (s is not None, s if s is not None else -1))

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator, NamedTuple
 from .... import __version__
 from ..passes import Analysis, PlannedPasses
 from ...plan.view import RootView
-from ..wire import unpack
+from ....trace.analysis.trace_stats import TraceStats
+from ..wire import WireError, unpack
 from .node_views import NodeViews
 
 CPUS_A_PASS = 4  # a node runs one pass at a time for each this many CPUs it has (one at least)
@@ -173,13 +174,18 @@ class ClusterSession:
                                             "holds is not read; install rlprof-plugins there")
                 continue
             self.analysis.bytes_returned += len(outcome)
-            planned = unpack(outcome)
+            try:
+                planned = unpack(outcome)
+                self.views.add(name, planned)
+            except ValueError as e:  # a node of a release whose plan this one cannot read
+                self.analysis.faults.append(f"node {name}: its plan cannot be read by rlprof {__version__} ({e}): "
+                                            f"what it holds is not read; install rlprof-plugins {__version__} there")
+                continue
             self.runs_rlprof.add(name)
             if planned["version"] != __version__:
                 self.analysis.versions[name] = planned["version"]
                 self.notes.append(f"node {name} runs rlprof {planned['version']}, this machine {__version__}: "
                                   "its passes are its own release's")
-            self.views.add(name, planned)
         self.analysis.seconds["planning"] = round(time.monotonic() - started, 3)
         view = self.views.view(self.root_text, replica, steps, every_folder)
         self.notes += self.views.notes
@@ -278,18 +284,24 @@ class ClusterSession:
         """A pass's result as the report takes it: a trace's summary, a snapshot's numbers, or why it is unread."""
         if isinstance(outcome, TaskFailure):
             return self._unread(job.path, node, outcome.reason)
-        if job.rank is None:
-            self.analysis.bytes_returned += len(outcome)
-            got = unpack(outcome)
-            return got if "error" not in got else self._unread(job.path, node, got["error"])
-        blob, cached, seconds = outcome
-        self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
+        blob = outcome
+        if job.rank is not None:
+            blob, cached, seconds = outcome
+            self.analysis.seconds["on_nodes"] = round(self.analysis.seconds.get("on_nodes", 0.0) + seconds, 3)
+            self.analysis.node_cache_hits += int(cached)
         self.analysis.bytes_returned += len(blob)
-        self.analysis.node_cache_hits += int(cached)
-        st = unpack(blob)
-        if st.error:  # a corrupt trace: named as the local report names it, and by the node that read it
-            st.error = self._unread(job.path, node, st.error)
-        return st
+        try:
+            got = unpack(blob)
+            wanted = TraceStats if job.rank is not None else dict
+            if not isinstance(got, wanted):
+                raise WireError(f"a {type(got).__name__}, not a {wanted.__name__}")
+        except WireError as e:  # a node of another release
+            return self._unread(job.path, node, f"its answer cannot be read by rlprof {__version__} ({e})")
+        if job.rank is None:
+            return got if "error" not in got else self._unread(job.path, node, got["error"])
+        if got.error:  # a corrupt trace: named as the local report names it, and by the node that read it
+            got.error = self._unread(job.path, node, got.error)
+        return got
 
     def _holders(self, rel: str) -> str:
         return ", ".join(self.views.holders.get(rel, [])) or "no node"

@@ -31,7 +31,10 @@ class NodeViews:
         self.notes: list[str] = []
         self._servers: dict[str, ServerView] = {}  # by ``rel``; ``measured`` its step logs' records, joined
 
-    def add(self, node: str, planned: dict[str, Any]) -> None:
+    def add(self, node: str, planned: Any) -> None:
+        """A node's plan; ``ValueError`` for one not in this release's shape (a node of another release)."""
+        if not isinstance(planned, dict) or not all(isinstance(s, ServerView) for s in planned.get("servers", [None])):
+            raise ValueError("its plan is not in this release's shape")
         self.notes += [f"node {node}: {line}" for line in planned["skipped"]]
         for rel, size in planned["sizes"].items():
             if self.sizes.setdefault(rel, size) == size:
