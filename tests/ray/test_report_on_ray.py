@@ -22,7 +22,8 @@ actor holds still runs the passes; passes still queued at ``--timeout`` are
 named unread and the report is made; a corrupt trace, a node that
 cannot import rlprof (named, with the mend) and a node killed mid-report are
 each named by file or node, with a non-zero exit within the timeout; a node of another rlprof release
-is named and read; an address that takes connections and is no cluster ends
+is named and read, and one whose plan or answers are in a shape this release cannot read is named (the
+node, or each file by node) while the others are read; an address that takes connections and is no cluster ends
 within the timeout (one where nothing answers: at once, in ``make test``).
 """
 
@@ -356,6 +357,52 @@ def test_a_corrupt_trace_a_node_without_rlprof_and_one_of_another_release_are_na
     assert version == "0.1.99" and f"node {older} runs rlprof 0.1.99" in notes and older in a["nodes"]
     steps = {s["global_step"]: s for s in on_ray["steps"]}  # what the other nodes read is kept
     assert {r["name"] for r in steps[5]["replicas"]} == {REPLICAS[0], REPLICAS[1]}
+    assert all(r["iterations"] > 0 for s in steps.values() for r in s["replicas"] if r["name"] == REPLICAS[0])
+
+
+def release_copy(base: Path, version: str, edits: list[tuple[str, str, str]]) -> Path:
+    """The installed rlprof copied below ``base`` as release ``version``, each ``(module, text, new text)``
+    edit made in it (each must apply): a node of another release whose wire differs. Returns its folder."""
+    import rlprof_plugins
+
+    other = base / f"release-{version}" / "rlprof_plugins"
+    shutil.copytree(Path(rlprof_plugins.__file__).parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    for module, text, new in [("__init__.py", f'__version__ = "{rlprof_plugins.__version__}"',
+                               f'__version__ = "{version}"'), *edits]:
+        path = other / module
+        assert text in path.read_text(), (module, text)
+        path.write_text(path.read_text().replace(text, new))
+    return other.parent
+
+
+@pytest.mark.extended
+def test_a_node_whose_release_plans_or_answers_in_another_shape_is_named_and_the_others_read(tmp_path):
+    """node1's release sends its servers as plain data (named in ``faults`` with the release to install; what
+    it holds is not read); node2's answers each trace's summary as plain data (each such file unread, by node).
+    The report keeps what node0 read, and exits 1."""
+    nodes = ["node0", "node1", "node2"]
+    fleet(tmp_path, nodes)
+    node = "report/execute/on_ray/node.py"
+    plans_apart = release_copy(tmp_path, "0.1.98", [(node, "return pack(out)",
+                                                     'return pack({**out, "servers": [vars(s) for s in out["servers"]]})')])
+    answers_apart = release_copy(tmp_path, "0.1.97", [(node, "return pack(stats), cached",
+                                                       "return pack(vars(stats)), cached")])
+    spec = {"node0": {"env": {"FLEET_NODE": "node0"}},
+            "node1": {"env": {"FLEET_NODE": "node1", "PYTHONPATH": f"{plans_apart}{os.pathsep}{RAY_PATH}"}},
+            "node2": {"env": {"FLEET_NODE": "node2", "PYTHONPATH": f"{answers_apart}{os.pathsep}{RAY_PATH}"}}}
+    with RayCluster(spec, tmp_path) as cluster:
+        done, on_ray = report_json(f"{tmp_path}/{NODE_ROOT}", tmp_path, "ray", "--ray", cluster.address,
+                                   "--timeout", "120")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    a = on_ray["analysis"]
+    (fault,) = a["faults"]
+    assert "its plan cannot be read by rlprof" in fault and "install rlprof-plugins" in fault, fault
+    unread = a["unread"]
+    assert unread and all("its answer cannot be read by rlprof" in u["reason"] for u in unread), unread
+    assert {u["path"].split("/")[0] for u in unread} == {REPLICAS[2]} and len({u["node"] for u in unread}) == 1
+    steps = {s["global_step"]: s for s in on_ray["steps"]}
+    read = {r["name"]: r for s in steps.values() for r in s["replicas"]}
+    assert REPLICAS[1] not in read  # node1's replica: not planned, so not read
     assert all(r["iterations"] > 0 for s in steps.values() for r in s["replicas"] if r["name"] == REPLICAS[0])
 
 

@@ -5,8 +5,8 @@ A real trace's summary (``trace_stats`` over a vLLM TP=2 fixture's rank trace) r
 included: tuples, ``Path``, running sums); the blob is JSON that each other Python on this machine (3.10 to
 3.13 where present) reads with the standard library alone, its path a string (on 3.13 a pickled
 ``pathlib.Path`` names ``pathlib._local``, which is how a pickled format broke across interpreters); a
-plan's non-string keys and tuples come back as they went, bytes never travel; a tampered or foreign blob
-is refused."""
+plan's non-string keys and tuples come back as they went, bytes never travel; a node's plan comes back as
+the plan's own records; a tampered or foreign blob, or a record this release does not name, is refused."""
 
 import dataclasses
 import json
