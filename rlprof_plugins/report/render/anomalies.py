@@ -7,9 +7,11 @@ of its sampled stacks, read from its traces by the same pass as a session's.
 
 from __future__ import annotations
 
+from collections import Counter
 from html import escape
 from typing import Any
 
+from ...trace.analysis.step_numbers import slowest_iterations
 from ...trace.analysis.trace_stats import TraceJob
 from ..execute.passes import Passes
 from ..plan.view import AnomalyView, RootView
@@ -34,16 +36,9 @@ def window_view(jobs: list[TraceJob], passes: Passes) -> dict[str, Any]:
     view of its samples, from each rank's trace (``jobs``)."""
     stats = passes.traces(jobs, None)
     readable = [st for st in stats if st.error is None]
-    slowest: dict[Any, list] = {}
-    for st in readable:
-        for key, stage, us, _prefill, _decode, batch in st.iteration_list:
-            ms = round(us / 1000.0, 3)
-            if key not in slowest or ms > slowest[key][2]:
-                slowest[key] = [key[1], stage, ms, batch, st.rank]
-    timeline = [slowest[k] for k in sorted(slowest, key=lambda k: k[1])]
-    counts: dict[str, int] = {}
-    for it in timeline:
-        counts[it[1]] = counts.get(it[1], 0) + 1
+    iterations = slowest_iterations(readable)
+    timeline = [[it.key[1], it.stage, round(it.us / 1000.0, 3), it.batch, it.rank] for it in iterations]
+    counts = Counter(it.stage for it in iterations)
     return {"timeline": timeline, "python": flame.view(flame.stage_python(readable), counts, None, None),
             "errors": [st.error for st in stats if st.error]}
 
