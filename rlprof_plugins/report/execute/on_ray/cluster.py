@@ -214,18 +214,15 @@ class ClusterSession:
         answers: dict[Any, Any] = {}
         queued: dict[str, deque[Job]] = {name: deque() for name in self.nodes}  # placed, not yet sent
         running: dict[str, int] = {name: 0 for name in self.nodes}
-        gone: set[str] = set()  # nodes that died or left during the passes
-        tried: dict[Any, set[str]] = {}  # a job -> the nodes it was given to
+        gone: set[str] = set()  # nodes that died or left during the passes (a pass is given to each node once)
 
         def place(job: Job) -> str | None:
-            """Queue the pass on the least loaded live holder of its file it was not given to yet (None: none)."""
-            able = [n for n in self.views.holders.get(job.path, []) if n in self.runs_rlprof and n not in gone
-                    and n not in tried.get(job, ())]
+            """Queue the pass on the least loaded live holder of its file (None: none)."""
+            able = [n for n in self.views.holders.get(job.path, []) if n in self.runs_rlprof and n not in gone]
             if not able:
                 return None
             node = min(able, key=lambda n: (load.get(n, 0), n))
             load[node] = load.get(node, 0) + self.views.sizes[job.path]
-            tried.setdefault(job, set()).add(node)
             queued[node].append(job)
             return node
 
@@ -247,7 +244,8 @@ class ClusterSession:
         size = self.views.sizes
         for job in sorted(jobs, key=lambda j: -size.get(j.path, 0)):
             if place(job) is None:
-                answers[job] = self._unread(job.path, self._holders(job.path), "no node that holds it can run rlprof")
+                holders = ", ".join(self.views.holders.get(job.path, [])) or "no node"
+                answers[job] = self._unread(job.path, holders, "no node that holds it can run rlprof")
             elif job.rank is not None:
                 self.analysis.trace_bytes += size[job.path]
         tasks.expected = len(jobs) - len(answers)
@@ -302,9 +300,6 @@ class ClusterSession:
         if got.error:  # a corrupt trace: named as the local report names it, and by the node that read it
             got.error = self._unread(job.path, node, got.error)
         return got
-
-    def _holders(self, rel: str) -> str:
-        return ", ".join(self.views.holders.get(rel, [])) or "no node"
 
     def _unread(self, rel: str, node: str, reason: str) -> str:
         self.analysis.unread.append({"path": rel, "node": node, "reason": reason})
