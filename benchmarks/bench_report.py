@@ -136,17 +136,33 @@ def write_measured(folder: Path, first: int, last: int, ranks: int = 8, slow: fl
 WARM_ROUNDS = 3
 
 
+def write_fleet(root: Path, replicas: int, steps: int) -> range:
+    """verl's replica folders below ``root``: ``steps`` measured steps each (replica 7 1.3x slower), the last
+    ten of them traced too. Returns the traced steps."""
+    traced = range(steps - 9, steps + 1)
+    for r in range(replicas):
+        folder = root / f"agent_loop_rollout_replica_{r}"
+        write_measured(folder, 1, steps, slow=1.3 if r == 7 else 1.0)
+        for step in traced:
+            write_small_step(folder, step)
+    return traced
+
+
+def rlprof_of_tree(tree: str, *args: str) -> list[str]:
+    """``rlprof ARGS`` run from the source tree ``tree`` (the installed packages after it): two releases side
+    by side in one run."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    boot = (f"import sys; sys.path.insert(0, {tree!r}); sys.path.append({site!r}); "
+            "from rlprof_plugins.cli.command import main; sys.exit(main(sys.argv[1:]))")
+    return [sys.executable, "-S", "-c", boot, *args]
+
+
 def fleet(shapes: list[tuple[int, int]], work: Path) -> list[dict]:
     """The fleet view against replicas and steps: cold, warm after one more step everywhere, memory, page."""
     out = []
     for replicas, steps in shapes:
         root = work / f"fleet-{replicas}x{steps}"
-        traced = range(steps - 9, steps + 1)
-        for r in range(replicas):
-            folder = root / f"agent_loop_rollout_replica_{r}"
-            write_measured(folder, 1, steps, slow=1.3 if r == 7 else 1.0)
-            for step in traced:
-                write_small_step(folder, step)
+        traced = write_fleet(root, replicas, steps)
         cold = run_child(rlprof("report", str(root), "--no-cache", "-q"))
         run_child(rlprof("report", str(root), "-q"))  # fills the cache
         rounds = []  # three rounds of one more measured step on every replica, then the report: their median

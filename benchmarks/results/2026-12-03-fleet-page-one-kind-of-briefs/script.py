@@ -3,19 +3,12 @@ the tree before this change (/tmp/old at 3a76099) against this tree, alternating
 import json, sys, shutil
 from pathlib import Path
 sys.path.append("/work/main")
-from benchmarks.bench_report import write_measured, write_small_step, page_numbers
+from benchmarks.bench_report import page_numbers, rlprof_of_tree as cmd, write_fleet
 from benchmarks.bench_trace_tools import run_child
 SITE = "/work/main/.venv-vllm/lib/python3.11/site-packages"
 root = Path("/tmp/fleetbench/fleet-64x1000")
 if not root.exists():
-    for r in range(64):
-        folder = root / f"agent_loop_rollout_replica_{r}"
-        write_measured(folder, 1, 1000, slow=1.3 if r == 7 else 1.0)
-        for step in range(991, 1001):
-            write_small_step(folder, step)
-def cmd(tree, *args):
-    boot = f"import sys; sys.path.insert(0, {tree!r}); sys.path.append({SITE!r}); from rlprof_plugins.cli.command import main; sys.exit(main(sys.argv[1:]))"
-    return [sys.executable, "-S", "-c", boot, *args]
+    write_fleet(root, 64, 1000)
 trees = {"before": "/tmp/old", "after": SITE}
 out = {}
 for label, extra in (("page alone, cold", ["--no-cache"]), ("page alone, warm", []), ("page and --json, warm", ["--json", "/tmp/fleetbench/r.json"])):

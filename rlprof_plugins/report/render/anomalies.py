@@ -11,7 +11,7 @@ from collections import Counter
 from html import escape
 from typing import Any
 
-from ...trace.analysis.step_numbers import slowest_iterations
+from ...trace.analysis.step_numbers import slowest_iterations, timeline
 from ...trace.analysis.trace_stats import TraceJob
 from ..execute.passes import Passes
 from ..plan.view import AnomalyView, RootView
@@ -37,9 +37,8 @@ def window_view(jobs: list[TraceJob], passes: Passes) -> dict[str, Any]:
     stats = passes.traces(jobs, None)
     readable = [st for st in stats if st.error is None]
     iterations = slowest_iterations(readable)
-    timeline = [[it.key[1], it.stage, round(it.us / 1000.0, 3), it.batch, it.rank] for it in iterations]
     counts = Counter(it.stage for it in iterations)
-    return {"timeline": timeline, "python": flame.view(flame.stage_python(readable), counts, None, None),
+    return {"timeline": timeline(iterations), "python": flame.view(flame.stage_python(readable), counts, None, None),
             "errors": [st.error for st in stats if st.error]}
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ...trace.analysis.communication import is_communication
 from ...trace.analysis.device_time import add, in_ms
 from ...trace.analysis.step_numbers import (change_pct, imbalance, operator_changes, slowest_iterations, stage_numbers,
-                                  stage_operators, straggler)
+                                  stage_operators, straggler, timeline)
 from ...trace.analysis.trace_stats import TraceStats
 from ...store.layout import STEPS_DIR
 from ..execute.passes import Passes
@@ -141,8 +141,7 @@ def _add_iterations(row: dict[str, Any], stats: list[TraceStats]) -> None:
     row["iterations"] = len(iterations)
     row["iteration_ms_total"] = round(sum(it.us for it in iterations) / 1000.0, 3)
     row["mean_ms"] = round(row["iteration_ms_total"] / len(iterations), 3) if iterations else None
-    # the iteration timeline: [index, stage, ms of its slowest rank, batch, that rank]
-    row["timeline"] = [[it.key[1], it.stage, round(it.us / 1000.0, 3), it.batch, it.rank] for it in iterations]
+    row["timeline"] = timeline(iterations)
     # each iteration's device time as its slowest rank spent it (``device_time``: compute, exposed all-reduce ...)
     device = {(st.rank, tuple(item[0])): part for st in stats for item, part in zip(st.iteration_list,
                                                                                      st.iteration_device)}

@@ -53,6 +53,11 @@ def slowest_iterations(stats: Iterable[Any]) -> list[Iteration]:
     return [slowest[k] for k in sorted(slowest)]
 
 
+def timeline(iterations: list[Iteration]) -> list[list]:
+    """The iteration timeline the report draws: ``[index, stage, ms of its slowest rank, batch, that rank]`` each."""
+    return [[it.key[1], it.stage, round(it.us / 1000.0, 3), it.batch, it.rank] for it in iterations]
+
+
 def stage_numbers(iterations: list[Iteration], stats: Iterable[Any] = ()) -> dict[str, dict[str, Any]]:
     """``{stage: {iterations, total_ms, mean_ms, p90_ms, share_pct, prefill_tokens, decode_tokens,
     mean_batch, imbalance}}``; ``imbalance`` from each rank's own iterations of the stage (``stats``)."""
