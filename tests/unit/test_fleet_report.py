@@ -179,10 +179,15 @@ def test_a_claim_whose_server_ended_passes_to_the_next(tmp_path):
 
 
 def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
-    """A fleet keeps each replica-step in brief, in columns (``brief.Briefs``): what comes back is the
-    brief, whatever the stages (one missing, one appearing later), a None, a traced step's own state, a
-    step measured again, and the columns written as bytes and read back."""
-    from rlprof_plugins.report.plan.brief import Briefs
+    """A fleet keeps each replica-step in brief, in columns (``brief.Briefs``), taken from its row: what
+    comes back is the row's numbers, whatever the stages (one missing, one appearing later), a None, a
+    traced step's own state, a step measured again, and the columns written as bytes and read back."""
+    from rlprof_plugins.report.plan.brief import STAGE_KEYS, Briefs
+
+    def row(iterations, busy, mean, span, imbalance, straggler, stages):
+        return {"iterations": iterations, "iteration_ms_total": busy, "mean_ms": mean, "span_ms": span,
+                "imbalance": imbalance, "straggler": {"rank": straggler} if straggler else None,
+                "stages": {s[0]: dict(zip(STAGE_KEYS, s[1:])) for s in stages}}
 
     briefs = [
         [10, 50.5, 5.05, 80.0, 1.2, "rank1", [["decode", 8, 5.5, 7.0, 0, 64], ["prefill", 2, 3.25, 4.0, 512, 0]]],
@@ -202,16 +207,16 @@ def test_a_replicas_briefs_in_columns_give_back_each_steps_numbers():
                                                              ("measured", False, "/logs"))
 
     columns = Briefs("r0", "/logs")
-    places = [columns.add(b) for b in briefs[:3]]
+    places = [columns.add(row(*b)) for b in briefs[:3]]
     again = Briefs.of_bytes(columns.to_bytes())  # as the measured steps' store keeps them
     again.name, again.folder = "r0", "/logs"
     assert places == [0, 1, 2] and len(again) == 3
     for place, b in zip(places, briefs):
         same(columns, place, b)
         same(again, place, b)
-    assert again.add(briefs[3], ("done", "/steps/7")) == 3
+    assert again.add(row(*briefs[3]), ("done", "/steps/7")) == 3
     same(again, 3, briefs[3], traced=True)
-    again.set(1, briefs[2])  # measured again: its newer numbers
+    again.set(1, row(*briefs[2]))  # measured again: its newer numbers
     same(again, 1, briefs[2])
     same(again, 2, briefs[2])
     assert columns.time(0) == 5.5 and columns.time(2) is None  # decode's mean, else the step's mean

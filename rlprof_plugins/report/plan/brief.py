@@ -1,10 +1,10 @@
 """A step's numbers in brief: what a fleet keeps of each replica-step, a few numbers, not a row.
 
-A brief comes from a step's row (``of_row``: a traced step's, or the one a measured step's numbers make):
-``[iterations, iteration_ms_total, mean_ms, span_ms, imbalance, straggler rank, [[stage, *STAGE_KEYS],
-...], started_at, generation_ended_at]`` (the last two wall seconds, None where the step logs do not say).
-A server's briefs are kept in columns (``Briefs``), which the measured steps' store writes as they are;
-a replica-step's numbers are made of them when asked for (``Briefs.numbers``).
+A brief is taken from a step's row (a traced step's, or the one a measured step's numbers make): its
+iterations, time in iterations, mean iteration, span, imbalance, straggler rank, each stage's
+``STAGE_KEYS``, and when its generation began and ended (wall seconds, where the step logs say). A
+server's briefs are kept in columns (``Briefs``), which the measured steps' store writes as they are; a
+replica-step's numbers are made of them when asked for (``Briefs.numbers``).
 """
 
 from __future__ import annotations
@@ -15,25 +15,10 @@ from array import array
 from typing import Any
 
 STAGE_KEYS = ("iterations", "mean_ms", "p90_ms", "prefill_tokens", "decode_tokens")
-ITERATIONS, BUSY, MEAN, SPAN, IMBALANCE, STRAGGLER, STAGES, STARTED, ENDED = range(9)
-
-
-def of_row(row: dict[str, Any]) -> list:
-    """A step's row in brief."""
-    straggler = row.get("straggler") or {}
-    measured = row.get("measured") or {}
-    return [row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
-            row.get("span_ms") or 0.0, row.get("imbalance"), straggler.get("rank"), _stages(row["stages"]),
-            measured.get("started_at"), measured.get("generation_ended_at")]
-
-
-def _stages(stages: dict[str, dict[str, Any]]) -> list:
-    return [[stage, *(n.get(k) for k in STAGE_KEYS)] for stage, n in stages.items()]
-
 
 NONE = math.nan  # a number that is None, in the columns
 _BASE = 8  # iterations, busy, mean, span, imbalance, straggler (its index in ``ranks``; -1: none), started, ended
-_BEGAN, _ENDED = 6, 7  # the generation's start and end in a place's base columns
+_BUSY, _MEAN, _BEGAN, _ENDED = 1, 2, 6, 7  # their places in a step's base columns
 _WIDTH = len(STAGE_KEYS)
 _STAGE_INTS = ("iterations", "prefill_tokens", "decode_tokens")  # stage columns that count
 
@@ -57,37 +42,40 @@ class Briefs:
     def __len__(self) -> int:
         return len(self.base) // _BASE
 
-    def add(self, b: list, traced: tuple[Any, Any] | None = None) -> int:
-        """A step's brief as a new place; the place."""
+    def add(self, row: dict[str, Any], traced: tuple[Any, Any] | None = None) -> int:
+        """A step's row in brief as a new place; the place."""
         place = len(self)
         self.base.extend((NONE,) * _BASE)
         for column in self.stages.values():
             column.extend((NONE,) * _WIDTH)
-        self.set(place, b)
+        self.set(place, row)
         if traced is not None:
             self.traced[place] = traced
         return place
 
-    def set(self, place: int, b: list) -> None:
-        """The brief at ``place`` (a step measured again: its newer numbers)."""
-        straggler = b[STRAGGLER]
+    def set(self, place: int, row: dict[str, Any]) -> None:
+        """The brief of ``row`` at ``place`` (a step measured again: its newer numbers)."""
+        straggler = (row.get("straggler") or {}).get("rank")
         rank = -1 if straggler is None else self._rank_ids.get(straggler)
         if rank is None:
             rank = self._rank_ids[straggler] = len(self.ranks)
             self.ranks.append(straggler)
-        times = [_n(b[k]) if len(b) > k else NONE for k in (STARTED, ENDED)]  # a brief may end before them
-        self.base[place * _BASE:(place + 1) * _BASE] = array("d", [*map(_n, b[:STRAGGLER]), rank, *times])
-        mine = {s[0]: s[1:] for s in b[STAGES]}
+        measured = row.get("measured") or {}
+        self.base[place * _BASE:(place + 1) * _BASE] = array("d", [
+            *map(_n, (row.get("iterations", 0), row.get("iteration_ms_total") or 0.0, row.get("mean_ms"),
+                      row.get("span_ms") or 0.0, row.get("imbalance"))),
+            rank, _n(measured.get("started_at")), _n(measured.get("generation_ended_at"))])
+        mine = row["stages"]
         for stage in mine:
             if stage not in self.stages:
                 self.stages[stage] = array("d", [NONE]) * (len(self) * _WIDTH)
         for stage, column in self.stages.items():
-            values = mine.get(stage)
+            values = [mine[stage].get(k) for k in STAGE_KEYS] if stage in mine else None
             column[place * _WIDTH:(place + 1) * _WIDTH] = array(
                 "d", map(_n, values) if values is not None else (NONE,) * _WIDTH)
 
     def busy(self, place: int) -> float:
-        return self.base[place * _BASE + 1]
+        return self.base[place * _BASE + _BUSY]
 
     def generation(self, place: int) -> tuple[float | None, float | None]:
         """When the step's generation began and ended on this replica (wall seconds; None: not said)."""
@@ -95,7 +83,7 @@ class Briefs:
         return number_or_none(self.base[at + _BEGAN]), number_or_none(self.base[at + _ENDED])
 
     def mean(self, place: int) -> float | None:
-        value = self.base[place * _BASE + MEAN]
+        value = self.base[place * _BASE + _MEAN]
         return None if value != value else value
 
     def time(self, place: int) -> float | None:
@@ -103,7 +91,7 @@ class Briefs:
         decode = self.stages.get("decode")
         value = decode[place * _WIDTH + 1] if decode is not None else NONE
         if value != value:
-            value = self.base[place * _BASE + 2]
+            value = self.base[place * _BASE + _MEAN]
         return None if value != value else value
 
     def numbers(self, place: int) -> dict[str, Any]:

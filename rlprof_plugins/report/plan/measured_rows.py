@@ -105,14 +105,14 @@ class MeasuredSteps:
         for step, n in sorted(numbers.items()):
             line = encode(n) + b"\n"
             lines.append(line)
-            b = brief.of_row(measured_row(step, n, ""))
+            row = measured_row(step, n, "")
             place = places.get(step)
             if place is None:
-                places[step] = self.briefs.add(b)
+                places[step] = self.briefs.add(row)
                 self._steps.append(step)
                 self._where.extend((offset, len(line)))
             else:
-                self.briefs.set(place, b)
+                self.briefs.set(place, row)
                 self._where[2 * place:2 * place + 2] = array("q", (offset, len(line)))
             offset += len(line)
         self._file.write(b"".join(lines))

@@ -31,15 +31,6 @@ class NoSuchReplica(ValueError):
     """``--replica NAME`` names no replica below the root."""
 
 
-def step_dirs(root: Path) -> list[tuple[int | None, Path]]:
-    """``root`` itself when it holds traces, else its ``global_step_N`` folders by N."""
-    own = step_of(root)
-    steps = step_folders(root)
-    if steps and own is None:
-        return steps
-    return [(own, root)]
-
-
 def plan_root(root: Any, *, shown: str | None = None, replica: str | None = None,
               steps: tuple[int, int] | None = None, memory: bool = True, windows: bool = True,
               use_cache: bool = True, every_folder: bool = False) -> RootView:
@@ -81,7 +72,9 @@ def plan_server(root: Any, replica: Replica, measured: Any, warnings: list[str],
     server = replica.root
     view = ServerView(replica.name, below(server, root), [], {}, measured, read_periods(server), {}, warnings,
                       steps_range=steps)
-    for step, directory in step_dirs(server):
+    folders, own = step_folders(server), step_of(server)
+    # the server's global_step_N folders by N, else the server's folder itself (a folder of traces)
+    for step, directory in folders if folders and own is None else [(own, server)]:
         traces = trace_files(directory)
         memory_of = memory_files(directory) if memory else []
         has_files = bool(traces or memory_of)
@@ -89,7 +82,7 @@ def plan_server(root: Any, replica: Replica, measured: Any, warnings: list[str],
         view.folders.append(folder)
         if view.wants(step):
             view.planned[folder.rel] = _step(root, step, directory, traces, memory_of)
-    for step, directory in step_folders(server) if windows else []:  # flight recorder dumps, measured steps' too
+    for step, directory in folders if windows else []:  # flight recorder dumps, measured steps' too
         if view.wants(step) and (found := _anomalies(root, directory)):
             view.anomalies[step] = found
     return view

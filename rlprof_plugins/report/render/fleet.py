@@ -18,7 +18,6 @@ from array import array
 from functools import partial
 from typing import Any, Callable, Iterator
 
-from ..plan import brief
 from ..plan.brief import Briefs
 from ..plan.measured_rows import MeasuredSteps, measured_row
 from ..execute.passes import Passes
@@ -68,7 +67,7 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
     """``steps.server_rows``' answer for a fleet: one row per global step (its slowest replica's), each with
     ``replicas`` (every replica's numbers), ``slowest_replica`` and ``replica_spread``; each step's
     change is against the step before's slowest replica. Replicas are read one at a time, each step
-    of each kept in brief (``brief.Briefs``: the measured steps' as their store kept them), and a full
+    of each kept in brief (``Briefs``: the measured steps' as their store kept them), and a full
     row is made only for each step's slowest. Without ``every_number`` (a page alone) those rows do not
     keep the measured numbers they were made of."""
     columns: list[Briefs] = []
@@ -84,16 +83,16 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
     problems: list[dict[str, Any]] = []
     for index, replica in enumerate(view.servers):
         found = ServerSteps(view, replica, passes)
-        found_steps.update(found.steps_found)
-        warnings += [f"{replica.name}: {w}" for w in found.warnings]
-        measured = found.measured
+        found_steps.update(replica.steps_found)
+        warnings += [f"{replica.name}: {w}" for w in replica.warnings]
+        measured = replica.measured
         mine = measured.briefs  # the measured steps' briefs, as the store kept them; traced steps join them
         mine.name, mine.folder = replica.name, found.logs
         columns.append(mine)
         for step, directory in found.chosen:
             if directory is not None:
                 row: dict | partial = found.row(step, directory, progress)
-                place = mine.add(brief.of_row(row), (row.get("state"), row.get("directory")))
+                place = mine.add(row, (row.get("state"), row.get("directory")))
                 if row.get("error") or row.get("unreadable"):
                     problems.append({"global_step": step, "replica": replica.name, "state": row.get("state"),
                                      "directory": row.get("directory"), "error": row.get("error"),
@@ -103,7 +102,7 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
                 whole = (numbers.get("iteration_ms_total"), numbers.get("mean_ms"))
             else:
                 place = measured.place(step)
-                row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, found.periods)
+                row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, replica.periods)
                 traced, whole = None, (mine.busy(place), mine.mean(place))
             at = per_step.get(step)
             if at is None:

@@ -117,7 +117,7 @@ def fleet_parts(report: dict[str, Any]) -> Iterator[str]:
         f"<td class=name data-field=ranked_by>{escape(str(row.get('ranked_by')))}</td></tr>"
         for row in reversed(newest))
     per_replica: dict[str, list] = {name: [] for name in replicas}
-    for row in steps[-NEWEST:]:
+    for row in newest:
         for n in row.get("replicas", []):
             per_replica.setdefault(n["name"], []).append((row["global_step"], n))
     sections = [_replica_section(name, per_replica.get(name, []), counts[name], slowest_count[name])

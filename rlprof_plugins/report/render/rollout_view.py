@@ -15,7 +15,7 @@ from typing import Any
 
 from ...metrics.phases import in_order
 from . import charts
-from .step_section import cell
+from .step_section import cell, table
 from .summary import step_label
 
 SHOWN = 20  # the newest steps the section shows
@@ -74,9 +74,7 @@ def section(steps: list[dict[str, Any]]) -> str:
         + "</p>",
         charts.stacked(bars, parts, "each step: full batches, the tail" + (", then the trainer's turn and the "
                                                                           "RL phases" if phased else "")),
-        "<table id=rollout-steps><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>",
-        *(_row(row, fleet, phased) for row in reversed(shown)),
-        "</table>",
+        table("id=rollout-steps", head, (_row(row, fleet, phased) for row in reversed(shown))),
         f"<h3>The running batch over {escape(newest_label)}</h3>"
         "<p class=muted>Each rank from its own first iteration to its last; the dashed line is where the tail "
         "began on the rank the step waited on.</p>",
@@ -106,8 +104,7 @@ def _requests_held(row: dict[str, Any], label: str) -> str:
     return (f"<h3>The requests that held {escape(label)}</h3>"
             "<p class=muted>The longest requests of the step, end to end, as the server's frontend timed them: the "
             "first is the one the step's last iterations ran for.</p>"
-            "<table id=requests-held><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
-            + "".join(rows) + "</table>")
+            + table("id=requests-held", head, rows))
 
 
 def _row(row: dict[str, Any], fleet: bool, phased: bool) -> str:

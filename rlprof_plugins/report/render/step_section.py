@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from html import escape
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from . import charts, flame
 from .summary import step_label
@@ -96,7 +96,7 @@ def _ranks(row: dict[str, Any]) -> str:
                                                           "cpu_ops_ms", "cpu_comm_ms")]
         cells.append(cell(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}"))
         rows.append(f"<tr data-rank='{escape(rank)}'>" + "".join(cells) + "</tr>")
-    out.append(_table("ranks", head, rows))
+    out.append(table("class=ranks", head, rows))
     devices = {r: t["device"] for r, t in times.items() if t["device"]}
     if devices:
         out += ["<h3>Device time of the iterations</h3><p class=muted>The device work the iterations launched, "
@@ -112,7 +112,7 @@ def _ranks(row: dict[str, Any]) -> str:
         rows = [f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
                 + "".join(cell(d.get(k), f"rank_time.{rank}.device.{k}") for k in DEVICE_FIELDS) + "</tr>"
                 for rank, d in devices.items()]
-        out.append(_table("device", head, rows))
+        out.append(table("class=device", head, rows))
     return "".join(out)
 
 
@@ -120,8 +120,9 @@ DEVICE_FIELDS = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed
                  "between_iterations_ms", "communication_ms", "communication_overlap_pct", "memcpy_ms")
 
 
-def _table(kind: str, head: list[str], rows: list[str]) -> str:
-    return (f"<table class={kind}><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
+def table(attributes: str, head: list[str], rows: Iterable[str]) -> str:
+    """A table: its ``attributes`` (``class=ranks``), a heading per column, then ``rows`` (each ``<tr>``)."""
+    return (f"<table {attributes}><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr>"
             + "".join(rows) + "</table>")
 
 
@@ -138,9 +139,9 @@ def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
             "entries")
     head = ["rank", "allocated at start MB", "peak allocated MB", "peak reserved MB", "allocated at end MB",
             "peak at ms", "history entries"]
-    rows = "".join(f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
-                   + "".join(cell(m[k], f"memory.{rank}.{k}") for k in keys) + "</tr>" for rank, m in read.items())
-    out.append("<table class=memory><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + f"</tr>{rows}</table>")
+    out.append(table("class=memory", head, (f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
+                                            + "".join(cell(m[k], f"memory.{rank}.{k}") for k in keys) + "</tr>"
+                                            for rank, m in read.items())))
     for rank, m in read.items():
         lines = "".join(f"<tr>{cell(a['mb'], f'memory.{rank}.top_at_peak.{k}.mb')}<td class=name>"
                         f"{escape(' < '.join(a['frames']) or '(no frames recorded)')}</td></tr>"

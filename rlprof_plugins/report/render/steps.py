@@ -50,8 +50,6 @@ class ServerSteps:
 
     def __init__(self, view: RootView, server: ServerView, passes: Passes) -> None:
         self.view, self.server, self.passes = view, server, passes
-        self.measured, self.warnings, self.periods = server.measured, server.warnings, server.periods
-        self.steps_found = server.steps_found
         self.logs = view.shown(f"{server.rel}/{STEPS_DIR}" if server.rel else STEPS_DIR)
         self.chosen: list[tuple[int | None, StepView | None]] = sorted(
             [(s.step, s) for s in server.steps] + [(s, None) for s in server.measured_only],
@@ -61,12 +59,12 @@ class ServerSteps:
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         """The step's row: its traces' numbers, or its measured ones."""
         if folder is None:
-            row = measured_row(global_step, self.measured[global_step], self.logs)
+            row = measured_row(global_step, self.server.measured[global_step], self.logs)
         else:
             row = _row(self.view, folder, progress, self.passes)
-            row["traced"], row["measured"] = True, self.measured.get(global_step)
+            row["traced"], row["measured"] = True, self.server.measured.get(global_step)
             row["tail"] = longest_tail((row["measured"] or {}).get("rollout"))
-        row["requests"] = held_step(self.periods, row.get("measured"))
+        row["requests"] = held_step(self.server.periods, row.get("measured"))
         add_anomalies(row, self.view, self.server.anomalies, self.passes)
         return row
 

@@ -123,9 +123,7 @@ def _rank_order(label: str) -> tuple:
 
 def _union(items: list, key) -> list:
     """``items`` in order, each key once (the first)."""
-    seen, out = set(), []
+    first: dict[Any, Any] = {}
     for item in items:
-        if key(item) not in seen:
-            seen.add(key(item))
-            out.append(item)
-    return out
+        first.setdefault(key(item), item)
+    return list(first.values())
