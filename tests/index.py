@@ -74,6 +74,7 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.metrics.engine_hook": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
     "rlprof_plugins.metrics.series": ("tests/unit/test_step_metrics.py", "tests/e2e/test_step_metrics_live.py"),
     "rlprof_plugins.report.execute.memory_pass": ("tests/unit/test_memory_history.py",),
+    "rlprof_plugins.trace.analysis.memory_snapshot": ("tests/unit/test_memory_history.py",),
     "rlprof_plugins.report.render.step_section": ("tests/unit/test_report_command.py", "tests/unit/test_report_truth.py"),
     "rlprof_plugins.patches.__main__": ("tests/unit/test_patch_table.py",),
     "rlprof_plugins.patches.features": ("tests/unit/test_patch_table.py",),

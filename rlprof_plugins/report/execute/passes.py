@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ...atomic_files import write_bytes_atomic
+from ...trace.analysis.memory_snapshot import snapshot_numbers
 from ...trace.analysis.trace_stats import TraceJob, TraceStats, trace_stats
 from ...trace.format.gz import file_size
 from ..._parallel import pool, processes_for
 from ..plan.state_store import CACHE_DIR, SUFFIX, VERSION
-from .memory_pass import snapshot_numbers
 from .wire import pack, unpack
 
 PASSES_DIR = "passes"  # below the report cache: each trace's summary, on the machine that read it
@@ -66,7 +66,7 @@ class Passes(Protocol):
         ``error`` set)."""
 
     def memory(self, path: Path) -> dict[str, Any]:
-        """A memory snapshot's numbers (``memory_pass.snapshot_numbers``; ``path`` below ROOT); raises when it cannot
+        """A memory snapshot's numbers (``memory_snapshot.snapshot_numbers``; ``path`` below ROOT); raises when it cannot
         be read."""
 
 

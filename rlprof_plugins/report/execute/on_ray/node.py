@@ -76,8 +76,9 @@ def trace_pass(root_text: str, rel: str, rank: str, stage: str | None, use_cache
 
 
 def memory_pass(root_text: str, rel: str) -> bytes:
-    """A memory snapshot's numbers (``memory_pass.snapshot_numbers``), packed; ``{"error": ...}`` when unreadable."""
-    from ..memory_pass import snapshot_numbers
+    """A memory snapshot's numbers (``memory_snapshot.snapshot_numbers``), packed; ``{"error": ...}`` when
+    unreadable."""
+    from ....trace.analysis.memory_snapshot import snapshot_numbers
 
     path = inside(resolve(root_text), rel)
     try:
