@@ -189,7 +189,8 @@ class ClusterSession:
         self.analysis.seconds["planning"] = round(time.monotonic() - started, 3)
         view = self.views.view(self.root_text, replica, steps, every_folder)
         self.notes += self.views.notes
-        traces = [rel for rel in self.views.sizes if rel in {str(j.path) for j in view.trace_jobs()}]
+        wanted = {str(j.path) for j in view.trace_jobs()}
+        traces = [rel for rel in self.views.sizes if rel in wanted]
         holders = {n for rel in traces for n in self.views.holders[rel]}
         self.say(f"Ray: {len(holders)} node(s) hold {len(traces)} trace(s) "
                  f"({sum(self.views.sizes[t] for t in traces) / 1e6:,.0f} MB) below {self.root_text}; reading each where it lies")
