@@ -84,15 +84,9 @@ class PassCache:
     def get(self, key: list) -> TraceStats | None:
         """The entry's result, None when absent, stale or damaged."""
         try:
-            data = self._path(*key[:3]).read_bytes()
-        except OSError:
-            return None
-        head, _, blob = data.partition(b"\n")
-        if head != _head(key):
-            return None
-        try:
-            value = unpack(blob)  # a damaged entry counts as absent
-        except Exception:
+            head, _, blob = self._path(*key[:3]).read_bytes().partition(b"\n")
+            value = unpack(blob) if head == _head(key) else None
+        except Exception:  # no entry, or a damaged one: absent
             return None
         return value if isinstance(value, TraceStats) else None
 

@@ -20,10 +20,9 @@ from ..plan.planner import plan_root
 from ..plan.view import RootView, ServerView
 
 TOP = 10
-
-
-SUMMARY_PLAN = dict(memory=False, windows=False, use_cache=False, every_folder=True)  # ``plan_root``'s arguments:
-# every step folder's traces, no memory snapshot, no flight recorder dump, nothing written below ROOT
+# ``plan_root``'s arguments for the summary: every step folder's traces, no memory snapshot, no flight
+# recorder dump, nothing written below ROOT
+SUMMARY_PLAN = dict(memory=False, windows=False, use_cache=False, every_folder=True)
 
 
 def summarise(root: str | Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
