@@ -19,8 +19,8 @@ PYTEST_ARGS ?=
 # the benchmarks' result files are named by the day they ran
 TODAY := $(shell date +%F)
 # `python -m` and `-c` put the working directory (this checkout) first on sys.path, where the
-# tree's rlprof_plugins (without its patches, which ship from patches/) would shadow the wheel
-# installed in the environment. Python 3.11+ leaves it out with this set.
+# tree's rlprof_plugins would shadow the wheel installed in the environment (the tests run the
+# package users install). Python 3.11+ leaves it out with this set.
 export PYTHONSAFEPATH := 1
 
 .PHONY: test-pythons ray-python bench-soak env nvtx-recorder gpu-kit gpu-check compat-releases browser report-screenshot tiny-model demo demo-sglang test test-extended unit compat compat-latest shapes patch-table bench bench-merge bench-report-scale fixtures prometheus system-tools bench-sglang bench-sglang-idle bench-nvtx clean
@@ -73,11 +73,11 @@ $(VENV_VLLM)/.routers-installed: $(VENV_VLLM)/.compat-installed
 # test runs the shipped package (tests/packaging checks the wheel holds every module). The build
 # tools come first, in the vLLM environment that builds it.
 DIST := .cache/dist
-PACKAGE_FILES := $(shell find rlprof_plugins patches -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
+PACKAGE_FILES := $(shell find rlprof_plugins -type f \( -name '*.py' -o -name '*.json' \) ! -path '*/__pycache__/*') \
 	setup.cfg setup.py pyproject.toml MANIFEST.in rlprof_plugins.pth README.md CHANGELOG.md
 # A folder holding only a link to tests/: child processes that must put something first on
 # their path (an old release, verl's site) put this before it, never the checkout (whose
-# rlprof_plugins/ lacks its patches). The environments themselves get the checkout after
+# rlprof_plugins/ would shadow the installed wheel). The environments themselves get the checkout after
 # site-packages (rlprof-tests.pth), where the installed wheel comes first.
 TEST_PATH := .cache/test-path
 
@@ -231,7 +231,7 @@ ray-python: env
 compat: env
 	RLPROF_COMPAT=all $(VPY) -m pytest tests/compat $(PYTEST_ARGS)
 
-# Rewrite patches/shape_records/ from each tested release's own modules (what
+# Rewrite rlprof_plugins/patches/shape_records/ from each tested release's own modules (what
 # the patches rely on; the rule for untested releases reads them), running
 # every release's contract tests. Commit the result with the change that needs it.
 shapes: env

@@ -46,6 +46,6 @@ def core(session: nox.Session) -> None:
     session.install("--force-reinstall", "--no-deps", wheel())  # this tree's build, never an older one
     site = session.run("python", "-c", "import site; print(site.getsitepackages()[0])", silent=True).strip()
     Path(site, "rlprof-tests.pth").write_text(f"{REPO}\n")  # tests/ after site-packages: the wheel comes first
-    # pytest's own script, never `python -m` (which puts the tree, without its patches, first on the path)
+    # pytest's own script, never `python -m` (which puts the tree first on the path, ahead of the wheel)
     session.run("pytest", "tests/unit", "-p", "tests.helpers.core_only", "-p", "no:cacheprovider", "-q",
                 *session.posargs, env={"PYTHONSAFEPATH": "1"})

@@ -2,11 +2,9 @@
 
 Packages are found, never listed by hand (a hand-kept list once left
 ``rlprof_plugins.session`` out of the wheel, so a pip install loaded no patch):
-the core is every package under ``rlprof_plugins/``; the top-level ``patches/``
-folder and every package below it ship as ``rlprof_plugins.patches``, so the
-engine patches sit beside the core in the source tree without claiming a
-generic top-level import name. ``tests/packaging`` builds the wheel and fails
-on any module of the tree it lacks.
+every package under ``rlprof_plugins/``, the engine patches in
+``rlprof_plugins/patches/`` included. ``tests/packaging`` builds the wheel and
+fails on any module of the tree it lacks.
 
 A .pth file must sit at the top of site-packages; setuptools has no
 declarative option for that. Regular wheels get it from build_py; editable
@@ -24,16 +22,7 @@ from setuptools.command.editable_wheel import editable_wheel
 
 PTH = "rlprof_plugins.pth"
 HERE = Path(__file__).resolve().parent
-CORE = "rlprof_plugins"
-PATCHES = (f"{CORE}.patches", "patches")  # (the package, the folder that holds it)
-
-
-def packages() -> list[str]:
-    """The core's packages and the engine patches', as shipped."""
-    core = find_packages(str(HERE), include=[CORE, f"{CORE}.*"])
-    name, folder = PATCHES
-    below = find_packages(str(HERE / folder))
-    return sorted(core + [name] + [f"{name}.{p}" for p in below])
+PACKAGE = "rlprof_plugins"
 
 
 class build_py_with_pth(build_py):
@@ -55,7 +44,6 @@ class editable_wheel_with_pth(editable_wheel):
 
 
 setup(
-    packages=packages(),
-    package_dir={PATCHES[0]: PATCHES[1]},
+    packages=sorted(find_packages(str(HERE), include=[PACKAGE, f"{PACKAGE}.*"])),
     cmdclass={"build_py": build_py_with_pth, "editable_wheel": editable_wheel_with_pth},
 )

@@ -96,7 +96,7 @@ def ci_subset() -> list[tuple[str, str]]:
 
     out = []
     for engine in DISTRIBUTION:
-        tree = ast.parse((ROOT / "patches" / engine / "facts.py").read_text())
+        tree = ast.parse((ROOT / "rlprof_plugins" / "patches" / engine / "facts.py").read_text())
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CI_SUBSET" for t in node.targets):
                 out += [(engine, v) for v in ast.literal_eval(node.value) if v != INSTALLED[engine]]

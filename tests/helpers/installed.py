@@ -21,13 +21,13 @@ REPO = Path(__file__).resolve().parents[2]
 # A folder whose only entry is a link to tests/: on a path, it gives `tests` and no tree package.
 TEST_PATH = REPO / ".cache" / "test-path"
 # Source folder -> where its files sit inside the installed rlprof_plugins package.
-SHIPPED = {REPO / "rlprof_plugins": Path("."), REPO / "patches": Path("patches")}
+SHIPPED = {REPO / "rlprof_plugins": Path(".")}
 SUFFIXES = (".py", ".json")
 
 
 def tree_record_path(engine: str, release: str) -> Path:
     """Where ``make shapes`` writes a release's shape record: the tree, not the installed package."""
-    return REPO / "patches" / "shape_records" / engine / f"{release}.json"
+    return REPO / "rlprof_plugins" / "patches" / "shape_records" / engine / f"{release}.json"
 
 
 def tree_files() -> dict[Path, Path]:

@@ -6,8 +6,8 @@ every test (on the editable tree) passed. These tests build the wheel and the
 sdist the way a release does (``python -m build``: the sdist, then the wheel
 from the sdist), and check, on those files:
 
-- the wheel holds every module and data file of ``rlprof_plugins/`` and
-  ``patches/`` and nothing else, the ``.pth`` file, and the entry points
+- the wheel holds every module and data file of ``rlprof_plugins/`` (its
+  engine patches included) and nothing else, the ``.pth`` file, and the entry points
   setup.cfg declares;
 - the sdist rebuilds the same wheel as the tree;
 - installed alone into an empty folder, every module of the tree imports from

@@ -113,7 +113,7 @@ def test_every_key_is_documented_and_every_documented_key_exists():
 
 
 def test_every_environment_variable_is_documented_and_every_documented_one_is_read():
-    in_package = names_in([REPO / "rlprof_plugins", REPO / "patches"], ENV_NAME)
+    in_package = names_in([REPO / "rlprof_plugins"], ENV_NAME)
     documented = {n for n in entry_heads(section(CONFIGURATION.read_text(), "## Environment variables"))
                   if ENV_NAME.fullmatch(n)}
     assert in_package - documented == set(), "variables the package reads that the docs do not list"
@@ -205,7 +205,7 @@ def test_every_text_block_is_real_output_or_a_sample_a_test_checks():
 
 
 def test_every_key_of_a_json_sample_is_a_name_the_code_uses():
-    source = "\n".join(p.read_text() for root in ("rlprof_plugins", "patches")
+    source = "\n".join(p.read_text() for root in ("rlprof_plugins",)
                        for p in sorted((REPO / root).rglob("*.py")))
     unknown = []
     for doc in DOCS:

@@ -28,7 +28,7 @@ from tests.helpers.installed import REPO
 
 DOCS = (REPO / "docs" / "architecture.md", REPO / "CONTRIBUTING.md")
 USER_PAGES = tuple(sorted(set((REPO / "docs").glob("*.md")) - set(DOCS))) + (REPO / "README.md",)
-SOURCE_ROOTS = ("rlprof_plugins", "patches", "tests", "benchmarks", "examples")
+SOURCE_ROOTS = ("rlprof_plugins", "tests", "benchmarks", "examples")
 # names that end like these are files the tools write or read, not code
 DATA_ENDINGS = (".json", ".jsonl", ".gz", ".html", ".md", ".csv", ".txt", ".pickle", ".png", ".cfg", ".toml", ".pth",
                 ".whl", ".log", ".c", ".so", ".yaml", ".json.gz", ".pt")
@@ -47,10 +47,8 @@ def source_files() -> tuple[Path, ...]:
 
 
 def module_parts(path: Path) -> tuple[str, ...]:
-    """A file's module name parts, as installed (``patches/`` is ``rlprof_plugins.patches``)."""
+    """A file's module name parts, as installed."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
-    if parts[0] == "patches":
-        parts = ["rlprof_plugins", *parts]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return tuple(parts)
@@ -144,9 +142,7 @@ def problem_with(token: str) -> str | None:
         if "<" in path:  # a pattern: ``rlprof_plugins/trace/<tool>.py``, ``patches/<engine>/facts.py``
             pattern = re.sub(r"<[^>]*>", "*", path)
             return None if any(any(REPO.glob(f"{root}/{pattern}")) or any(REPO.glob(pattern))
-                               for root in SOURCE_ROOTS) else f"{token}: nothing matches"
-        if parts[0] == "rlprof_plugins" and len(parts) > 1 and parts[1] == "patches":
-            parts = parts[1:]
+                               for root in (*SOURCE_ROOTS, "rlprof_plugins/patches")) else f"{token}: nothing matches"
         candidates = [p for p in source_files() if p.relative_to(REPO).with_suffix("").parts[-len(parts):] == parts]
         if not candidates:
             return f"{token}: no such file"
@@ -180,7 +176,7 @@ def surely_ours(token: str) -> bool:
     if m:
         first = Path(m.group("path").lstrip("./")).parts[0]
         return first in SOURCE_ROOTS or (REPO / "rlprof_plugins" / first).is_dir() or \
-            (REPO / "patches" / first).is_dir()
+            (REPO / "rlprof_plugins" / "patches" / first).is_dir()
     return DOTTED.match(token) is not None and token.split(".")[0] in ("rlprof_plugins", "patches")
 
 
