@@ -4,16 +4,16 @@
     python examples/gpu_check.py kit .gpu-kit --wheel DIST/rlprof_plugins-*.whl      (make gpu-kit)
     python .gpu-kit/gpu_check.py check [--device cuda] [--out DIR]                   (make gpu-check)
 
-``kit`` writes a folder of at most 64 MiB: the rlprof wheel, every runtime
-dependency it needs that a machine with torch may lack (``packaging``,
+``kit`` writes a folder of at most 64 MiB: the rlprof wheel, the self-test
+(``rlprof_selftest/``, beside this script), every runtime dependency it needs that a machine with torch may lack (``packaging``,
 ``wrapt``, ``nvtx``, and the ``fast`` extra's ``msgspec`` and ``zlib-ng``) as
 manylinux wheels for CPython 3.10-3.12 on x86_64 and aarch64 (``pip download
 --only-binary``), and this script. ``check`` needs no network: it installs
 the kit with ``pip --no-index`` into a scratch folder (nothing changes in the
-Python environment), runs ``rlprof selftest`` (a small model served through
+Python environment), runs ``python -m rlprof_selftest`` (a small model served through
 rlprof's session path: CUDA graphs captured and replayed inside the window,
 chunked recording, stage traces, the memory snapshot, ``rlprof check``, the
-summary and the report, and the proof checks of ``cli/selftest_proof.py``)
+summary and the report, and the proof checks of ``rlprof_selftest/proof.py``)
 and writes ``gpu-check-result.json`` with the machine's facts, every check
 and its numbers, plus the row the kit's results table takes (benchmarks/results/gpu-kit.md). Exit 0 when every
 check that applies passed. Only the standard library: it runs before rlprof
@@ -40,6 +40,7 @@ PLATFORMS = {"x86_64": ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manyli
 # install_requires and the fast extra (setup.cfg): what a machine with torch alone may lack
 REQUIREMENTS = ("packaging", "wrapt>=1.14", "nvtx>=0.2.10", "msgspec>=0.18", "zlib-ng>=0.5")
 RESULT = "gpu-check-result.json"
+SELFTEST = "rlprof_selftest"  # the self-test's package, beside this script in the tree and in the kit
 
 
 # ---- kit (where PyPI is reachable) ----------------------------------------------------
@@ -65,6 +66,8 @@ def build_kit(out: Path, wheel: Path, deps: Path) -> int:
     for path in [wheel, *sorted(deps.glob("*.whl"))]:
         shutil.copy2(path, staging / "wheels" / path.name)
     shutil.copy2(__file__, staging / "gpu_check.py")
+    shutil.copytree(Path(__file__).resolve().parent / SELFTEST, staging / SELFTEST,
+                    ignore=shutil.ignore_patterns("__pycache__"))
     size = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
     if size > KIT_LIMIT:
         raise SystemExit(f"gpu kit: {size / 2**20:.1f} MiB, over the {KIT_LIMIT / 2**20:.0f} MiB a GPU machine takes")
@@ -105,9 +108,10 @@ def run_check(kit: Path, device: str, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     site = out / "site"
     install(kit, site)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    done = subprocess.run([sys.executable, "-m", "rlprof_plugins.cli", "selftest", "--device", device,
-                           "--out", str(out / "selftest"), "--json"], env=env, capture_output=True, text=True)
+    path = [str(site), str(kit), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path).rstrip(os.pathsep)}
+    done = subprocess.run([sys.executable, "-m", SELFTEST, "--device", device, "--out", str(out / "selftest"),
+                           "--json"], env=env, capture_output=True, text=True)
     sys.stderr.write(done.stderr[-4000:])
     try:
         selftest = json.loads(done.stdout)

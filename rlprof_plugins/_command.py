@@ -1,7 +1,7 @@
 """One subcommand of ``rlprof``, declared beside its handler: name, help, arguments, handler.
 
 The command line (``cli/command.py``) is assembled from a list of these; the
-trace tools, the report, doctor, selftest and the fleet commands
+trace tools, the report, doctor, upload and the fleet commands
 (``client/commands.py``) each declare theirs where their handler lives, so a
 command is one declaration in one place. Among the base modules because the
 trainer client declares commands too and sits below the command line.

@@ -34,9 +34,10 @@ REACHED_THROUGH: dict[str, tuple[str, ...]] = {
     "rlprof_plugins.backends.registry": ("tests/unit/test_options.py",),
     "rlprof_plugins.backends.cuda_profiler": ("tests/unit/test_cuda_backend.py", "tests/e2e/test_nsys_ranges.py"),
     "rlprof_plugins.cli.__main__": ("tests/e2e/test_trainer_control.py",),
+    # errors, progress and exit codes: every command's, asserted through the command line
+    "rlprof_plugins.cli.common": ("tests/unit/test_cli_commands.py", "tests/unit/test_trace_merge.py"),
     "rlprof_plugins.cli.installation": ("tests/packaging/test_wheel.py",),
     "rlprof_plugins.cli.report_command": ("tests/unit/test_report_command.py", "tests/unit/test_cli_commands.py"),
-    "rlprof_plugins.cli.selftest_session": ("tests/unit/test_selftest.py",),
     # `rlprof upload` in a child process, as a user finishes a failed upload
     "rlprof_plugins.cli.upload_command": ("tests/unit/test_object_store_output.py",),
     "rlprof_plugins.cli.trace_commands": ("tests/unit/test_trace_merge.py", "tests/unit/test_cli_commands.py"),

@@ -6,12 +6,12 @@ split-stages, summary, check, stitch), ``report_command`` (``rlprof report``:
 its arguments and exit code; the work is the ``report`` room's), ``doctor`` and
 ``doctor_trainers`` (the installed engine and verl), ``compatibility`` (the
 release x feature table behind doctor and docs/compatibility.md),
-``installation`` (whether the installed package is whole), ``selftest`` and
-its parts. The fleet commands (start, stop, status, collect) are the trainer
+``installation`` (whether the installed package is whole), ``upload_command``
+(``rlprof upload``). The fleet commands (start, stop, status, collect) are the trainer
 client's (``client.commands``).
 
 The top layer of the core: nothing imports it; doctor dry-runs the patches.
-May import: `report`, `client`, `patches`, `session`, `config`, `backends`, `trace`, `store` and the base modules.
+May import: `report`, `client`, `patches`, `config`, `backends`, `trace`, `store` and the base modules.
 """
 
 from .command import main

@@ -9,7 +9,6 @@
     rlprof stitch CHUNK ... -o OUT          one rank's chunk traces (a chunked session) as one trace
     rlprof doctor [--engine E] [--json]     what rlprof can do with the installed engine (and verl), and how to set it up
     rlprof npu-analyse DIR                  run torch_npu's analysis on *_ascend_pt folders not analysed yet
-    rlprof selftest [--device D]            profile a small model through rlprof's session path on this machine
     rlprof start|stop|status --url U | --router R [--global-step N ...]
                                             profile a global step on every rollout server (rlprof_plugins.client)
     rlprof collect --url U --global-step N -o DIR
@@ -118,7 +117,6 @@ def commands() -> tuple[Command, ...]:
     """Every subcommand, in the order ``rlprof --help`` lists them: each declared beside its handler."""
     from ..client.commands import COMMANDS as FLEET
     from .report_command import REPORT
-    from .selftest import SELFTEST
     from .upload_command import UPLOAD
 
     return (*trace_commands.COMMANDS, REPORT,
@@ -126,7 +124,7 @@ def commands() -> tuple[Command, ...]:
                               "(exit 1 if a patch declared for it fails)", _doctor_arguments, cmd_doctor),
             Command("npu-analyse", "run torch_npu's analysis on *_ascend_pt folders (then merge/summary)",
                     _npu_analyse_arguments, cmd_npu_analyse),
-            SELFTEST, UPLOAD, *FLEET)
+            UPLOAD, *FLEET)
 
 
 def build_parser() -> argparse.ArgumentParser:

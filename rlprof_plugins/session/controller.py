@@ -32,11 +32,12 @@ from ..backends.which_backend import for_request
 from ..errors import RequestError
 from ..stages import IterationInfo
 from ..store import servers
+from ..store.manifest import DONE, EXPORTING, FAILED, RECORDING, WAITING
 from ..trace.format.pauses import BUDGET, ROTATION
 from .chunk_plan import StopCosts
 from .exporter import Exporter, report
 from .recording import Recording
-from .states import DONE, EXPORTING, FAILED, HISTORY, RECORDING, WAITING, Session
+from .states import HISTORY, Session
 
 
 class ProfilerController:

@@ -20,16 +20,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..store.layout import STEPS_DIR, read_piece, session_dir
-from ..store.manifest import MANIFEST
+from ..store.manifest import DONE, FAILED, MANIFEST, RECORDING, WAITING
 from ..metrics.log import SUFFIX as STEP_LOG
 from ..config.requests import StartRequest
 from .window import StepWindow
 
-WAITING = "waiting"  # started; the window has not begun yet
-RECORDING = "recording"
-EXPORTING = "exporting"
-DONE = "done"
-FAILED = "failed"
 ACTIVE_STATES = (WAITING, RECORDING)
 HISTORY = 16  # finished sessions kept for status queries by global step
 HOST = socket.gethostname()

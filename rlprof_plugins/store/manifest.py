@@ -40,8 +40,14 @@ STALE_LOCK_S = 120.0  # a lock directory this old was left by a process that die
 NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 SCHEMA = 1
 
-ACTIVE = ("recording", "waiting", "exporting")
-TERMINAL = ("done", "failed")
+# A session's states, spelled once: its status answer and its manifest section both say them (``session.states``).
+WAITING = "waiting"  # started; the window has not begun yet
+RECORDING = "recording"
+EXPORTING = "exporting"
+DONE = "done"
+FAILED = "failed"
+ACTIVE = (RECORDING, WAITING, EXPORTING)
+TERMINAL = (DONE, FAILED)
 
 
 def engine_header(*, engine: str, engine_version: str | None, expected_ranks: int, parallel: dict[str, int],
@@ -65,9 +71,9 @@ def aggregate_state(states: list[str]) -> str:
     for state in ACTIVE:
         if state in states:
             return state
-    if "failed" in states:
-        return "failed"
-    return "done" if states else "idle"
+    if FAILED in states:
+        return FAILED
+    return DONE if states else "idle"
 
 
 def _node(entry: dict[str, Any]) -> int:
@@ -106,7 +112,7 @@ def _write(directory: Path, data: dict[str, Any]) -> None:
     ranks = [w for w, s in data["writers"].items() if s.get("role") == "worker"]
     states = [s["state"] for s in data["writers"].values()]
     if len(ranks) < expected_here(data):
-        states.append("recording")  # a rank has not reported yet
+        states.append(RECORDING)  # a rank has not reported yet
     if int(data.get("nodes") or 1) > 1:
         _nodes(data)
     data["state"] = aggregate_state(states)

@@ -16,7 +16,7 @@ ENGINE_MODULES = ("torch", "vllm", "sglang", "ray")
 RUN_TIME_NEEDS = {
     "test_sglang_requests.py": "SGLang's request types",
     "test_python_stacks.py": "torch (a profiler session)",
-    "test_selftest.py": "torch (rlprof selftest)",
+    "test_selftest.py": "torch (the GPU kit's self-test)",
     "test_doctor.py": "an installed engine (rlprof doctor)",
     "test_multinode.py": "torch (a profiler session)",
     "test_cuda_backend.py": "torch (the cuda backend)",

@@ -68,6 +68,8 @@ def test_the_kit_holds_every_dependency_for_each_python_and_platform_under_64_mi
     assert size < 64 * 2**20, size
     wheels = [p.name for p in (kit / "wheels").glob("*.whl")]
     assert (kit / "gpu_check.py").is_file() and the_wheel().name in wheels
+    assert {p.name for p in (kit / "rlprof_selftest").glob("*.py")} == {
+        p.name for p in (REPO / "examples" / "rlprof_selftest").glob("*.py")}  # the self-test travels whole
     with zipfile.ZipFile(the_wheel()) as whl:
         metadata = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert "Requires-Dist: wrapt" in metadata and "Requires-Dist: nvtx" in metadata  # what the kit must bring

@@ -25,7 +25,7 @@ def test_every_declared_command_is_on_the_command_line_once(capsys):
     assert len(names) == len(set(names))
     listed = re.search(r"\{([a-z,-]+)\}", help_of(capsys)).group(1).split(",")
     assert listed == names  # the top-level help lists every command, in the declared order
-    for name in ("report", "selftest", "stitch", "collect", "npu-analyse", "doctor"):
+    for name in ("report", "upload", "stitch", "collect", "npu-analyse", "doctor"):
         assert name in names
 
 

@@ -1,4 +1,5 @@
-"""``rlprof selftest`` on this machine's CPU, end to end: the installed command, then its step folder read back.
+"""The GPU kit's self-test (``examples/rlprof_selftest``) on this machine's CPU, end to end: ``python -m
+rlprof_selftest`` over the installed package, then its step folder read back.
 
 The memory part needs a device allocator: it runs here with the allocator
 stand-in (tests/stand_ins/cuda_memory) fed by the self-test model's decode.
@@ -9,26 +10,34 @@ skipped on CPU, which the first test checks it says.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from rlprof_plugins.cli import selftest
-from rlprof_plugins.cli.common import CliError
-from rlprof_plugins.cli.selftest_model import TinyEngine
-from tests.helpers.traces import iteration_indices, load_trace
-from tests.stand_ins.cuda_memory import AllocatorStandIn
+from tests.helpers.installed import REPO
 
-RLPROF = Path(sys.executable).with_name("rlprof")
+KIT = REPO / "examples"  # the self-test's package sits here, as it sits in the kit folder beside gpu_check.py
+if str(KIT) not in sys.path:
+    sys.path.append(str(KIT))
+
+import rlprof_selftest as selftest  # noqa: E402
+from rlprof_selftest.model import TinyEngine  # noqa: E402
+from tests.helpers.traces import iteration_indices, load_trace  # noqa: E402
+from tests.stand_ins.cuda_memory import AllocatorStandIn  # noqa: E402
 
 
-def test_the_installed_command_profiles_the_model_and_says_what_works(tmp_path):
-    run = subprocess.run([str(RLPROF), "selftest", "--device", "cpu", "--out", str(tmp_path), "--decode", "6",
-                          "--json"], capture_output=True, text=True, timeout=300)
+def kit_env() -> dict[str, str]:
+    """The environment gpu_check.py gives the self-test: its package's folder on the path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(KIT), os.environ.get("PYTHONPATH")) if p)}
+
+
+def test_the_self_test_profiles_the_model_and_says_what_works(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "rlprof_selftest", "--device", "cpu", "--out", str(tmp_path),
+                          "--decode", "6", "--json"], capture_output=True, text=True, timeout=300, env=kit_env())
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
     states = {p["name"]: p["state"] for p in result["parts"]}
@@ -81,8 +90,11 @@ def test_the_memory_part_reads_back_the_snapshot(tmp_path, monkeypatch):
 
 
 def test_a_device_this_host_lacks_is_named():
-    with pytest.raises(CliError, match="--device cuda: no such device here"):
+    with pytest.raises(LookupError, match="--device cuda: no such device here"):
         selftest.resolve_device("cuda")
+    bad = subprocess.run([sys.executable, "-m", "rlprof_selftest", "--device", "cuda"], capture_output=True,
+                         text=True, timeout=120, env=kit_env())
+    assert bad.returncode == 2 and "--device cuda: no such device here" in bad.stderr
 
 
 def test_kernels_are_counted_in_the_iteration_that_launched_them(tmp_path):
@@ -91,7 +103,7 @@ def test_kernels_are_counted_in_the_iteration_that_launched_them(tmp_path):
     import gzip
     import json
 
-    from rlprof_plugins.cli.selftest_proof import kernels_per_iteration
+    from rlprof_selftest.proof import kernels_per_iteration
 
     def x(name, ts, dur, cat="cpu_op", **args):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": 1, "args": args}

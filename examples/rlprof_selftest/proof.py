@@ -1,4 +1,4 @@
-"""What ``rlprof selftest`` proves on a device beyond its own session: the GPU proof kit's checks.
+"""What the self-test proves on a device beyond its own session: the GPU proof kit's checks.
 
 Read back from the step folder the way users' tools read it:
 
@@ -24,15 +24,15 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ..trace.format.check import check
-from ..trace.format.reader import TraceReader
-from ..stages import ITERATION_RE
+from rlprof_plugins.trace.format.check import check
+from rlprof_plugins.trace.format.reader import TraceReader
+from rlprof_plugins.stages import ITERATION_RE
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
 def prove(test: Any, folder: Path, traces: list[Path]) -> None:
-    """Add each check's part to ``test`` (a ``selftest.SelfTest``)."""
+    """Add each check's part to ``test`` (a ``rlprof_selftest.SelfTest``)."""
     cuda = test.device == "cuda"
     counts = [n for t in traces for n in kernels_per_iteration(t)]
     test.add("kernels in every iteration", (bool(counts) and min(counts) > 0) if cuda else None,
@@ -69,7 +69,7 @@ def kernels_per_iteration(path: Path) -> list[int]:
 
 
 def _memory_viz(test: Any, folder: Path) -> None:
-    from ..report.plan.planner import memory_files
+    from rlprof_plugins.report.plan.planner import memory_files
 
     files = memory_files(folder)
     if not files:
@@ -91,7 +91,7 @@ def _memory_viz(test: Any, folder: Path) -> None:
 
 
 def _merged(test: Any, folder: Path) -> None:
-    from ..store.step_files import merge_folder
+    from rlprof_plugins.store.step_files import merge_folder
 
     try:
         outputs = [Path(p) for p in merge_folder(folder)]
@@ -103,7 +103,7 @@ def _merged(test: Any, folder: Path) -> None:
 
 
 def _device_time(test: Any, folder: Path) -> None:
-    from ..report.render.build import build_here
+    from rlprof_plugins.report.render.build import build_here
 
     try:
         steps = build_here(folder.parent, use_cache=False).to_json()["steps"]

@@ -1,4 +1,4 @@
-"""The small random-weight transformer ``rlprof selftest`` serves: an engine's shape, no engine.
+"""The small random-weight transformer the self-test serves: an engine's shape, no engine.
 
 A decoder of a few layers with a static KV cache, run as a rollout engine
 runs: one prefill iteration over a batch of prompts (eager), then one decode

@@ -1,7 +1,9 @@
-"""``rlprof selftest``: does profiling work on this machine, and what does it cost? No engine needed.
+"""The GPU proof kit's self-test: does profiling work on this machine, and what does it cost? No engine needed.
 
-The first thing to run on a new GPU or NPU box. It serves a small
-random-weight transformer (``selftest_model``: prefill eager, decode from a
+``python -m rlprof_selftest`` (run from ``examples/``, or from the kit folder
+``examples/gpu_check.py kit`` builds: docs/gpu.md) is the first thing to run on
+a new GPU or NPU box, with rlprof-plugins and torch installed. It serves a small
+random-weight transformer (``model.py``: prefill eager, decode from a
 captured CUDA graph on CUDA) as a rollout engine would, and records it
 through rlprof's own session path, the one the engine patches drive: a
 start request parsed as a server parses it, the workers' controller, the
@@ -13,20 +15,18 @@ summary) and prints what worked and what each part cost: the start, every
 pause on the engine thread, the export, the memory snapshot's dump, the trace
 bytes per iteration, and the kernels and flow events the trace holds.
 
-Exit 0 when every part that applies to the device worked, 1 otherwise.
+Exit 0 when every part that applies to the device worked, 1 otherwise, 2 on
+a bad argument. It is a test of rlprof, kept beside the kit rather than in the
+package users install; it reads rlprof's modules as they are installed.
 """
 
 from __future__ import annotations
 
 import argparse
-
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
-
-from .._command import Command
-from .common import EXIT_FAILED, EXIT_OK, CliError
 
 DEVICES = ("auto", "cuda", "npu", "cpu")
 
@@ -58,20 +58,23 @@ class SelfTest:
                 "parts": [vars(p) for p in self.parts], "costs": self.costs}
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlprof_selftest", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=DEVICES, default="auto", help="default: npu, else cuda, else cpu")
     p.add_argument("--out", default="rlprof-selftest", help="the trace root to write global_step_0/ into "
                                                             "(default ./rlprof-selftest)")
     p.add_argument("--decode", type=int, default=24, metavar="N", help="decode iterations per round (default 24)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def cmd_selftest(args) -> int:
+    args = p.parse_args(argv)
     if args.decode < 1:
-        raise CliError("--decode: at least 1")
-    result = run(resolve_device(args.device), Path(args.out), decode=args.decode)
+        p.error("--decode: at least 1")
+    try:
+        device = resolve_device(args.device)
+    except LookupError as e:
+        p.error(str(e))
+    result = run(device, Path(args.out), decode=args.decode)
     print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return 0 if result.ok else 1
 
 
 def resolve_device(asked: str) -> str:
@@ -86,7 +89,7 @@ def resolve_device(asked: str) -> str:
     if asked == "auto":
         return next(d for d in ("npu", "cuda", "cpu") if have[d])
     if not have[asked]:
-        raise CliError(f"--device {asked}: no such device here (torch {torch.__version__} sees "
+        raise LookupError(f"--device {asked}: no such device here (torch {torch.__version__} sees "
                        f"{', '.join(d for d, ok in have.items() if ok)})")
     return asked
 
@@ -96,9 +99,9 @@ def run(device: str, out: Path, *, decode: int = 24, rounds: int = 3, allocator:
     """Serve ``rounds`` of (one prefill, ``decode`` decodes) unprofiled, then the same profiled into
     ``out/global_step_0``. ``allocator``/``memory``: the memory history's allocator and whether to
     record it (default: where the device keeps one)."""
-    from ..backends import memory_history
-    from .selftest_model import build
-    from .selftest_session import record_session, rollout_cost
+    from rlprof_plugins.backends import memory_history
+    from .model import build
+    from .session import record_session, rollout_cost
 
     engine = build(device)
     test = SelfTest(device, _describe(engine), (out / "global_step_0").resolve())
@@ -127,9 +130,9 @@ def _describe(engine: Any) -> str:
 
 
 def render(test: SelfTest) -> str:
-    from .. import __version__
+    from rlprof_plugins import __version__
 
-    lines = [f"rlprof selftest: {test.device} ({test.describe}), rlprof-plugins {__version__}", ""]
+    lines = [f"rlprof self-test: {test.device} ({test.describe}), rlprof-plugins {__version__}", ""]
     width = max(len(p.name) for p in test.parts)
     for p in test.parts:
         lines.append(f"  {p.state:<8} {p.name:<{width}}  {p.detail}")
@@ -139,7 +142,3 @@ def render(test: SelfTest) -> str:
     verdict = "everything that applies here works" if test.ok else "FAILED"
     lines += ["", f"step folder: {test.folder}", f"verdict: {verdict}"]
     return "\n".join(lines)
-
-
-SELFTEST = Command("selftest", "profile a small model through rlprof's session path on this machine's "
-                                        "device (no engine needed): what works, what it costs", _arguments, cmd_selftest)

@@ -1,11 +1,11 @@
-"""The recorded half of ``rlprof selftest``: one session through rlprof's real path, then what landed.
+"""The recorded half of the self-test: one session through rlprof's real path, then what landed.
 
 The controller, backend choice, request parsing, chunks, stage split,
 stitch, export and memory snapshot are the ones engine processes run; only
 the engine is the self-test's own model. What the files hold is read back
 the way users read them: ``rlprof check`` on each trace, the summary, the
 step report, the memory snapshot as the report reads it, and the proof
-checks (``selftest_proof``: kernels in every iteration, torch's memory
+checks (``proof.py``: kernels in every iteration, torch's memory
 viewer, the merged trace, the report's device time).
 """
 
@@ -17,19 +17,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
-from ..backends import which_backend
-from ..backends.kind import BuildContext
-from ..backends.torch_profiler import TorchSettings
-from ..config.options import ProfileOptions
-from ..config.requests import Server, parse_start
-from ..session.controller import ProfilerController
-from ..store.manifest import engine_header, read as read_manifest
-from ..trace.format.check import check
-from ..trace.format.pauses import PAUSE_NAME, ROTATION
-from ..trace.format.reader import TraceReader
-from ..stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
-from .selftest_proof import prove
+from rlprof_plugins import __version__
+from rlprof_plugins.backends import which_backend
+from rlprof_plugins.backends.kind import BuildContext
+from rlprof_plugins.backends.torch_profiler import TorchSettings
+from rlprof_plugins.config.options import ProfileOptions
+from rlprof_plugins.config.requests import Server, parse_start
+from rlprof_plugins.session.controller import ProfilerController
+from rlprof_plugins.store.manifest import engine_header, read as read_manifest
+from rlprof_plugins.trace.format.check import check
+from rlprof_plugins.trace.format.pauses import PAUSE_NAME, ROTATION
+from rlprof_plugins.trace.format.reader import TraceReader
+from rlprof_plugins.stages import DECODE, PREFILL, IterationInfo, ITERATION_RE
+from .proof import prove
 
 CHUNKS = 4  # the window is recorded in about this many chunks, so the stitch runs
 WAIT_SECONDS = 300
@@ -220,7 +220,7 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from ..report.execute.memory_pass import memory_here
+    from rlprof_plugins.report.execute.memory_pass import memory_here
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
@@ -238,8 +238,8 @@ def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str
 
 
 def _summary_and_report(test: Any, folder: Path) -> None:
-    from ..report.render.build import build_here, write_page
-    from ..report.render.summary import summarise
+    from rlprof_plugins.report.render.build import build_here, write_page
+    from rlprof_plugins.report.render.summary import summarise
 
     try:
         summary = summarise(folder)
