@@ -220,12 +220,18 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
-    from rlprof_plugins.report.execute.memory_pass import memory_here
+    from rlprof_plugins.report.plan.planner import memory_files
+    from rlprof_plugins.trace.analysis.memory_snapshot import snapshot_numbers
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
         return
-    ranks = memory_here(folder)
+    ranks: dict[str, dict[str, Any]] = {}
+    for rank, path in memory_files(folder):  # each snapshot as the report's memory pass reads it
+        try:
+            ranks[rank] = snapshot_numbers(path)
+        except Exception as e:
+            ranks[rank] = {"error": f"{type(e).__name__}: {e}"}
     m = ranks.get("rank0", {})
     report = status.get("memory") or {}
     ok = "error" not in m and m.get("entries", 0) > 0 and "error" not in report

@@ -227,12 +227,15 @@ def test_the_report_shows_each_rank_s_memory_over_the_window(tmp_path):
 
 
 def test_a_snapshot_that_asks_for_code_is_refused_not_run(tmp_path):
-    from rlprof_plugins.report.execute.memory_pass import memory_here
+    from rlprof_plugins.report.render.build import build_here
 
     (tmp_path / "memory").mkdir()
     evil = pickle.dumps(print, protocol=4)  # any global: refused by name, never called
     (tmp_path / "memory" / "rank0.pickle").write_bytes(evil)
-    assert "builtins.print" in memory_here(tmp_path)["rank0"]["error"]
+    built = build_here(tmp_path, use_cache=False)
+    [row] = built.report["steps"]
+    assert "builtins.print" in row["memory"]["rank0"]["error"]
+    assert any("memory snapshot memory/rank0.pickle" in n and "builtins.print" in n for n in built.notes), built.notes
 
 
 def third_chunk_cannot_start():

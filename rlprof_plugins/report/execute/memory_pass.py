@@ -7,15 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ...trace.analysis.memory_snapshot import snapshot_numbers
-from ..plan.planner import memory_files
-
-
-def memory_here(directory: Path) -> dict[str, dict[str, Any]]:
-    """``step_memory`` of a step folder of this machine, its snapshots found as the report's plan finds them."""
-    return step_memory("", [(rank, str(p.relative_to(directory))) for rank, p in memory_files(directory)],
-                       lambda rel: snapshot_numbers(directory / rel))
-
 
 def step_memory(folder: str, files: list[tuple[str, str]], read: Callable[[Path], dict[str, Any]]
                 ) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -104,10 +105,8 @@ class PassCache:
             except Exception:  # not a key this cache wrote: nothing can use the entry
                 gone = True
             if gone:
-                try:
+                with suppress(OSError):
                     os.unlink(entry)
-                except OSError:
-                    pass
 
     def unwritable(self) -> str | None:
         """Why entries cannot be kept below the root (None: they can)."""

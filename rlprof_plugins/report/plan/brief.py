@@ -83,8 +83,7 @@ class Briefs:
         return number_or_none(self.base[at + _BEGAN]), number_or_none(self.base[at + _ENDED])
 
     def mean(self, place: int) -> float | None:
-        value = self.base[place * _BASE + _MEAN]
-        return None if value != value else value
+        return number_or_none(self.base[place * _BASE + _MEAN])
 
     def time(self, place: int) -> float | None:
         """What the heat strip colours: the decode time per iteration, else the mean iteration time."""

@@ -54,16 +54,12 @@ def measured_steps(root: Path, cache: StateStore | None = None) -> tuple["Measur
     if not whole:  # the new lines' steps alone: the others were in a store this run cannot use
         numbers, warnings, _, _ = measured_incrementally(root, None)
         numbers.pop(None, None)
-    scratch = MeasuredSteps(tempfile.TemporaryFile())
-    scratch.record(numbers)
-    return scratch, warnings
+    return MeasuredSteps(tempfile.TemporaryFile()).record(numbers), warnings
 
 
 def scratch_steps(records: dict[int, dict[str, Any]]) -> "MeasuredSteps":
     """The measured steps of records read elsewhere (``{step: {rank: StepRecord}}``: the nodes' step logs)."""
-    scratch = MeasuredSteps(tempfile.TemporaryFile())
-    scratch.record({step: measured_numbers(ranks) for step, ranks in records.items()})
-    return scratch
+    return MeasuredSteps(tempfile.TemporaryFile()).record({step: measured_numbers(ranks) for step, ranks in records.items()})
 
 
 def _kept(store: tuple[Path, Path] | None, head: Any) -> "MeasuredSteps | None":
@@ -96,8 +92,8 @@ class MeasuredSteps:
         self.briefs = briefs if briefs is not None else brief.Briefs()
         self._index: dict[int, int] | None = None
 
-    def record(self, numbers: dict[int, dict[str, Any]]) -> None:
-        """Steps' numbers, new or newer (a step measured again has a later line, which counts)."""
+    def record(self, numbers: dict[int, dict[str, Any]]) -> "MeasuredSteps":
+        """Steps' numbers, new or newer (a step measured again has a later line, which counts); itself."""
         self._file.seek(0, os.SEEK_END)
         offset = self._file.tell()
         lines = []
@@ -117,6 +113,7 @@ class MeasuredSteps:
             offset += len(line)
         self._file.write(b"".join(lines))
         self._file.flush()
+        return self
 
     def to_bytes(self) -> bytes:
         return b"".join([len(self._steps).to_bytes(8, "little"), self._steps.tobytes(), self._where.tobytes(),
@@ -152,7 +149,7 @@ class MeasuredSteps:
         return self.numbers_at(self._places()[step])
 
     def get(self, step: Any, default: Any = None) -> Any:
-        return self[step] if step in self._places() else default
+        return self[step] if step in self else default
 
     def __contains__(self, step: Any) -> bool:
         return step in self._places()

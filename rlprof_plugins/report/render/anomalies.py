@@ -49,12 +49,9 @@ def note(name: str, anomaly: dict[str, Any]) -> str:
     what = anomaly.get("reason") or "?"
     if anomaly.get("stage"):
         what += f" ({anomaly['stage']})"
-    measured = anomaly.get("duration_ms")
-    against = anomaly.get("baseline_ms")
-    numbers = ""
-    if measured is not None:
-        numbers = f" {measured:,.1f} ms" + (f" against {against:,.1f} ms (x{anomaly.get('factor') or 0:.1f})"
-                                            if against else "")
+    measured, against = anomaly.get("duration_ms"), anomaly.get("baseline_ms")
+    numbers = "" if measured is None else f" {measured:,.1f} ms" + (
+        f" against {against:,.1f} ms (x{anomaly.get('factor') or 0:.1f})" if against else "")
     return f"{name}: anomaly: {what}{numbers}{' (ongoing)' if anomaly.get('ongoing') else ''}: {anomaly['path']}"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from itertools import zip_longest
+from itertools import count, groupby, zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -26,6 +26,7 @@ from .compare import compare
 from . import flame
 from .fleet import fleet_rows, replica_table
 from .page import render_parts
+from .rollout_view import measured
 from ..plan.planner import plan_root
 from ..plan.view import RootView
 from .steps import flat_rows, server_rows
@@ -103,9 +104,8 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
         built.notes.append(f"nothing to report: no step in {steps[0]}-{steps[1]} "
                            f"(steps found: {_ranges(found) or 'none'})")
     for row in report["steps"]:
-        name = step_label(row["global_step"], row["directory"])
-        if "replica" in row:
-            name += f" (slowest replica {row['replica']})"
+        name = step_label(row["global_step"], row["directory"]) + (
+            f" (slowest replica {row['replica']})" if "replica" in row else "")
         if row["state"] == "failed":
             built.notes.append(f"failed: {name}: {row['error']}")
         elif row["error"]:
@@ -115,18 +115,16 @@ def build(view: RootView, passes: Passes, *, steps: tuple[int, int] | None = Non
         elif not row["ranks"] and not row["unreadable"] and not row.get("anomalies"):
             built.notes.append(f"{name}: no rank trace in {row['directory']}"
                                + (" (memory snapshots only)" if row.get("memory") else ""))
-        for error in row["unreadable"]:
-            built.notes.append(f"unreadable: {name}: {error}" + (
-                f" (kept: {', '.join(row['ranks'])})" if row["ranks"] else ""))
+        kept = f" (kept: {', '.join(row['ranks'])})" if row["ranks"] else ""
+        built.notes += [f"unreadable: {name}: {error}{kept}" for error in row["unreadable"]]
         if row["without_iterations"]:
             built.notes.append(f"{name}: no engine iteration in {', '.join(row['without_iterations'])}: none of "
                                f"{'; '.join(SOURCE_TITLES[source] for source in SOURCES)}: its operators are counted, "
                                "its iterations are not")
-        for m in row.get("memory", {}).values():
-            if "error" in m:
-                built.notes.append(f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}")
-        for line in row.get("missing_lines", []):
-            built.notes.append(f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)")
+        built.notes += [f"unreadable: {name}: memory snapshot {m['path']}: {m['error']}"
+                        for m in row.get("memory", {}).values() if "error" in m]
+        built.notes += [f"{name}: {line} (`rlprof collect` gathers a step spanning nodes)"
+                        for line in row.get("missing_lines", [])]
         built.notes += [f"{name}: {a}" for a in row.get("assumed_ranks", [])]
         built.notes += [anomaly_note(name, a) for a in row.get("anomalies", [])]
     chosen = {row["global_step"]: row.get("replica") for row in report["steps"]}
@@ -149,13 +147,9 @@ def build_here(root: Path, *, use_cache: bool = True) -> Built:
 
 
 def _ranges(steps: list[int]) -> str:
-    out: list[str] = []
-    for s in sorted(steps):
-        if out and out[-1][1] == s - 1:
-            out[-1][1] = s
-        else:
-            out.append([s, s])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in out)
+    """Steps as runs: ``1-3, 7``."""
+    runs = [list(run) for _, run in groupby(sorted(steps), key=lambda s, k=count(): s - next(k))]
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 def write_page(built: Built, path: Path) -> None:
@@ -193,9 +187,19 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
                        for row in steps for it, device in zip_longest(row.get("timeline", []),
                                                                       row.get("iteration_device", []))],
         "python": [r for row in steps for r in flame.csv_rows(row)],
-        "rollout": rollout_rows(steps),
-        "phases": phase_rows(steps),
-        "requests": request_rows(steps),
+        # a row per measured step and rank: its peak batch, span, tail, and the running batch at each point of
+        # the occupancy curve (``occupancy_1`` the first)
+        "rollout": [{**_step_of(row), "rank": rank, **{k: r.get(k) for k in ROLLOUT_COLUMNS},
+                     **{f"occupancy_{k}": b for k, b in enumerate(r.get("occupancy") or [], 1)}}
+                    for row in steps for rank, r in sorted(measured(row, "rollout").items())],
+        # a row per RL phase each rank ran (``metrics/phases.py``); the first after the rank's last iteration
+        # says how long the engine waited for it (``after_generation_ms``: the trainer's turn)
+        "phases": [{**_step_of(row), "rank": rank, **{k: p.get(k) for k in PHASE_COLUMNS}}
+                   for row in steps for rank, mine in sorted(measured(row, "phases").items())
+                   for p in mine.get("records", [])],
+        # a row per step and each of its longest requests (``metrics/requests.py``), ``place`` 1 the longest
+        "requests": [{**_step_of(row), "place": place, **request}
+                     for row in steps for place, request in enumerate(row.get("requests") or [], 1)],
     }
     if "replicas" in built.report:
         tables["replicas"] = replica_table(built.report)
@@ -214,32 +218,10 @@ def write_csv(built: Built, folder: Path) -> list[Path]:
     return written
 
 
-def rollout_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row per measured step and rank: its peak batch, span, tail, and the running batch at each point of the
-    occupancy curve (``occupancy_1`` the first)."""
-    rows = []
-    for row in steps:
-        for rank, r in sorted(((row.get("measured") or {}).get("rollout") or {}).items()):
-            rows.append({"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
-                         "rank": rank, **{k: r.get(k) for k in ("peak_batch", "span_ms", "tail_ms", "tail_share",
-                                                                 "tail_iterations", "tail_tokens")},
-                         **{f"occupancy_{k}": b for k, b in enumerate(r.get("occupancy") or [], 1)}})
-    return rows
+ROLLOUT_COLUMNS = ("peak_batch", "span_ms", "tail_ms", "tail_share", "tail_iterations", "tail_tokens")
+PHASE_COLUMNS = ("phase", "call", "started_at", "ms", "weight_version", "detail", "after_generation_ms")
 
 
-def phase_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row per RL phase each rank ran in a step (``metrics/phases.py``); the first after the rank's last
-    iteration says how long the engine waited for it (``after_generation_ms``: the trainer's turn)."""
-    return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
-             "rank": rank, **{k: p.get(k) for k in ("phase", "call", "started_at", "ms", "weight_version", "detail",
-                                                   "after_generation_ms")}}
-            for row in steps for rank, mine in sorted(((row.get("measured") or {}).get("phases") or {}).items())
-            for p in mine.get("records", [])]
-
-
-def request_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A row per measured step and each of its longest requests (``metrics/requests.py``), ``place`` 1 the
-    longest."""
-    return [{"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {}),
-             "place": place, **request}
-            for row in steps for place, request in enumerate(row.get("requests") or [], 1)]
+def _step_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The columns naming a CSV row's step: its global step, and in a fleet its replica."""
+    return {"global_step": row["global_step"], **({"replica": row["replica"]} if "replica" in row else {})}

@@ -110,7 +110,9 @@ def timeline(iterations: list[list], label: str, width: int = 760, height: int =
     """A bar per iteration ([index, stage, ms, batch, rank]): height its time, colour its stage."""
     left, top, bottom = 48, 22, 24
     plot_h, plot_w = height - top - bottom, width - left - 20
-    shown = _buckets(iterations)
+    size = -(-len(iterations) // MAX_BARS)  # over MAX_BARS iterations: the slowest of each bucket of ``size``
+    shown = [max(iterations[k:k + size], key=lambda it: it[2]) for k in range(0, len(iterations), size)] \
+        if size > 1 else iterations
     y_top = _nice_top(max((it[2] for it in shown), default=0.0))
     body = _y_axis(left, top, plot_h, width, y_top, "ms per iteration (slowest rank)")
     bar_w = plot_w / max(1, len(shown))
@@ -127,13 +129,6 @@ def timeline(iterations: list[list], label: str, width: int = 760, height: int =
                     + (f" ({len(iterations)} iterations, {len(shown)} bars: each the slowest of its bucket)"
                        if len(shown) < len(iterations) else "") + "</text>")
     return _frame(width, height, body, label, "timeline")
-
-
-def _buckets(iterations: list[list]) -> list[list]:
-    if len(iterations) <= MAX_BARS:
-        return iterations
-    size = -(-len(iterations) // MAX_BARS)
-    return [max(iterations[k:k + size], key=lambda it: it[2]) for k in range(0, len(iterations), size)]
 
 
 def stacked(rows: dict[str, dict[str, float]], parts: list[str], label: str, width: int = 760) -> str:

@@ -36,15 +36,11 @@ def compare(report: dict[str, Any], first: int, second: int) -> dict[str, Any]:
         both = [{"name": o["name"], "stage": o["stage"], "a_ms": o["before_ms"], "b_ms": o["ms"],
                  "a_iterations": o["before_iterations"], "b_iterations": o["iterations"],
                  "a_per_iteration_ms": o["before_per_iteration_ms"], "b_per_iteration_ms": o["per_iteration_ms"],
-                 "change_per_iteration_ms": _delta(o), "change_pct": o["change_pct"], "status": o["status"]}
+                 "change_per_iteration_ms": None if o["per_iteration_ms"] is None
+                 else round(o["per_iteration_ms"] - (o["before_per_iteration_ms"] or 0.0), 4),
+                 "change_pct": o["change_pct"], "status": o["status"]}
                 for o in ops if o["stage"] != BETWEEN]
         operators[kind] = sorted(both, key=lambda o: (-abs(o["change_per_iteration_ms"] or 0.0), o["name"]))[:COMPARED]
     return {"steps": [first, second], "stages": stages, "operators": operators,
             "step": {"a_mean_ms": a["mean_ms"], "b_mean_ms": b["mean_ms"],
                      "change_pct": change_pct(a["mean_ms"], b["mean_ms"])}}
-
-
-def _delta(op: dict[str, Any]) -> float | None:
-    if op["per_iteration_ms"] is None:
-        return None
-    return round(op["per_iteration_ms"] - (op["before_per_iteration_ms"] or 0.0), 4)

@@ -59,9 +59,8 @@ def view(now: dict[str, Any] | None, counts: dict[str, int], before: dict[str, A
             per = round(self_ms / count, 4) if count else None
             was = (earlier or {}).get("self", {}).get(name)
             per_before = round(was / count_before, 4) if was is not None and count_before else None
-            status = None
-            if before is not None and stage != BETWEEN:
-                status = "stage new" if earlier is None else "new" if was is None else None
+            status = (None if before is None or stage == BETWEEN
+                      else "stage new" if earlier is None else "new" if was is None else None)
             rows.append({"name": name, "self_ms": self_ms, "total_ms": numbers["total"].get(name, self_ms),
                          "self_share_pct": round(100.0 * self_ms / whole, 1) if whole else None,
                          "self_per_iteration_ms": per,

@@ -50,8 +50,7 @@ class StepReplicas:
 
     def times(self) -> Iterator[tuple[str, float | None]]:
         for r, place in zip(self._replicas, self._places):
-            columns = self._columns[r]
-            yield columns.name, columns.time(place)
+            yield self._columns[r].name, self._columns[r].time(place)
 
     def names(self) -> list[str]:
         return [self._columns[r].name for r in self._replicas]
@@ -104,10 +103,7 @@ def fleet_rows(view: RootView, passes: Passes, progress: Callable[[str], None] |
                 place = measured.place(step)
                 row = partial(_measured_row, measured, place, step, found.logs, shared, every_number, replica.periods)
                 traced, whole = None, (mine.busy(place), mine.mean(place))
-            at = per_step.get(step)
-            if at is None:
-                at = per_step[step] = StepReplicas(columns)
-            at.add(index, place)
+            per_step.setdefault(step, StepReplicas(columns)).add(index, place)
             slowest.setdefault(step, Ranking()).offer(replica.name, row, traced, whole)
         del found, measured, mine
     order = sorted(per_step, key=lambda s: (s is not None, s if s is not None else -1))
@@ -202,8 +198,7 @@ def replicas_waiting(replicas: list[tuple[str, float | None, float | None]]) -> 
     timed = [(name, began, ended) for name, began, ended in replicas if began is not None and ended is not None]
     if len(timed) < 2:
         return None
-    end = max(ended for _, _, ended in timed)
-    start = min(began for _, began, _ in timed)
+    start, end = min(began for _, began, _ in timed), max(ended for _, _, ended in timed)
     lost = sum(end - ended for _, _, ended in timed)
     span = end - start
     last = max(timed, key=lambda t: (t[2], t[0]))[0]

@@ -139,7 +139,10 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
              f"<td>{len(row['ranks'])}</td>", cell(row["iterations"], "iterations"), cell(row["mean_ms"], "mean_ms"),
              cell(row["step_change_pct"], "step_change_pct", pct=True),
              f"<td class='name nw' data-field=straggler data-value='{escape(json.dumps(row['straggler']))}'>"
-             + (f"{escape(who['rank'])} ({_share(who)})" if who else "") + "</td>",
+             # the straggler's share of its iterations (traced), or by busy time (measured: no iteration is
+             # matched across ranks)
+             + (f"{escape(who['rank'])} ({who['share_pct']:g}%)" if who and who.get("share_pct") is not None
+                else f"{escape(who['rank'])} (by busy time)" if who else "") + "</td>",
              cell(row["imbalance"], "imbalance", unit="x"),
              cell((row.get("tail") or {}).get("tail_ms"), "tail.tail_ms"),
              cell((row.get("tail") or {}).get("share_pct"), "tail.share_pct", unit="%")]
@@ -153,11 +156,6 @@ def _row(row: dict[str, Any], stages: list[str], href, engine: bool, measured: b
               f"<td>{row['trace_bytes'] / 1e6:,.2f}</td>",
               f"<td class='name nw'><a href='{href(row['directory'])}'>folder</a></td>"]
     return f"<tr data-step='{json.dumps(step)}'>" + "".join(cells) + "</tr>"
-
-
-def _share(straggler: dict[str, Any]) -> str:
-    """Of its iterations (traced), or by busy time (measured: no iteration is matched across ranks)."""
-    return f"{straggler['share_pct']:g}%" if straggler.get("share_pct") is not None else "by busy time"
 
 
 def _compare(c: dict[str, Any]) -> str:

@@ -22,28 +22,24 @@ SHOWN = 20  # the newest steps the section shows
 WAITING = "waiting for the trainer"  # from the rank's last iteration to its first RL phase after it
 
 
-def _rollout(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each rank's tail record of a step (empty where its step logs said no batches)."""
-    return (row.get("measured") or {}).get("rollout") or {}
-
-
-def _phases(row: dict[str, Any], rank: str) -> dict[str, Any]:
-    """One rank's RL phases of a step (``reader.phases_of``; empty where it ran none)."""
-    return ((row.get("measured") or {}).get("phases") or {}).get(rank) or {}
+def measured(row: dict[str, Any], part: str) -> dict[str, Any]:
+    """One part of a step's measured numbers, by rank: ``rollout`` (each rank's tail record) or ``phases`` (its
+    RL phases); empty where the step was not measured or has none."""
+    return (row.get("measured") or {}).get(part) or {}
 
 
 def section(steps: list[dict[str, Any]]) -> str:
     """The section, or nothing where no step holds a rank's tail."""
-    shown = [row for row in steps if row.get("tail") and _rollout(row)][-SHOWN:]
+    shown = [row for row in steps if row.get("tail") and measured(row, "rollout")][-SHOWN:]
     if not shown:
         return ""
     fleet = any(row.get("replicas_waiting") for row in shown)
-    phased = any(_phases(row, row["tail"]["rank"]) for row in shown)
+    phased = any(measured(row, "phases").get(row["tail"]["rank"]) for row in shown)
     bars = {}
     for row in shown:
         tail = row["tail"]
-        span = _rollout(row)[tail["rank"]]["span_ms"]
-        mine = _phases(row, tail["rank"])
+        span = measured(row, "rollout")[tail["rank"]]["span_ms"]
+        mine = measured(row, "phases").get(tail["rank"]) or {}
         bars[step_label(row["global_step"], row["directory"])] = {
             "full batches": round(max(span - tail["tail_ms"], 0.0), 3), "tail": tail["tail_ms"],
             WAITING: mine.get("after_generation_ms") or 0.0,
@@ -54,7 +50,7 @@ def section(steps: list[dict[str, Any]]) -> str:
     newest = shown[-1]
     newest_label = step_label(newest["global_step"], newest["directory"])
     tail = newest["tail"]
-    record = _rollout(newest)[tail["rank"]]
+    record = measured(newest, "rollout")[tail["rank"]]
     tail_from = 1.0 - tail["tail_ms"] / record["span_ms"] if record["span_ms"] else None
     head = ["step", "rank", "peak batch", "generation ms", "tail ms", "tail share", "tail iterations"]
     head += ["waiting for the trainer ms", "RL phases ms"] if phased else []
@@ -78,7 +74,7 @@ def section(steps: list[dict[str, Any]]) -> str:
         f"<h3>The running batch over {escape(newest_label)}</h3>"
         "<p class=muted>Each rank from its own first iteration to its last; the dashed line is where the tail "
         "began on the rank the step waited on.</p>",
-        charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(_rollout(newest).items())},
+        charts.occupancy({rank: r.get("occupancy") or [] for rank, r in sorted(measured(newest, "rollout").items())},
                          tail_from, f"running batch over {newest_label}"),
         _requests_held(newest, newest_label),
     ]
@@ -109,7 +105,7 @@ def _requests_held(row: dict[str, Any], label: str) -> str:
 
 def _row(row: dict[str, Any], fleet: bool, phased: bool) -> str:
     tail = row["tail"]
-    record = _rollout(row)[tail["rank"]]
+    record = measured(row, "rollout")[tail["rank"]]
     cells = [f"<td data-field=global_step data-value='{json.dumps(row['global_step'])}'>"
              f"{escape(str(row['global_step']))}</td>",
              f"<td class='name nw' data-field=tail.rank data-value='{escape(json.dumps(tail['rank']))}'>"
@@ -119,7 +115,7 @@ def _row(row: dict[str, Any], fleet: bool, phased: bool) -> str:
              cell(tail["tail_ms"], "tail.tail_ms"), cell(tail["share_pct"], "tail.share_pct", unit="%"),
              cell(tail["tail_iterations"], "tail.tail_iterations")]
     if phased:
-        mine, at = _phases(row, tail["rank"]), f"measured.phases.{tail['rank']}"
+        mine, at = measured(row, "phases").get(tail["rank"]) or {}, f"measured.phases.{tail['rank']}"
         cells += [cell(mine.get("after_generation_ms"), f"{at}.after_generation_ms"),
                   cell(mine.get("total_ms"), f"{at}.total_ms")]
     if fleet:

@@ -69,7 +69,8 @@ def step_section(row: dict[str, Any], open_: bool, href: Callable[[str], str]) -
         parts.append("<h3>Iterations</h3>" + charts.timeline(row["timeline"], f"{title}: iteration timeline"))
     for kind, heading in (("device", "Top device kernels"), ("cpu", "Top CPU operators (self time)")):
         if row["operators"].get(kind):
-            parts.append(_operators(row["operators"][kind], f"{heading}, all ranks", kind))
+            parts.append(f"<h3>{escape(heading)}, all ranks</h3>"
+                         + operator_table(row["operators"][kind], kind, "operators", OPERATOR_COLUMNS))
     parts.append(flame.section(row.get("python"), cell, name_cell))
     if row.get("memory"):
         parts.append(_memory(row["memory"], title))
@@ -89,13 +90,11 @@ def _ranks(row: dict[str, Any]) -> str:
                            for r, t in times.items()}, ["iterations", "pause", "between"], "time per rank")]
     head = ["rank", "span ms", "iterations ms", "rlprof pauses ms", "between iterations ms", "CPU ops ms",
             "CPU collectives ms", "slowest in iterations"]
-    rows = []
-    for rank, t in times.items():
-        cells = [f"<td class=name>{escape(rank)}</td>"] + [
-            cell(t[k], f"rank_time.{rank}.{k}") for k in ("span_ms", "iterations_ms", "pause_ms", "between_ms",
-                                                          "cpu_ops_ms", "cpu_comm_ms")]
-        cells.append(cell(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}"))
-        rows.append(f"<tr data-rank='{escape(rank)}'>" + "".join(cells) + "</tr>")
+    rows = [f"<tr data-rank='{escape(rank)}'><td class=name>{escape(rank)}</td>"
+            + "".join(cell(t[k], f"rank_time.{rank}.{k}") for k in ("span_ms", "iterations_ms", "pause_ms",
+                                                                      "between_ms", "cpu_ops_ms", "cpu_comm_ms"))
+            + cell(row["slowest_rank_iterations"].get(rank), f"slowest_rank_iterations.{rank}") + "</tr>"
+            for rank, t in times.items()]
     out.append(table("class=ranks", head, rows))
     devices = {r: t["device"] for r, t in times.items() if t["device"]}
     if devices:
@@ -152,12 +151,10 @@ def _memory(ranks: dict[str, dict[str, Any]], title: str) -> str:
     return "".join(out)
 
 
-def _operators(ops: list[dict[str, Any]], heading: str, kind: str) -> str:
-    return f"<h3>{escape(heading)}</h3>" + operator_table(
-        ops, kind, "operators", dict(zip(("per_iteration_ms", "before_per_iteration_ms", "change_pct", "iterations",
-                                          "before_iterations", "ms"),
-                                         ("ms per iteration", "previous step", "change per iteration", "iterations",
-                                          "previous iterations", "total ms"))))
+# a step's operator tables: each column's key and heading
+OPERATOR_COLUMNS = {"per_iteration_ms": "ms per iteration", "before_per_iteration_ms": "previous step",
+                    "change_pct": "change per iteration", "iterations": "iterations",
+                    "before_iterations": "previous iterations", "ms": "total ms"}
 
 
 def operator_table(ops: list[dict[str, Any]], kind: str, table: str, columns: dict[str, str]) -> str:

@@ -93,8 +93,7 @@ def in_sequence(rows: list[dict[str, Any]], keep: tuple[int, ...] = ()) -> list[
             if python:
                 row["python"] = flame_view(python, counts, *(before_python or (None, None)))
         if row["ranks"] and row["traced"]:
-            before = (ops, counts)
-            before_python = (python, counts)
+            before, before_python = (ops, counts), (python, counts)
         if row["global_step"] in keep:
             row["_stage_ops"] = ops  # for --compare; not part of the report's JSON
         if k not in detailed:

@@ -43,16 +43,15 @@ def summary_of(view: RootView, passes: Passes, progress: Callable[[str], None] |
         mine = _summarise(view, server, passes, progress)
         out["steps"] += [{**step, "replica": server.name} for step in mine["steps"]]
         out["unplaced"] += mine["unplaced"]
-        out["missing"] += [{**m, "replica": server.name} for m in mine["missing"]]
-        out["assumed"] += [{**a, "replica": server.name} for a in mine["assumed"]]
+        for key in ("missing", "assumed"):
+            out[key] += [{**m, "replica": server.name} for m in mine[key]]
     out["steps"].sort(key=lambda st: (st["global_step"] is not None, st["global_step"] or 0, st["replica"]))
     return out
 
 
 def _summarise(view: RootView, server: ServerView, passes: Passes,
                progress: Callable[[str], None] | None) -> dict[str, Any]:
-    steps_out = []
-    unplaced, missing, assumed = [], [], []
+    steps_out, unplaced, missing, assumed = [], [], [], []
     previous: dict[str, float] = {}  # stage -> its mean iteration ms in the last step that had it
     for folder in server.steps:
         global_step, directory = folder.step, view.shown(folder.rel)
@@ -90,7 +89,8 @@ def _summarise(view: RootView, server: ServerView, passes: Passes,
                 # the engine waited for these, not for its own work: the longest rank's, apart from its time
                 "profiler_pauses": max((st.pauses for st in mine), default=0),
                 "profiler_pause_ms": round(max((st.pause_us for st in mine), default=0.0) / 1000.0, 3),
-                **{f"top_{kind}_ops": [_op(o) for o in operators[kind] if o["stage"] == stage][:TOP]
+                **{f"top_{kind}_ops": [{k: o[k] for k in ("name", "ms", "per_iteration_ms")}
+                                       for o in operators[kind] if o["stage"] == stage][:TOP]
                    for kind in ("device", "cpu")},
             })
             previous[stage] = n["mean_ms"]
@@ -102,10 +102,6 @@ def step_label(global_step: int | None, directory: str | Path) -> str:
     """How a step is named to the reader: ``step 37``, or, for a folder of traces without a global step,
     the folder (``traces in <name> (no global step)``): never ``None``."""
     return f"step {global_step}" if global_step is not None else f"traces in {Path(directory).name} (no global step)"
-
-
-def _op(row: dict[str, Any]) -> dict[str, Any]:
-    return {"name": row["name"], "ms": row["ms"], "per_iteration_ms": row["per_iteration_ms"]}
 
 
 def render_table(summary: dict[str, Any]) -> str:
@@ -132,23 +128,18 @@ def render_table(summary: dict[str, Any]) -> str:
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     for step in summary["steps"]:
-        label = step_label(step["global_step"], step["directory"])
-        if fleet:
-            label = f"{step['replica']}: {label}"
+        label = (f"{step['replica']}: " if fleet else "") + step_label(step["global_step"], step["directory"])
         for st in step["stages"]:
             ops = st["top_device_ops"] or st["top_cpu_ops"]
             kind = "device kernels" if st["top_device_ops"] else "CPU operators (self time)"
-            lines.append("")
-            lines.append(f"{label}, {st['stage']}: busiest {kind} per iteration, all ranks")
+            lines += ["", f"{label}, {st['stage']}: busiest {kind} per iteration, all ranks"]
             for op in ops[:5]:
                 lines.append(f"  {op['per_iteration_ms']:10.3f} ms  {op['name'][:100]}")
-        tail = step.get("tail")
-        if tail:
+        if tail := step.get("tail"):
             lines.append(f"{label}: the rollout's tail {tail['tail_ms']:,.1f} ms, {tail['share_pct']:g}% of generation "
                          f"({tail['tail_iterations']} iterations after the running batch fell below half of its peak of "
                          f"{tail['peak_batch']}), on {tail['rank']}")
-        held = step.get("requests")
-        if held:
+        if held := step.get("requests"):
             r = held[0]
             lines.append(f"{label}: the longest request {r['seconds']:,.2f} s ({r['output_tokens']:,} tokens out, "
                          f"{r['prompt_tokens']:,} in): {r['request_id']}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -50,21 +51,13 @@ def why_failed(error: BaseException) -> TaskFailure:
     return TaskFailure(f"{name}: {text[:200]}" if text else name, node_gone=False)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Node:
+    """An alive node: its Ray id, and how many passes read on it at once (``passes``): a quarter of its CPUs, one
+    at least (each pass holds a trace's events while it reads, and the trainer's work goes on beside it)."""
+
     id: str
-    ip: str
-    cpus: float
-
-    @property
-    def passes(self) -> int:
-        """How many passes read on this node at once: a quarter of its CPUs, one at least (each pass holds
-        a trace's events while it reads, and the trainer's work goes on beside it)."""
-        return max(1, int(self.cpus) // CPUS_A_PASS)
-
-    @property
-    def name(self) -> str:
-        return f"{self.ip}/{self.id[:8]}"
+    passes: int
 
 
 @dataclass(frozen=True)
@@ -122,10 +115,8 @@ class Waiting:
                 said = time.monotonic()
                 self.say(f"Ray: {self.what}: {done} of {self.expected} answered")
         for ref in self.pending:
-            try:
+            with suppress(Exception):
                 self.ray.cancel(ref, force=True)
-            except Exception:
-                pass
             yield self.tags.pop(ref), TaskFailure(f"no answer within --timeout {self.timeout:g} s", node_gone=False)
 
 
@@ -137,14 +128,15 @@ class ClusterSession:
         self.ray, self.root_text, self.timeout, self.use_cache, self.say = ray, root_text, timeout, use_cache, say
         self.analysis = Analysis("ray")
         self.notes: list[str] = []  # what the nodes said: other releases, what was skipped, folders differing
-        self.nodes: dict[str, Node] = {}
+        self.nodes: dict[str, Node] = {}  # by name: the node's address and the start of its id
         self.runs_rlprof: set[str] = set()  # node names whose plan ran rlprof's own
         self.views = NodeViews()
         self._task = _task(ray)
         for n in ray.nodes():
             if n.get("Alive"):
-                node = Node(n["NodeID"], n.get("NodeManagerAddress", "?"), float(n.get("Resources", {}).get("CPU", 0)))
-                self.nodes[node.name] = node
+                cpus = int(float(n.get("Resources", {}).get("CPU", 0)))
+                self.nodes[f"{n.get('NodeManagerAddress', '?')}/{n['NodeID'][:8]}"] = Node(
+                    n["NodeID"], max(1, cpus // CPUS_A_PASS))
 
     def _run(self, node: str, name: str, *args: Any, retries: int = 0) -> Any:
         """``node.<name>(*args)`` as a task on ``node`` alone, asking no CPU (the trainer may hold them all)."""

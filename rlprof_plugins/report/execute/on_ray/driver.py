@@ -63,8 +63,7 @@ def _join(ray: Any, address: str, timeout: float) -> None:
     joining.join(timeout)
     if not outcome:
         raise NoCluster(f"--ray {address}: the cluster did not answer within --timeout {timeout:g} s")
-    error = outcome[0]
-    if error is not None:
+    if (error := outcome[0]) is not None:
         first = str(error).splitlines()[0][:200] if str(error) else ""
         raise NoCluster(f"--ray {address}: no Ray cluster to join ({type(error).__name__}: {first})") from None
 

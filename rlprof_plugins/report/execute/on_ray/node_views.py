@@ -42,11 +42,9 @@ class NodeViews:
             else:
                 self.notes.append(f"{rel}: differs between nodes ({', '.join(self.holders[rel])}: "
                                   f"{self.sizes[rel]:,} bytes; {node}: {size:,} bytes); read the first")
-        for server in planned["servers"]:
-            if server.rel not in self._servers:
-                self._servers[server.rel] = server
-            else:
-                _join_servers(self._servers[server.rel], server)
+        for server in planned["servers"]:  # a server another node holds too: joined into the first's
+            if (held := self._servers.setdefault(server.rel, server)) is not server:
+                _join_servers(held, server)
 
     def view(self, shown: str, replica: str | None, steps: tuple[int, int] | None, every_folder: bool) -> RootView:
         """ROOT's view (``plan.planner.plan_root``'s answer) over every node's plan."""
