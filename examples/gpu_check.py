@@ -5,7 +5,8 @@
     python .gpu-kit/gpu_check.py check [--device cuda] [--out DIR]                   (make gpu-check)
 
 ``kit`` writes a folder of at most 64 MiB: the rlprof wheel, the self-test
-(``rlprof_selftest/``, beside this script), every runtime dependency it needs that a machine with torch may lack (``packaging``,
+(``rlprof_selftest/``, beside this script), every runtime dependency it needs
+that a machine with torch may lack (``packaging``,
 ``wrapt``, ``nvtx``, and the ``fast`` extra's ``msgspec`` and ``zlib-ng``) as
 manylinux wheels for CPython 3.10-3.12 on x86_64 and aarch64 (``pip download
 --only-binary``), and this script. ``check`` needs no network: it installs

@@ -90,7 +90,7 @@ def resolve_device(asked: str) -> str:
         return next(d for d in ("npu", "cuda", "cpu") if have[d])
     if not have[asked]:
         raise LookupError(f"--device {asked}: no such device here (torch {torch.__version__} sees "
-                       f"{', '.join(d for d, ok in have.items() if ok)})")
+                          f"{', '.join(d for d, ok in have.items() if ok)})")
     return asked
 
 

@@ -24,7 +24,7 @@ from rlprof_plugins.backends.torch_profiler import TorchSettings
 from rlprof_plugins.config.options import ProfileOptions
 from rlprof_plugins.config.requests import Server, parse_start
 from rlprof_plugins.session.controller import ProfilerController
-from rlprof_plugins.store.manifest import engine_header, read as read_manifest
+from rlprof_plugins.store.manifest import TERMINAL, engine_header, read as read_manifest
 from rlprof_plugins.trace.format.check import check
 from rlprof_plugins.trace.format.pauses import PAUSE_NAME, ROTATION
 from rlprof_plugins.trace.format.reader import TraceReader
@@ -143,7 +143,7 @@ def _settle(ctl: ProfilerController, step: int = 0) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
         status = ctl.handle({"op": "status", "global_step": step})["session"]
-        if status["state"] in ("done", "failed") or time.monotonic() > deadline:
+        if status["state"] in TERMINAL or time.monotonic() > deadline:
             return status
         time.sleep(0.05)
 
@@ -220,18 +220,16 @@ def _count(traces: list[Path]) -> dict[str, Any]:
 
 
 def _memory(test: Any, folder: Path, status: dict, memory: bool, memory_why: str | None) -> None:
+    from rlprof_plugins.report.execute.memory_pass import step_memory
     from rlprof_plugins.report.plan.planner import memory_files
     from rlprof_plugins.trace.analysis.memory_snapshot import snapshot_numbers
 
     if not memory:
         test.add("memory snapshot", None, memory_why or "not asked")
         return
-    ranks: dict[str, dict[str, Any]] = {}
-    for rank, path in memory_files(folder):  # each snapshot as the report's memory pass reads it
-        try:
-            ranks[rank] = snapshot_numbers(path)
-        except Exception as e:
-            ranks[rank] = {"error": f"{type(e).__name__}: {e}"}
+    # each snapshot found and read as the report's plan and memory pass find and read it
+    ranks = step_memory("", [(rank, str(p.relative_to(folder))) for rank, p in memory_files(folder)],
+                        lambda rel: snapshot_numbers(folder / rel))
     m = ranks.get("rank0", {})
     report = status.get("memory") or {}
     ok = "error" not in m and m.get("entries", 0) > 0 and "error" not in report
