@@ -65,10 +65,32 @@ class SeaweedS3:
         self.url = f"http://127.0.0.1:{self.ports['s3']}"
         self.log = folder / "weed.log"
         self.process: subprocess.Popen | None = None
+        self.started = False  # once started, its ports stay: clients hold its url
         self.start()
         self.make_bucket()
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Run the server on its ports, which clients know by ``url``. A port chosen free can be taken before
+        SeaweedFS binds it (the OS hands the same range to outbound connections, SeaweedFS's own among them):
+        then it is started again, on new ports before its first start, on the same ones after a pause when it
+        is restarted."""
+        for attempt in range(attempts):
+            seen = self.log.stat().st_size if self.log.exists() else 0
+            self._launch()
+            if answers(self.url, (200, 403), self.process, timeout=90):
+                self.started = True
+                return
+            self.stop()
+            if attempt == attempts - 1 or "address already in use" not in self.log.read_text()[seen:]:
+                break
+            if self.started:
+                time.sleep(2)
+            else:
+                self.ports = {name: _free_pair() for name in self.ports}
+                self.url = f"http://127.0.0.1:{self.ports['s3']}"
+        raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-3000:]}")
+
+    def _launch(self) -> None:
         p = self.ports
         self.process = subprocess.Popen(
             [*(["chrt", "--idle", "0"] if self.idle else []), weed_binary(), "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -78,10 +100,6 @@ class SeaweedS3:
              "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
              "-master.volumeSizeLimitMB=128"],
             stdout=self.log.open("a"), stderr=subprocess.STDOUT, start_new_session=True)
-        if answers(self.url, (200, 403), self.process, timeout=90):
-            return
-        self.stop()
-        raise RuntimeError(f"SeaweedFS did not start:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
         if self.process is not None:
